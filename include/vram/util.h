@@ -1,0 +1,33 @@
+/* vram — small shared helpers: byte sizes as people write them. */
+#ifndef VRAM_UTIL_H
+#define VRAM_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "vram/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VR_KiB ((uint64_t)1 << 10)
+#define VR_MiB ((uint64_t)1 << 20)
+#define VR_GiB ((uint64_t)1 << 30)
+
+/* Parses a byte size: "4096", "512B", "2MiB", "80GiB", "1.5GB", "16G" (K/M/G/T
+ * alone mean binary units; KB/MB/GB/TB decimal). Errors name `what`. */
+vr_status vr_parse_size(const char *text, const char *what, uint64_t *out);
+
+/* Formats bytes for people: "512 B", "1.50 KiB", "22.50 GiB". Returns buf. */
+char *vr_format_size(uint64_t bytes, char *buf, size_t cap);
+
+/* Parses a non-negative integer flag value, naming `what` in the error. */
+vr_status vr_parse_int(const char *text, const char *what, long long lo, long long hi, long long *out);
+
+/* Monotonic wall clock in nanoseconds. */
+uint64_t vr_now_ns(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the Debian packages vram needs (as root), if any are missing.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev libcjson-dev zlib1g-dev python3 python3-torch python3-numpy)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,17 @@
+/* vram command: one function per subcommand, each in its own file. */
+#ifndef VRAM_CLI_H
+#define VRAM_CLI_H
+
+/* Each returns the process exit status (0 ok, 1 failure, 2 usage error). */
+typedef int (*vr_cli_fn)(int argc, char **argv);
+
+typedef struct vr_cli_command {
+    const char *name;
+    const char *summary;
+    vr_cli_fn run;
+} vr_cli_command;
+
+/* Prints "vram <cmd>: <message>" to stderr and returns the exit status. */
+int vr_cli_fail(const char *cmd, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,50 @@
+/* vram — entry point: dispatches to the subcommands listed below. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static int cmd_help(int argc, char **argv);
+
+static const vr_cli_command commands[] = {
+    {"help", "show this help", cmd_help},
+};
+static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
+
+int vr_cli_fail(const char *cmd, int status, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "vram %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return status;
+}
+
+static int cmd_help(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    printf("usage: vram <command> [options]   (vram <command> --help for its options)\n\ncommands:\n");
+    for (int i = 0; i < ncommands; i++)
+        printf("  %-10s %s\n", commands[i].name, commands[i].summary);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return cmd_help(0, NULL);
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
+        return cmd_help(0, NULL);
+    if (!strcmp(argv[1], "--version")) {
+        printf("vram 0.1.0\n");
+        return 0;
+    }
+    for (int i = 0; i < ncommands; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "vram: unknown command '%s' (try 'vram help')\n", argv[1]);
+    return 2;
+}
