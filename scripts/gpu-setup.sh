@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# On the lent GPU machine (Ubuntu, no package registry): unpack the Debian
+# packages carried in .deps/ (cJSON, cmocka) into /tmp/sysroot and point
+# pkg-config and the loader at them. Source it:  . scripts/gpu-setup.sh
+root=/tmp/sysroot
+mkdir -p $root
+for f in .deps/*.deb; do dpkg -x "$f" $root; done
+for pc in $root/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
+  sed -i "s|^prefix=/usr|prefix=$root/usr|; s|=/usr/|=$root/usr/|g" "$pc"
+done
+export PKG_CONFIG_PATH=$root/usr/lib/x86_64-linux-gnu/pkgconfig:${PKG_CONFIG_PATH:-}
+export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+export CPATH=$root/usr/include:${CPATH:-}
