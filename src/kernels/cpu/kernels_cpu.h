@@ -1,0 +1,164 @@
+/* vram — CPU kernels (internal contract between the executor and src/kernels/cpu).
+ *
+ * Plain functions over fp32 arrays in row-major order, llm.c style: each
+ * forward beside its backward, shapes in the comments, e.g. out is (B,T,C).
+ * Threaded with OpenMP; matrix products through OpenBLAS (cblas_sgemm, called
+ * only outside OpenMP regions). No function allocates memory: the few that
+ * need a workspace take it from the caller and say how large it must be
+ * (the planner counts it as role `temp`).
+ *
+ * Conventions
+ * - Sizes are int (B, T, C, NH, V, N = rows, OC = output channels) or size_t
+ *   for flat element counts n; all index arithmetic is done in size_t.
+ * - Backward kernels take an `acc` flag per output group: acc = 0 overwrites
+ *   the output, acc = 1 adds into it (so autodiff needs no zero-fill and no
+ *   extra add nodes). Parameter-gradient outputs have their own flag
+ *   (acc_dparam). A gradient output passed as NULL is not computed.
+ * - Outputs never alias inputs unless a function says it may.
+ * - int32 token / target ids; a target of -1 means "ignore this row".
+ */
+#ifndef VRAM_KERNELS_CPU_H
+#define VRAM_KERNELS_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- elementwise */
+
+/* dst = src (acc = 0) or dst += src (acc = 1); n floats. dst == src allowed when acc = 0. */
+void vr_cpu_acc(float *dst, const float *src, size_t n, int acc);
+
+/* out = a + b; n floats (residual connection). out may alias a or b.
+ * Backward: da = dout, db = dout, i.e. vr_cpu_acc(da, dout, n, acc) twice. */
+void vr_cpu_add_fwd(float *out, const float *a, const float *b, size_t n);
+
+/* x *= s; n floats. */
+void vr_cpu_scale(float *x, size_t n, float s);
+
+/* out = gelu(inp), tanh approximation as in GPT-2:
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); n floats. out may alias inp. */
+void vr_cpu_gelu_fwd(float *out, const float *inp, size_t n);
+/* dinp (=|+=) dout * gelu'(inp); n floats. Needs the forward's input. */
+void vr_cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n, int acc);
+
+/* out = max(inp, 0); n floats. out may alias inp. */
+void vr_cpu_relu_fwd(float *out, const float *inp, size_t n);
+/* dinp (=|+=) dout * (x > 0), where x is the forward's input or output (same sign test). */
+void vr_cpu_relu_bwd(float *dinp, const float *x, const float *dout, size_t n, int acc);
+
+/* ---------------------------------------------------------------- reductions */
+
+/* Sum of x[i]^2 over n floats, accumulated in double (global L2 norm for clipping). */
+double vr_cpu_sumsq(const float *x, size_t n);
+
+/* Sum of x[i] over n floats, accumulated in double. */
+double vr_cpu_sum(const float *x, size_t n);
+
+/* out[0] = mean of inp (n floats), computed in double. */
+void vr_cpu_mean_fwd(float *out, const float *inp, size_t n);
+/* dinp (=|+=) dout[0] / n for every element. */
+void vr_cpu_mean_bwd(float *dinp, const float *dout, size_t n, int acc);
+
+/* ---------------------------------------------------------------- embedding */
+
+/* out(B,T,C) = wte[tok[b,t]] + wpe[t]. tok is (B,T) int32 in [0,V); wte is (V,C); wpe is (maxT,C), T <= maxT. */
+void vr_cpu_embedding_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe,
+                          int B, int T, int C);
+/* dwte(V,C) scatter-add of dout rows by token, dwpe(maxT,C) rows 0..T-1 = sum over b of dout.
+ * Either may be NULL (frozen). acc = 0 zero-fills all V rows of dwte (and rows 0..T-1 of dwpe) first. */
+void vr_cpu_embedding_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok,
+                          int B, int T, int C, int V, int acc);
+
+/* ---------------------------------------------------------------- matmul (Linear) */
+
+/* out(N,OC) = inp(N,C) w(OC,C)^T + bias(OC); bias may be NULL. PyTorch nn.Linear layout. */
+void vr_cpu_matmul_fwd(float *out, const float *inp, const float *w, const float *bias,
+                       int N, int C, int OC);
+/* dinp(N,C) = dout(N,OC) w(OC,C); dw(OC,C) = dout^T inp; dbias(OC) = column sums of dout.
+ * Any of dinp, dw, dbias may be NULL. acc_dinp for dinp, acc_dparam for dw and dbias. */
+void vr_cpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout,
+                       const float *inp, const float *w, int N, int C, int OC,
+                       int acc_dinp, int acc_dparam);
+
+/* ---------------------------------------------------------------- layernorm */
+
+/* out(N,C) = (inp - mean) * rstd * w(C) + b(C); saves mean(N) and rstd(N) for backward. eps = 1e-5
+ * (biased variance, as torch.nn.LayerNorm). */
+void vr_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
+                          const float *w, const float *b, int N, int C);
+/* dinp(N,C), dw(C), db(C) from dout(N,C), the forward's inp, w, mean, rstd. dinp, dw, db may be NULL
+ * (dw and db both or neither). acc_dinp for dinp, acc_dparam for dw and db. */
+void vr_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *w, const float *mean, const float *rstd, int N, int C,
+                          int acc_dinp, int acc_dparam);
+
+/* ---------------------------------------------------------------- attention */
+
+/* Causal multi-head self-attention, flash-style.
+ * qkv is (B,T,3C): q at channels [0,C), k at [C,2C), v at [2C,3C); head h uses channels
+ * [h*hs, (h+1)*hs) of each, hs = C/NH (C % NH == 0). Scale 1/sqrt(hs).
+ * out(B,T,C) (head h at channels h*hs); lse(B,NH,T) = per query row log-sum-exp of the scaled
+ * scores, the only thing besides out kept for backward. No (T,T) matrix is ever stored: an online
+ * softmax over key blocks of a fixed size on the stack. Parallel over B*NH. */
+void vr_cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+/* dqkv(B,T,3C) (=|+=) gradient w.r.t. qkv, recomputing scores from q, k and lse;
+ * delta_i = sum_d dout_i * out_i. Needs the forward's qkv, out and lse. */
+void vr_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                          const float *lse, int B, int T, int C, int NH, int acc);
+/* Workspace bytes the two attention kernels need: 0 (they use only small fixed stack buffers). */
+size_t vr_cpu_attention_scratch_bytes(int B, int T, int C, int NH);
+
+/* ---------------------------------------------------------------- fused classifier */
+
+/* Tied-head classifier + softmax cross-entropy, forward and backward in one op.
+ * For rows in chunks of R = min(N, scratch_bytes / (V*4)) rows:
+ *   logits(R,V) = x(R,C) wte(V,C)^T;  p = softmax(logits);  losses[i] = -log p[i, targets[i]];
+ *   if dx or dwte: dlogits = (p - onehot(targets)) * dloss_scale, then at once
+ *     dx(R,C) (=|+=) dlogits wte   and   dwte(V,C) (=|+=) dlogits^T x.
+ * So the full (N,V) logits never exist. targets[i] == -1: losses[i] = 0 and row i gets no gradient
+ * (dx row set to 0 when acc_dx = 0). dloss_scale is dL/dlosses[i] (e.g. 1/(B*T) for a mean).
+ * scratch must hold at least V floats (one row); more rows per chunk means fewer, larger sgemms. */
+void vr_cpu_classifier(float *losses, float *dx, float *dwte, const float *x, const float *wte,
+                       const int32_t *targets, int N, int C, int V, float dloss_scale,
+                       float *scratch, size_t scratch_bytes, int acc_dx, int acc_dwte);
+/* Recommended workspace for vr_cpu_classifier: min(N, 128) rows of V floats. */
+size_t vr_cpu_classifier_scratch_bytes(int N, int V);
+
+/* ---------------------------------------------------------------- softmax cross-entropy (small V) */
+
+/* probs(N,V) = softmax(logits(N,V)) per row; losses(N) = -log probs[i, targets[i]] (0 where target -1). */
+void vr_cpu_softmax_xent_fwd(float *losses, float *probs, const float *logits,
+                             const int32_t *targets, int N, int V);
+/* dlogits(N,V) (=|+=) (probs - onehot) * g_i with g_i = dloss_scale * (dlosses ? dlosses[i] : 1);
+ * rows with target -1 get 0. */
+void vr_cpu_softmax_xent_bwd(float *dlogits, const float *dlosses, float dloss_scale,
+                             const float *probs, const int32_t *targets, int N, int V, int acc);
+
+/* ---------------------------------------------------------------- optimizers (torch.optim semantics) */
+/* All over flat buffers of n floats, fused into one threaded pass. The gradient used is
+ * g = grad * grad_scale (fold clipping and 1/accumulation into the update). step is 1-based. */
+
+/* SGD: g += wd * p; p -= lr * g. */
+void vr_cpu_sgd(float *param, const float *grad, size_t n, float lr, float weight_decay,
+                float grad_scale);
+/* SGD with momentum (torch.optim.SGD): g += wd * p; buf = g at step 1, else
+ * buf = momentum * buf + (1 - dampening) * g; g = nesterov ? g + momentum * buf : buf; p -= lr * g. */
+void vr_cpu_sgd_momentum(float *param, const float *grad, float *mom, size_t n, float lr,
+                         float momentum, float dampening, float weight_decay, int nesterov,
+                         int step, float grad_scale);
+/* Adam (torch.optim.Adam, L2 decay): g += wd * p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
+void vr_cpu_adam(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                 float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale);
+/* AdamW (torch.optim.AdamW, decoupled decay): p *= 1 - lr * wd; then Adam's update without L2. */
+void vr_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
