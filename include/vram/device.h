@@ -12,7 +12,18 @@
  * only for whole segments through vr_device_malloc / vr_device_free, or, for
  * expandable segments, for an address range it maps physical granules into.
  * Streams are opaque handles (vr_stream, 0 = the default stream); events mark
- * a point in a stream so that memory used there can be reused safely later. */
+ * a point in a stream so that memory used there can be reused safely later.
+ *
+ * Conventions for every backend:
+ *   - vr_device_malloc(dev, 0, &p) succeeds with p == NULL; freeing NULL is a no-op.
+ *   - addresses are at least 512-byte aligned (vm ranges: granularity-aligned).
+ *   - used_by_us counts malloc'd bytes rounded up to 512 plus vm-mapped bytes;
+ *     a request fails with VR_ERR_OOM when used_by_us would exceed the capacity.
+ *   - on cpu and meta, freeing/unmapping/releasing what was not handed out is a
+ *     programming error: the device prints what happened and aborts (like a
+ *     double free in libc), so allocator bugs surface at once in tests.
+ *   - cpu and meta are thread-safe (one lock per device); cuda relies on the
+ *     thread safety of the CUDA runtime. */
 #ifndef VRAM_DEVICE_H
 #define VRAM_DEVICE_H
 
@@ -24,6 +35,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Capacity of "meta" when the spec names none: one 80 GiB H100/A100. */
+#define VR_META_DEFAULT_CAPACITY ((uint64_t)80 << 30)
 
 typedef enum vr_device_kind { VR_DEVICE_CPU, VR_DEVICE_META, VR_DEVICE_CUDA } vr_device_kind;
 
@@ -38,8 +52,10 @@ typedef struct vr_device_mem {
     uint64_t used_by_us;     /* bytes this process has allocated through this vr_device */
 } vr_device_mem;
 
-/* Opens a device from a spec: "cpu", "cpu:1GiB" (capacity cap), "meta",
- * "meta:80GiB", "cuda", "cuda:1". Errors name the spec. */
+/* Opens a device from a spec: "cpu", "cpu:1GiB" (capacity cap), "meta"
+ * (80 GiB), "meta:80GiB", "cuda" (= "cuda:0"), "cuda:1". Errors name the spec.
+ * Opening cuda without a GPU or driver fails with VR_ERR_DEVICE (or
+ * VR_ERR_UNSUPPORTED in a build without CUDA) and a one-line reason. */
 vr_status vr_device_open(const char *spec, vr_device **out);
 
 /* Releases the device; memory it still hands out must have been freed. */
@@ -48,6 +64,9 @@ void vr_device_close(vr_device *dev);
 /* The backend kind, and a printable name such as "cuda:0 (NVIDIA H100 80GB HBM3)". */
 vr_device_kind vr_device_kind_of(const vr_device *dev);
 const char *vr_device_name(const vr_device *dev);
+
+/* The CUDA device ordinal of a cuda device; -1 on cpu and meta. */
+int vr_device_index(const vr_device *dev);
 
 /* Total, free and our own used bytes. */
 vr_status vr_device_mem_info(vr_device *dev, vr_device_mem *out);
@@ -59,12 +78,20 @@ vr_status vr_device_malloc(vr_device *dev, size_t bytes, void **ptr);
 /* Returns a segment obtained from vr_device_malloc (bytes as asked). */
 void vr_device_free(vr_device *dev, void *ptr, size_t bytes);
 
-/* --- virtual memory (expandable segments); VR_ERR_UNSUPPORTED on cpu --- */
+/* --- virtual memory (expandable segments) ---
+ * All three backends support it. cpu reserves with mmap(PROT_NONE) and maps
+ * with mprotect (unmap gives the pages back with madvise(MADV_DONTNEED));
+ * meta only does the bookkeeping; cuda uses the driver's cuMemAddressReserve /
+ * cuMemCreate / cuMemMap. Mapped bytes count against the capacity like
+ * malloc'd ones. Any granule-aligned sub-range may be unmapped (cuda maps one
+ * physical allocation per granule so that this holds there too). */
 
-/* Granularity of physical mappings in bytes (2 MiB on current GPUs). */
+/* Granularity of physical mappings in bytes (2 MiB on current GPUs and on
+ * cpu/meta); 0 when the device cannot do virtual memory. */
 size_t vr_device_vm_granularity(vr_device *dev);
 
-/* Reserves `bytes` of address space with no memory behind it. */
+/* Reserves `bytes` (a multiple of the granularity) of address space with no
+ * memory behind it. */
 vr_status vr_device_vm_reserve(vr_device *dev, size_t bytes, void **base);
 
 /* Backs [addr, addr+bytes) of a reserved range with physical memory
@@ -79,7 +106,8 @@ void vr_device_vm_release(vr_device *dev, void *base, size_t bytes);
 
 /* --- streams and events --- */
 
-/* Creates a new stream (on cpu/meta a distinct id; work there is synchronous). */
+/* Creates a new stream (on cpu/meta a distinct id; work there is synchronous;
+ * on cuda a non-blocking cudaStream_t cast to vr_stream). */
 vr_status vr_stream_create(vr_device *dev, vr_stream *out);
 void vr_stream_destroy(vr_device *dev, vr_stream s);
 
@@ -93,7 +121,9 @@ bool vr_event_query(vr_device *dev, vr_event *ev);
 vr_status vr_event_sync(vr_device *dev, vr_event *ev);
 void vr_event_destroy(vr_device *dev, vr_event *ev);
 
-/* Waits until all work on the device has completed. */
+/* Waits until all work on the device has completed (on cpu/meta in manual
+ * mode: completes every event recorded so far). vr_event_sync in manual mode
+ * likewise completes its event and every event recorded before it. */
 vr_status vr_device_synchronize(vr_device *dev);
 
 /* --- test hooks for cpu/meta --- */
@@ -103,6 +133,44 @@ vr_status vr_device_synchronize(vr_device *dev);
  * so deferred-free paths are testable without a GPU. No-op on cuda. */
 void vr_device_set_manual_events(vr_device *dev, bool manual);
 void vr_device_complete_events(vr_device *dev);
+
+/* --- CUDA devices (without a GPU these fail with a one-line reason) --- */
+
+/* What `vram info` shows about one GPU. Figures NVML cannot give are 0 / -1. */
+typedef struct vr_cuda_info {
+    int index;                  /* CUDA device ordinal */
+    char name[256];             /* "NVIDIA H100 80GB HBM3" */
+    char pci_bus_id[32];        /* "0000:65:00.0" */
+    uint64_t total;             /* device memory, bytes */
+    uint64_t free;              /* device-wide free bytes (NVML, else cudaMemGetInfo) */
+    uint64_t used;              /* device-wide used bytes, all processes */
+    int64_t used_by_process;    /* this process's bytes on the device (NVML), -1 unknown */
+    bool have_nvml;             /* NVML figures were available */
+    char driver_version[80];    /* NVML driver version, "550.54.15" ("" without NVML) */
+    int driver_cuda_version;    /* cudaDriverGetVersion, 12040 = 12.4 */
+    int runtime_version;        /* cudaRuntimeGetVersion, 13000 = 13.0 */
+    int cc_major, cc_minor;     /* compute capability */
+    int sm_count;               /* streaming multiprocessors */
+    bool vm_supported;          /* virtual memory management (expandable segments) */
+    size_t vm_granularity;      /* minimum physical mapping granularity, bytes */
+} vr_cuda_info;
+
+/* Number of CUDA devices; with none (no driver, no GPU, CUDA-less build)
+ * returns an error whose message says why, and *count = 0. */
+vr_status vr_cuda_device_count(int *count);
+
+/* Fills *out for device `index`. free/used come from NVML; without NVML from
+ * cudaMemGetInfo, which creates the CUDA context (so call
+ * vr_cuda_context_cost first if you want both). */
+vr_status vr_cuda_device_info(int index, vr_cuda_info *out);
+
+/* Device memory the CUDA context of device `index` costs this process, bytes:
+ * NVML's used memory (this process's, else the device's) right before and
+ * right after the primary context is created (cudaSetDevice + cudaFree(0)).
+ * Measured once, when this process first creates that context (here, or in
+ * vr_device_open), and cached; VR_ERR_UNSUPPORTED without NVML or when the
+ * context already existed unmeasured. Kernels loaded lazily later cost more. */
+vr_status vr_cuda_context_cost(int index, uint64_t *bytes);
 
 #ifdef __cplusplus
 }

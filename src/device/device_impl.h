@@ -1,0 +1,87 @@
+/* Inside the device layer: the backend interface behind include/vram/device.h.
+ *
+ * Each backend (cpu.c, meta.c, cuda_*_cuda.c) embeds struct vr_device as the
+ * first member of its own struct and fills a vr_device_ops table. device.c
+ * parses specs and dispatches; host_streams.c gives cpu and meta their
+ * streams and events. */
+#ifndef VRAM_DEVICE_IMPL_H
+#define VRAM_DEVICE_IMPL_H
+
+#include <pthread.h>
+
+#include "vram/device.h"
+
+typedef struct vr_device_ops {
+    void (*close)(vr_device *dev);
+    vr_status (*mem_info)(vr_device *dev, vr_device_mem *out);
+    vr_status (*malloc)(vr_device *dev, size_t bytes, void **ptr);
+    void (*free)(vr_device *dev, void *ptr, size_t bytes);
+
+    size_t (*vm_granularity)(vr_device *dev);
+    vr_status (*vm_reserve)(vr_device *dev, size_t bytes, void **base);
+    vr_status (*vm_map)(vr_device *dev, void *addr, size_t bytes);
+    void (*vm_unmap)(vr_device *dev, void *addr, size_t bytes);
+    void (*vm_release)(vr_device *dev, void *base, size_t bytes);
+
+    vr_status (*stream_create)(vr_device *dev, vr_stream *out);
+    void (*stream_destroy)(vr_device *dev, vr_stream s);
+    vr_status (*event_record)(vr_device *dev, vr_stream s, vr_event **out);
+    bool (*event_query)(vr_device *dev, vr_event *ev);
+    vr_status (*event_sync)(vr_device *dev, vr_event *ev);
+    void (*event_destroy)(vr_device *dev, vr_event *ev);
+    vr_status (*synchronize)(vr_device *dev);
+} vr_device_ops;
+
+/* Streams and events of the host backends (cpu, meta): host_streams.c. */
+typedef struct vr_host_events {
+    bool manual;          /* events stay pending until completed by hand */
+    uint64_t recorded;    /* events recorded so far (the last one's sequence number) */
+    uint64_t completed;   /* every event with seq <= completed is done */
+    uint64_t next_stream; /* next stream id to hand out (0 is the default stream) */
+    uint64_t live_events; /* recorded and not yet destroyed (leak check at close) */
+} vr_host_events;
+
+struct vr_device {
+    const vr_device_ops *ops;
+    vr_device_kind kind;
+    int index;                 /* CUDA ordinal, -1 on cpu/meta */
+    char name[192];
+    pthread_mutex_t lock;      /* guards the backend's bookkeeping (cpu, meta) */
+    vr_host_events host;       /* cpu/meta only */
+};
+
+/* Sets the common fields (and the lock) of a freshly allocated device. */
+void vr__device_init(vr_device *dev, const vr_device_ops *ops, vr_device_kind kind, const char *name);
+/* Destroys the lock; the backend frees the device itself. */
+void vr__device_fini(vr_device *dev);
+
+/* Reports a misuse that a void function cannot return (freeing what was not
+ * handed out, ...) and aborts: a programming error, like a double free. */
+_Noreturn void vr__device_misuse(const vr_device *dev, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Returns VR_ERR_OOM with the message every backend uses:
+ * "device meta (80.00 GiB): out of memory: malloc of 2.00 GiB with 79.00 GiB
+ * in use of 80.00 GiB (1.00 GiB free)". */
+vr_status vr__device_oom(const vr_device *dev, const char *op, uint64_t bytes, uint64_t used, uint64_t total);
+
+/* Backends' constructors. `capacity` 0 = default (cpu: unlimited, meta: 80 GiB). */
+vr_status vr__cpu_open(uint64_t capacity, vr_device **out);
+vr_status vr__meta_open(uint64_t capacity, vr_device **out);
+vr_status vr__cuda_open(int index, const char *spec, vr_device **out);
+
+/* Host streams/events, used by the ops tables of cpu.c and meta.c. */
+vr_status vr__host_stream_create(vr_device *dev, vr_stream *out);
+void vr__host_stream_destroy(vr_device *dev, vr_stream s);
+vr_status vr__host_event_record(vr_device *dev, vr_stream s, vr_event **out);
+bool vr__host_event_query(vr_device *dev, vr_event *ev);
+vr_status vr__host_event_sync(vr_device *dev, vr_event *ev);
+void vr__host_event_destroy(vr_device *dev, vr_event *ev);
+vr_status vr__host_synchronize(vr_device *dev);
+
+#define VR_DEVICE_ALIGN 512u
+#define VR_DEVICE_GRANULE ((size_t)2 << 20)  /* vm granularity of cpu and meta */
+
+static inline uint64_t vr__round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+#endif

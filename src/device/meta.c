@@ -1,0 +1,203 @@
+/* The meta device: address space only.
+ *
+ * Addresses come from a bump pointer in a fake range starting at 2^56, which
+ * is not a canonical x86-64/arm64 user address, so dereferencing one faults at
+ * once. An address is never handed out twice (the range is 2^63 - 2^56 bytes,
+ * enough for ~10^14 segments of 20 MiB). Live allocations sit in a hash map,
+ * reservations in a sorted array (vmspace.c), so every operation is O(1) or
+ * O(log n) and never touches memory. malloc'd bytes (rounded up to 512) and
+ * vm-mapped bytes count against the capacity (default 80 GiB). */
+#include "device/device_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "device/ptrmap.h"
+#include "device/vmspace.h"
+#include "vram/util.h"
+
+#define META_BASE ((uintptr_t)1 << 56)
+#define META_END ((uintptr_t)1 << 63)
+
+typedef struct meta_device {
+    vr_device base;
+    uint64_t capacity;
+    uint64_t used;        /* malloc'd (rounded) + mapped bytes */
+    uintptr_t next;       /* bump pointer */
+    vr_ptrmap live;       /* address -> rounded size */
+    vr_vmspace vm;
+} meta_device;
+
+static meta_device *meta(vr_device *dev) { return (meta_device *)dev; }
+
+/* Takes `bytes` of fresh address space aligned to `align`; 0 when exhausted. */
+static uintptr_t bump(meta_device *m, uint64_t bytes, uint64_t align)
+{
+    uintptr_t at = (uintptr_t)vr__round_up(m->next, align);
+    if (at >= META_END || bytes > META_END - at)
+        return 0;
+    m->next = at + bytes;
+    return at;
+}
+
+static vr_status meta_mem_info(vr_device *dev, vr_device_mem *out)
+{
+    meta_device *m = meta(dev);
+    pthread_mutex_lock(&dev->lock);
+    out->total = m->capacity;
+    out->used_by_us = m->used;
+    out->free = m->capacity - m->used;
+    pthread_mutex_unlock(&dev->lock);
+    return VR_OK;
+}
+
+static vr_status meta_malloc(vr_device *dev, size_t bytes, void **ptr)
+{
+    meta_device *m = meta(dev);
+    uint64_t size = vr__round_up(bytes, VR_DEVICE_ALIGN);
+    vr_status st = VR_OK;
+    pthread_mutex_lock(&dev->lock);
+    if (size > m->capacity - m->used) {
+        st = vr__device_oom(dev, "malloc", bytes, m->used, m->capacity);
+    } else {
+        uintptr_t at = bump(m, size, VR_DEVICE_ALIGN);
+        if (!at)
+            st = vr_error(VR_ERR_OOM, "device %s: fake address space exhausted", dev->name);
+        else if (!vr__ptrmap_put(&m->live, at, size))
+            st = vr_error(VR_ERR_OOM, "device %s: no host memory to track an allocation", dev->name);
+        else {
+            m->used += size;
+            *ptr = (void *)at;
+        }
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return st;
+}
+
+static void meta_free(vr_device *dev, void *ptr, size_t bytes)
+{
+    meta_device *m = meta(dev);
+    uint64_t size;
+    pthread_mutex_lock(&dev->lock);
+    if (!vr__ptrmap_take(&m->live, (uintptr_t)ptr, &size))
+        vr__device_misuse(dev, "free(%p, %zu): not a live allocation", ptr, bytes);
+    if (size != vr__round_up(bytes, VR_DEVICE_ALIGN))
+        vr__device_misuse(dev, "free(%p, %zu): it was allocated with %llu bytes (rounded to 512)", ptr, bytes,
+                          (unsigned long long)size);
+    m->used -= size;
+    pthread_mutex_unlock(&dev->lock);
+}
+
+static size_t meta_vm_granularity(vr_device *dev)
+{
+    (void)dev;
+    return VR_DEVICE_GRANULE;
+}
+
+static vr_status meta_vm_reserve(vr_device *dev, size_t bytes, void **base)
+{
+    meta_device *m = meta(dev);
+    vr_status st = VR_OK;
+    pthread_mutex_lock(&dev->lock);
+    uintptr_t at = bump(m, bytes, VR_DEVICE_GRANULE);
+    if (!at)
+        st = vr_error(VR_ERR_OOM, "device %s: fake address space exhausted", dev->name);
+    else if (!vr__vm_add(&m->vm, at, bytes))
+        st = vr_error(VR_ERR_OOM, "device %s: no host memory to track a reservation", dev->name);
+    else
+        *base = (void *)at;
+    pthread_mutex_unlock(&dev->lock);
+    return st;
+}
+
+static vr_status meta_vm_map(vr_device *dev, void *addr, size_t bytes)
+{
+    meta_device *m = meta(dev);
+    vr_status st = VR_OK;
+    pthread_mutex_lock(&dev->lock);
+    vr_vm_range *r = vr__vm_find(&m->vm, (uintptr_t)addr, bytes);
+    if (!r)
+        st = vr_error(VR_ERR_INVALID, "device %s: vm map of [%p, +%zu) is outside every reservation", dev->name, addr, bytes);
+    else if (!vr__vm_all(&m->vm, r, (uintptr_t)addr, bytes, false))
+        st = vr_error(VR_ERR_INVALID, "device %s: vm map of [%p, +%zu) overlaps mapped memory", dev->name, addr, bytes);
+    else if (bytes > m->capacity - m->used)
+        st = vr__device_oom(dev, "vm map", bytes, m->used, m->capacity);
+    else {
+        vr__vm_set(&m->vm, r, (uintptr_t)addr, bytes, true);
+        m->used += bytes;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return st;
+}
+
+static void meta_vm_unmap(vr_device *dev, void *addr, size_t bytes)
+{
+    meta_device *m = meta(dev);
+    pthread_mutex_lock(&dev->lock);
+    vr_vm_range *r = vr__vm_find(&m->vm, (uintptr_t)addr, bytes);
+    if (!r || (uintptr_t)addr % VR_DEVICE_GRANULE || bytes % VR_DEVICE_GRANULE ||
+        !vr__vm_all(&m->vm, r, (uintptr_t)addr, bytes, true))
+        vr__device_misuse(dev, "vm unmap(%p, %zu): not a mapped, granule-aligned range", addr, bytes);
+    vr__vm_set(&m->vm, r, (uintptr_t)addr, bytes, false);
+    m->used -= bytes;
+    pthread_mutex_unlock(&dev->lock);
+}
+
+static void meta_vm_release(vr_device *dev, void *base, size_t bytes)
+{
+    meta_device *m = meta(dev);
+    pthread_mutex_lock(&dev->lock);
+    vr_vm_range *r = vr__vm_find(&m->vm, (uintptr_t)base, bytes);
+    if (!r || r->base != (uintptr_t)base || r->bytes != bytes)
+        vr__device_misuse(dev, "vm release(%p, %zu): not a reservation", base, bytes);
+    if (r->mapped)
+        vr__device_misuse(dev, "vm release(%p, %zu): %zu granules are still mapped", base, bytes, r->mapped);
+    vr__vm_remove(&m->vm, r);
+    pthread_mutex_unlock(&dev->lock);
+}
+
+static void meta_close(vr_device *dev)
+{
+    meta_device *m = meta(dev);
+    if (m->live.count || m->vm.n)
+        fprintf(stderr, "vram: device %s closed with %zu allocations and %zu reservations still live\n", dev->name,
+                m->live.count, m->vm.n);
+    vr__ptrmap_free(&m->live);
+    vr__vm_free(&m->vm);
+    vr__device_fini(dev);
+    free(m);
+}
+
+static const vr_device_ops meta_ops = {
+    .close = meta_close,
+    .mem_info = meta_mem_info,
+    .malloc = meta_malloc,
+    .free = meta_free,
+    .vm_granularity = meta_vm_granularity,
+    .vm_reserve = meta_vm_reserve,
+    .vm_map = meta_vm_map,
+    .vm_unmap = meta_vm_unmap,
+    .vm_release = meta_vm_release,
+    .stream_create = vr__host_stream_create,
+    .stream_destroy = vr__host_stream_destroy,
+    .event_record = vr__host_event_record,
+    .event_query = vr__host_event_query,
+    .event_sync = vr__host_event_sync,
+    .event_destroy = vr__host_event_destroy,
+    .synchronize = vr__host_synchronize,
+};
+
+vr_status vr__meta_open(uint64_t capacity, vr_device **out)
+{
+    meta_device *m = calloc(1, sizeof *m);
+    if (!m)
+        return vr_error(VR_ERR_OOM, "device meta: no host memory");
+    m->capacity = capacity ? capacity : VR_META_DEFAULT_CAPACITY;
+    m->next = META_BASE;
+    m->vm.granule = VR_DEVICE_GRANULE;
+    char name[64], cap[32];
+    snprintf(name, sizeof name, "meta (%s)", vr_format_size(m->capacity, cap, sizeof cap));
+    vr__device_init(&m->base, &meta_ops, VR_DEVICE_META, name);
+    *out = &m->base;
+    return VR_OK;
+}
