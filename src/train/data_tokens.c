@@ -1,0 +1,105 @@
+/* llm.c token files: header of 256 int32 (magic 20240520, version 1, number of
+ * tokens), then the tokens as uint16, little-endian. Every field is checked
+ * against the file size before anything is trusted. */
+#define _POSIX_C_SOURCE 200809L
+#include "vram/data.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "vram/atomic_file.h"
+
+#define HEADER_BYTES (VR_TOKENS_HEADER_INTS * sizeof(int32_t))
+
+vr_status vr_tokens_read(const char *path, int vocab, uint16_t **out, uint64_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return vr_error(VR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        fclose(f);
+        return vr_error(VR_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    int32_t h[VR_TOKENS_HEADER_INTS];
+    if (size < HEADER_BYTES || fread(h, 1, HEADER_BYTES, f) != HEADER_BYTES) {
+        fclose(f);
+        return vr_error(VR_ERR_FORMAT, "%s: %llu bytes is too small for the %zu-byte llm.c token header",
+                        path, (unsigned long long)size, (size_t)HEADER_BYTES);
+    }
+    if (h[0] != VR_TOKENS_MAGIC) {
+        fclose(f);
+        return vr_error(VR_ERR_FORMAT, "%s: wrong magic %d (an llm.c token file starts with %d)", path,
+                        h[0], VR_TOKENS_MAGIC);
+    }
+    if (h[1] != VR_TOKENS_VERSION) {
+        fclose(f);
+        return vr_error(VR_ERR_FORMAT, "%s: unsupported token file version %d (expected %d)", path,
+                        h[1], VR_TOKENS_VERSION);
+    }
+    uint64_t payload = size - HEADER_BYTES;
+    if (h[2] < 0 || (uint64_t)h[2] * 2 != payload) {
+        fclose(f);
+        return vr_error(VR_ERR_FORMAT,
+                        "%s: header says %d tokens (%llu bytes) but the file holds %llu bytes of "
+                        "tokens (truncated or corrupt)",
+                        path, h[2], (unsigned long long)((uint64_t)(h[2] < 0 ? 0 : h[2]) * 2),
+                        (unsigned long long)payload);
+    }
+    uint64_t count = (uint64_t)h[2];
+    uint16_t *tok = malloc(count ? count * sizeof *tok : 1);
+    if (!tok) {
+        fclose(f);
+        return vr_error(VR_ERR_OOM, "%s: out of host memory for %llu tokens", path,
+                        (unsigned long long)count);
+    }
+    if (fread(tok, sizeof *tok, count, f) != count) {
+        int e = errno;
+        free(tok);
+        fclose(f);
+        return vr_error(VR_ERR_IO, "%s: read failed: %s", path, e ? strerror(e) : "short read");
+    }
+    fclose(f);
+    if (vocab > 0) {
+        for (uint64_t i = 0; i < count; i++) {
+            if (tok[i] >= vocab) {
+                vr_status s = vr_error(VR_ERR_FORMAT,
+                                       "%s: token %u at position %llu is out of range for vocab %d",
+                                       path, tok[i], (unsigned long long)i, vocab);
+                free(tok);
+                return s;
+            }
+        }
+    }
+    *out = tok;
+    *n = count;
+    return VR_OK;
+}
+
+vr_status vr_tokens_write(const char *path, const int32_t *tokens, uint64_t n)
+{
+    if (n > INT32_MAX)
+        return vr_error(VR_ERR_INVALID, "%s: %llu tokens do not fit the llm.c header (max %d)", path,
+                        (unsigned long long)n, INT32_MAX);
+    for (uint64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] > UINT16_MAX)
+            return vr_error(VR_ERR_INVALID, "%s: token %d at position %llu does not fit uint16", path,
+                            tokens[i], (unsigned long long)i);
+    int32_t h[VR_TOKENS_HEADER_INTS] = {VR_TOKENS_MAGIC, VR_TOKENS_VERSION, (int32_t)n};
+    vr_atomic_file af;
+    vr_status s = vr_atomic_open(&af, path);
+    if (s != VR_OK) return s;
+    vr_atomic_write(&af, h, sizeof h);
+    uint16_t chunk[4096];
+    for (uint64_t i = 0; i < n; i += 4096) {
+        size_t k = n - i < 4096 ? (size_t)(n - i) : 4096;
+        for (size_t j = 0; j < k; j++) chunk[j] = (uint16_t)tokens[i + j];
+        if (vr_atomic_write(&af, chunk, k * sizeof chunk[0]) != VR_OK) break;
+    }
+    return vr_atomic_commit(&af);
+}

@@ -1,0 +1,17 @@
+/* Internal: the JSON Lines records of progress.c (one object per line). */
+#ifndef VRAM_TRAIN_PROGRESS_JSON_H
+#define VRAM_TRAIN_PROGRESS_JSON_H
+
+#include "vram/progress.h"
+
+/* {"event":"step","step":..,"total_steps":..,"loss":..,"lr":..,"ms":..,
+ *  "tokens_per_s":..,"grad_norm":..,"memory":{name:bytes,...}} */
+void vr_progress_json_step(FILE *out, int64_t total_steps, const vr_step_report *s);
+
+/* {"event":"eval","step":..,"val_loss":..} */
+void vr_progress_json_eval(FILE *out, int64_t step, double val_loss);
+
+/* {"event":"note","message":..} */
+void vr_progress_json_note(FILE *out, const char *message);
+
+#endif
