@@ -41,6 +41,13 @@ vr_status vr__device_oom(const vr_device *dev, const char *op, uint64_t bytes, u
                     vr_format_size(total, t, sizeof t), vr_format_size(used < total ? total - used : 0, f, sizeof f));
 }
 
+vr_status vr__error_prefix(vr_status st, const char *prefix)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", vr_last_error());
+    return vr_error(st, "%s: %s", prefix, msg);
+}
+
 static const char spec_help[] = "use cpu, cpu:<capacity>, meta, meta:<capacity>, cuda or cuda:<index>";
 
 vr_status vr_device_open(const char *spec, vr_device **out)

@@ -65,6 +65,10 @@ _Noreturn void vr__device_misuse(const vr_device *dev, const char *fmt, ...)
  * in use of 80.00 GiB (1.00 GiB free)". */
 vr_status vr__device_oom(const vr_device *dev, const char *op, uint64_t bytes, uint64_t used, uint64_t total);
 
+/* Prefixes this thread's last error message with `prefix` ("device 'cuda:1'")
+ * and returns st. */
+vr_status vr__error_prefix(vr_status st, const char *prefix);
+
 /* Backends' constructors. `capacity` 0 = default (cpu: unlimited, meta: 80 GiB). */
 vr_status vr__cpu_open(uint64_t capacity, vr_device **out);
 vr_status vr__meta_open(uint64_t capacity, vr_device **out);
