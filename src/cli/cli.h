@@ -14,4 +14,7 @@ typedef struct vr_cli_command {
 /* Prints "vram <cmd>: <message>" to stderr and returns the exit status. */
 int vr_cli_fail(const char *cmd, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Subcommands (cmd_<name>.c). */
+int vr_cmd_replay(int argc, char **argv);
+
 #endif

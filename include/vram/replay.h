@@ -1,0 +1,63 @@
+/* vram — replaying allocator traces.
+ *
+ * A trace is the event stream of a real training run's allocator (see
+ * shared/traces/README.md): gzip-compressed (or plain) CSV
+ *
+ *     # {"workload": "...", "peak_allocated": N, "peak_reserved": N, ...}
+ *     action,addr,size,stream
+ *     alloc,140204778192896,154533888,0
+ *     free_completed,140204778192896,154533888,0
+ *
+ * A replay runs the trace's alloc and free_completed events (matched by
+ * address) through a fresh allocator on a `meta` device and measures what
+ * that allocator's policy would reserve; the other actions (segment_*,
+ * free_requested, ...) are checked for form and otherwise ignored. */
+#ifndef VRAM_REPLAY_H
+#define VRAM_REPLAY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "vram/alloc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vr_replay_options {
+    const char *policy;            /* allocator policy (NULL = "pytorch") */
+    uint64_t capacity;             /* meta device capacity (0 = 80 GiB) */
+    uint64_t max_split_size;       /* allocator setting (0 = unlimited) */
+    const char *snapshot_path;     /* write the allocator snapshot at the end (NULL = none) */
+    const char *chrome_trace_path; /* write a Chrome/Perfetto trace (NULL = none) */
+    size_t history;                /* history ring size when a file is written (0 = every event) */
+    bool check;                    /* run vr_alloc_check after every operation (slow) */
+} vr_replay_options;
+
+typedef struct vr_replay_result {
+    char workload[128];            /* from the header line ("" without one) */
+    char torch_version[64];
+    bool have_torch;               /* the header carried PyTorch's peaks */
+    uint64_t torch_peak_allocated, torch_peak_reserved;
+    int64_t torch_alloc_retries;
+    uint64_t lines;                /* lines read */
+    uint64_t allocs, frees;        /* operations replayed */
+    uint64_t peak_requested, peak_allocated, peak_reserved; /* the replay's peaks, bytes */
+    double ratio;                  /* peak reserved / peak allocated (0 when nothing allocated) */
+    int64_t alloc_retries, ooms;
+    uint64_t first_oom_line;       /* line of the first failed alloc (0 = none) */
+    char first_oom[1024];          /* its out-of-memory message */
+    double ns_per_op;              /* allocator time per alloc/free, nanoseconds */
+    vr_alloc_stats stats;          /* the allocator's statistics at the end */
+} vr_replay_result;
+
+/* Reads and replays the trace at path (gzip or plain). A file that cannot be
+ * read, corrupt or truncated gzip data, a malformed line, an unknown action,
+ * a free of an address no alloc handed out or a bad number is an error whose
+ * message names the file and line. Out-of-memory during the replay is not an
+ * error: it is counted in ooms. */
+vr_status vr_replay_file(const char *path, const vr_replay_options *opt, vr_replay_result *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

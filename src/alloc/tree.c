@@ -1,0 +1,220 @@
+/* Intrusive AVL tree of blocks (see tree.h). Recursive insert and remove on
+ * the left/right/height fields of vr_block; depth is O(log n). */
+#include "alloc/tree.h"
+
+#include "alloc/internal.h"
+
+static int height(const vr_block *n) { return n ? n->height : 0; }
+
+static void update(vr_block *n)
+{
+    int hl = height(n->left), hr = height(n->right);
+    n->height = 1 + (hl > hr ? hl : hr);
+}
+
+static vr_block *rotate_right(vr_block *n)
+{
+    vr_block *l = n->left;
+    n->left = l->right;
+    l->right = n;
+    update(n);
+    update(l);
+    return l;
+}
+
+static vr_block *rotate_left(vr_block *n)
+{
+    vr_block *r = n->right;
+    n->right = r->left;
+    r->left = n;
+    update(n);
+    update(r);
+    return r;
+}
+
+static vr_block *rebalance(vr_block *n)
+{
+    update(n);
+    int bal = height(n->left) - height(n->right);
+    if (bal > 1) {
+        if (height(n->left->left) < height(n->left->right))
+            n->left = rotate_left(n->left);
+        return rotate_right(n);
+    }
+    if (bal < -1) {
+        if (height(n->right->right) < height(n->right->left))
+            n->right = rotate_right(n->right);
+        return rotate_left(n);
+    }
+    return n;
+}
+
+void vra_tree_init(vra_tree *t, vra_cmp_fn cmp)
+{
+    t->root = NULL;
+    t->cmp = cmp;
+    t->count = 0;
+}
+
+static vr_block *insert(vr_block *n, vr_block *b, vra_cmp_fn cmp)
+{
+    if (!n)
+        return b;
+    if (cmp(b, n) < 0)
+        n->left = insert(n->left, b, cmp);
+    else
+        n->right = insert(n->right, b, cmp);
+    return rebalance(n);
+}
+
+void vra_tree_insert(vra_tree *t, vr_block *b)
+{
+    b->left = b->right = NULL;
+    b->height = 1;
+    t->root = insert(t->root, b, t->cmp);
+    t->count++;
+}
+
+/* Detaches the minimum of subtree n into *min; returns the new subtree. */
+static vr_block *remove_min(vr_block *n, vr_block **min)
+{
+    if (!n->left) {
+        *min = n;
+        return n->right;
+    }
+    n->left = remove_min(n->left, min);
+    return rebalance(n);
+}
+
+static vr_block *remove_node(vr_block *n, vr_block *b, vra_cmp_fn cmp, int *found)
+{
+    if (!n)
+        return NULL;
+    if (n == b) {
+        *found = 1;
+        if (!n->left)
+            return n->right;
+        if (!n->right)
+            return n->left;
+        vr_block *min = NULL;
+        vr_block *r = remove_min(n->right, &min);
+        min->left = n->left;
+        min->right = r;
+        return rebalance(min);
+    }
+    if (cmp(b, n) < 0)
+        n->left = remove_node(n->left, b, cmp, found);
+    else
+        n->right = remove_node(n->right, b, cmp, found);
+    return rebalance(n);
+}
+
+void vra_tree_remove(vra_tree *t, vr_block *b)
+{
+    int found = 0;
+    t->root = remove_node(t->root, b, t->cmp, &found);
+    if (found)
+        t->count--;
+    b->left = b->right = NULL;
+    b->height = 0;
+}
+
+vr_block *vra_tree_lower_bound(const vra_tree *t, const vr_block *key)
+{
+    vr_block *n = t->root, *best = NULL;
+    while (n) {
+        if (t->cmp(n, key) >= 0) {
+            best = n;
+            n = n->left;
+        } else {
+            n = n->right;
+        }
+    }
+    return best;
+}
+
+vr_block *vra_tree_next(const vra_tree *t, const vr_block *key)
+{
+    vr_block *n = t->root, *best = NULL;
+    while (n) {
+        if (t->cmp(n, key) > 0) {
+            best = n;
+            n = n->left;
+        } else {
+            n = n->right;
+        }
+    }
+    return best;
+}
+
+vr_block *vra_tree_prev(const vra_tree *t, const vr_block *key)
+{
+    vr_block *n = t->root, *best = NULL;
+    while (n) {
+        if (t->cmp(n, key) < 0) {
+            best = n;
+            n = n->right;
+        } else {
+            n = n->left;
+        }
+    }
+    return best;
+}
+
+vr_block *vra_tree_first(const vra_tree *t)
+{
+    vr_block *n = t->root;
+    while (n && n->left)
+        n = n->left;
+    return n;
+}
+
+vr_block *vra_tree_last(const vra_tree *t)
+{
+    vr_block *n = t->root;
+    while (n && n->right)
+        n = n->right;
+    return n;
+}
+
+static void walk(vr_block *n, void (*fn)(vr_block *, void *), void *ctx)
+{
+    if (!n)
+        return;
+    walk(n->left, fn, ctx);
+    vr_block *r = n->right; /* fn may not modify the tree, but read it first anyway */
+    fn(n, ctx);
+    walk(r, fn, ctx);
+}
+
+void vra_tree_walk(const vra_tree *t, void (*fn)(vr_block *, void *), void *ctx)
+{
+    walk(t->root, fn, ctx);
+}
+
+/* Returns the height of subtree n, or -1 when it is not a valid AVL tree
+ * whose keys lie strictly between lo and hi (NULL = unbounded). */
+static int verify(const vra_tree *t, const vr_block *n, const vr_block *lo, const vr_block *hi, long *count)
+{
+    if (!n)
+        return 0;
+    if ((lo && t->cmp(n, lo) <= 0) || (hi && t->cmp(n, hi) >= 0))
+        return -1;
+    int hl = verify(t, n->left, lo, n, count);
+    int hr = verify(t, n->right, n, hi, count);
+    if (hl < 0 || hr < 0)
+        return -1;
+    int h = 1 + (hl > hr ? hl : hr);
+    if (n->height != h || hl - hr > 1 || hr - hl > 1)
+        return -1;
+    (*count)++;
+    return h;
+}
+
+long vra_tree_verify(const vra_tree *t)
+{
+    long count = 0;
+    if (verify(t, t->root, NULL, NULL, &count) < 0 || (size_t)count != t->count)
+        return -1;
+    return count;
+}

@@ -1,0 +1,41 @@
+/* An intrusive AVL tree of allocator blocks, ordered by a comparison function.
+ *
+ * Free blocks are kept in one tree per pool ordered by (stream, size, address),
+ * so best fit is a lower-bound search; unmapped ranges of expandable segments
+ * in another ordered by (stream, address). Keys are unique (the address breaks
+ * ties), so the successor and predecessor of a node are found by searching
+ * from the root with the node itself as key: no parent links needed.
+ * Every operation is O(log n). A block is in at most one tree at a time. */
+#ifndef VRAM_ALLOC_TREE_H
+#define VRAM_ALLOC_TREE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct vr_block;
+typedef int (*vra_cmp_fn)(const struct vr_block *a, const struct vr_block *b);
+
+typedef struct vra_tree {
+    struct vr_block *root;
+    vra_cmp_fn cmp;
+    size_t count;
+} vra_tree;
+
+void vra_tree_init(vra_tree *t, vra_cmp_fn cmp);
+void vra_tree_insert(vra_tree *t, struct vr_block *b);
+void vra_tree_remove(vra_tree *t, struct vr_block *b);
+
+/* The first node not less than key / greater than key / less than key. NULL if none. */
+struct vr_block *vra_tree_lower_bound(const vra_tree *t, const struct vr_block *key);
+struct vr_block *vra_tree_next(const vra_tree *t, const struct vr_block *key);
+struct vr_block *vra_tree_prev(const vra_tree *t, const struct vr_block *key);
+struct vr_block *vra_tree_first(const vra_tree *t);
+struct vr_block *vra_tree_last(const vra_tree *t);
+
+/* Calls fn on each node in order (fn must not modify the tree). */
+void vra_tree_walk(const vra_tree *t, void (*fn)(struct vr_block *b, void *ctx), void *ctx);
+
+/* Checks ordering, heights and balance; returns the node count or -1 when broken. */
+long vra_tree_verify(const vra_tree *t);
+
+#endif
