@@ -155,6 +155,9 @@ typedef struct vr_cuda_info {
     size_t vm_granularity;      /* minimum physical mapping granularity, bytes */
 } vr_cuda_info;
 
+/* The CUDA runtime version vram was built with (13000 = 13.0); 0 without CUDA. */
+int vr_cuda_runtime_version(void);
+
 /* Number of CUDA devices; with none (no driver, no GPU, CUDA-less build)
  * returns an error whose message says why, and *count = 0. */
 vr_status vr_cuda_device_count(int *count);

@@ -9,6 +9,7 @@ static int cmd_help(int argc, char **argv);
 
 static const vr_cli_command commands[] = {
     {"help", "show this help", cmd_help},
+    {"info", "list devices: GPUs (memory, CUDA context cost, versions), cpu, meta", vr_cmd_info},
     {"replay", "replay an allocator trace through a policy and compare with PyTorch", vr_cmd_replay},
 };
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);

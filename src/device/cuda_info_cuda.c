@@ -29,6 +29,16 @@ static struct {
 
 vr_status vr_cuda_device_count(int *count) { return vr__cuda_count(count); }
 
+int vr_cuda_runtime_version(void)
+{
+    int v = 0;
+    if (cudaRuntimeGetVersion(&v) != cudaSuccess) {
+        cudaGetLastError();
+        v = 0;
+    }
+    return v;
+}
+
 static vr_status check_index(int index)
 {
     int n;

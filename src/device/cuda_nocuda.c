@@ -29,3 +29,5 @@ vr_status vr_cuda_context_cost(int index, uint64_t *bytes)
     *bytes = 0;
     return vr_error(VR_ERR_UNSUPPORTED, "%s", no_cuda);
 }
+
+int vr_cuda_runtime_version(void) { return 0; }
