@@ -242,6 +242,7 @@ static vr_status read_table(const char *path, FILE **f, entry *e, uint32_t *nsec
     memcpy(head + 24, &zero, 4); /* the crc covers the header with its crc field zeroed */
     if (crc_update(0, head, HEADER_BYTES + table) != crc)
         return vr_error(VR_ERR_FORMAT, "%s: header crc32 mismatch (file corrupt)", path);
+    p = head + HEADER_BYTES;
     for (uint32_t i = 0; i < *nsec; i++) {
         get(&p, e[i].name, VR_STATE_NAME_MAX);
         e[i].name[VR_STATE_NAME_MAX - 1] = '\0';
