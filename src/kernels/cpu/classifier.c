@@ -16,7 +16,10 @@ size_t vr_cpu_classifier_scratch_bytes(int N, int V)
 }
 
 /* One row of logits (V) -> returns the loss -log softmax(z)[t]; if grad, turns z into
- * (softmax(z) - onehot(t)) * g in place. t must be in [0,V). */
+ * (softmax(z) - onehot(t)) * g in place. t must be in [0,V).
+ * The normaliser is summed in double: in float, the many terms below half an ulp of the running sum
+ * (exp(z_v - max) < 6e-8 for a peaked softmax over a large vocabulary) would be lost, biasing every p
+ * by up to ~1e-5 relative. */
 VR_CPU_HOT
 static float xent_row(float *z, int V, int t, int grad, float g)
 {
@@ -24,22 +27,22 @@ static float xent_row(float *z, int V, int t, int grad, float g)
 #pragma omp simd reduction(max : mx)
     for (int v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
     float zt = z[t];
-    float sum = 0.0f;
+    double sum = 0.0;
     if (grad) {
 #pragma omp simd reduction(+ : sum)
         for (int v = 0; v < V; v++) {
             z[v] = vr_expf(z[v] - mx);
-            sum += z[v];
+            sum += (double)z[v];
         }
-        float k = g / sum;
+        float k = (float)((double)g / sum);
 #pragma omp simd
         for (int v = 0; v < V; v++) z[v] *= k;
         z[t] -= g;
     } else {
 #pragma omp simd reduction(+ : sum)
-        for (int v = 0; v < V; v++) sum += vr_expf(z[v] - mx);
+        for (int v = 0; v < V; v++) sum += (double)vr_expf(z[v] - mx);
     }
-    return logf(sum) + mx - zt;
+    return (float)(log(sum) + (double)mx - (double)zt);
 }
 
 void vr_cpu_classifier(float *losses, float *dx, float *dwte, const float *x, const float *wte,
@@ -89,17 +92,17 @@ void vr_cpu_softmax_xent_fwd(float *losses, float *probs, const float *logits,
         float *p = probs + (size_t)i * V;
         float mx = -INFINITY;
         for (int v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
-        float sum = 0.0f;
+        double sum = 0.0; // in double, as in xent_row
 #pragma omp simd reduction(+ : sum)
         for (int v = 0; v < V; v++) {
             p[v] = vr_expf(z[v] - mx);
-            sum += p[v];
+            sum += (double)p[v];
         }
-        float inv = 1.0f / sum;
+        float inv = (float)(1.0 / sum);
 #pragma omp simd
         for (int v = 0; v < V; v++) p[v] *= inv;
         int t = targets[i];
-        losses[i] = t < 0 ? 0.0f : logf(sum) + mx - z[t];
+        losses[i] = t < 0 ? 0.0f : (float)(log(sum) + (double)mx - (double)z[t]);
     }
 }
 
