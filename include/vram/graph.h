@@ -1,0 +1,356 @@
+/* vram — the graph: the description of one training step, nothing allocated.
+ *
+ * A graph is a list of tensors (name, dtype, shape, role) and a list of nodes
+ * in execution order. Model builders (GPT, MLP) emit the forward nodes;
+ * vr_graph_backward() appends the recompute, backward and optimizer nodes.
+ * Tensors hold no data and no addresses: the plan (vram/plan.h) decides where
+ * every one of them lives and how many bytes each role needs.
+ *
+ * Nodes map 1:1 onto kernels (src/kernels/cpu/kernels_cpu.h): each op has
+ * fixed input and output slots, listed in the op table (vr_op_get_info) and
+ * in the enum below. An unused slot is -1; the executor passes NULL there.
+ * Backward nodes carry one accumulate flag per output (VR_ACC_*), so no
+ * zero-fill nodes are needed: the first write of a gradient overwrites, later
+ * ones add.
+ *
+ * Vocabulary of ids: tensors and nodes are referred to by their index in
+ * g->tensors / g->nodes (int; -1 = none). The arrays may move while the graph
+ * is being built: keep ids, not pointers.
+ *
+ * Parameters live in one flat buffer (g->params) in llm.c's order; each
+ * parameter tensor is a view into it and records its element offset
+ * (param_offset), so an llm.c checkpoint maps onto the buffer directly.
+ * The graph holds no values: parameter initialisation (GPT-2: normal(0,0.02),
+ * residual projections 0.02/sqrt(2L), biases 0, LayerNorm weights 1) is done
+ * by whoever fills the buffer (src/train), from the init/init_scale hints each
+ * parameter tensor carries. */
+#ifndef VRAM_GRAPH_H
+#define VRAM_GRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "vram/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VR_MAX_DIMS 4
+#define VR_NODE_MAX_IN 6
+#define VR_NODE_MAX_OUT 4
+#define VR_NAME_MAX 64
+#define VR_MLP_MAX_SIZES 16
+
+typedef enum vr_dtype { VR_F32, VR_BF16, VR_F16, VR_I32, VR_DTYPE_COUNT } vr_dtype;
+
+/* Bytes per element (4, 2, 2, 4) and a short name ("f32", "bf16", "f16", "i32"). */
+size_t vr_dtype_size(vr_dtype dt);
+const char *vr_dtype_name(vr_dtype dt);
+
+/* What a tensor's bytes are for (DESIGN.md "roles"). Builders declare
+ * intermediates VR_ROLE_ACT ("may be saved"); the plan resolves each to act
+ * (a forward tensor read by a backward or recompute node) or temp. */
+typedef enum vr_role {
+    VR_ROLE_PARAM,   /* weights, trainable or frozen */
+    VR_ROLE_MASTER,  /* fp32 master copy of the trainable weights (bf16/fp16) */
+    VR_ROLE_GRAD,    /* parameter gradients */
+    VR_ROLE_OPTIM,   /* optimizer state (momentum; Adam m, v; loss scale) */
+    VR_ROLE_INPUT,   /* data copied in for the step: token ids, targets, features */
+    VR_ROLE_ACT,     /* activations saved by the forward for the backward */
+    VR_ROLE_TEMP,    /* everything short-lived: unsaved intermediates, activation
+                      * gradients, kernel scratch, library workspaces, the losses */
+    VR_ROLE_COUNT
+} vr_role;
+
+/* "params", "master", "grads", "optim", "inputs", "acts", "temp". */
+const char *vr_role_name(vr_role r);
+
+/* Ops. Slots: in[...] -> out[...]; shapes with N = rows (B*T), C channels. */
+typedef enum vr_op {
+    VR_OP_EMBEDDING,      /* in: tok(B,T) i32, wte(Vp,C), wpe(maxT,C)        out: x(B,T,C) */
+    VR_OP_EMBEDDING_BWD,  /* in: dx(B,T,C), tok                               out: dwte, dwpe (own acc each) */
+    VR_OP_LAYERNORM,      /* in: x(N,C), w(C), b(C)                           out: y(N,C), mean(N), rstd(N) */
+    VR_OP_LAYERNORM_BWD,  /* in: dy, x, w, mean, rstd                         out: dx, dw, db (acc dw == acc db) */
+    VR_OP_MATMUL,         /* in: x(N,C), w(OC,C), b(OC)                       out: y(N,OC) */
+    VR_OP_MATMUL_BWD,     /* in: dy(N,OC), x, w                               out: dx, dw, db (acc dw == acc db) */
+    VR_OP_ATTENTION,      /* in: qkv(B,T,3C)                                  out: y(B,T,C), lse(B,NH,T) f32 */
+    VR_OP_ATTENTION_BWD,  /* in: dy, qkv, y, lse                              out: dqkv */
+    VR_OP_GELU,           /* in: x                                            out: y */
+    VR_OP_GELU_BWD,       /* in: dy, x                                        out: dx */
+    VR_OP_RELU,           /* in: x                                            out: y */
+    VR_OP_RELU_BWD,       /* in: dy, y (the forward's output)                 out: dx */
+    VR_OP_ADD,            /* in: a, b                                         out: y = a + b */
+    VR_OP_ACC,            /* in: src                                          out: dst (=|+=) src */
+    VR_OP_RESHAPE,        /* in: x                                            out: view of x (no kernel) */
+    VR_OP_CLASSIFIER,     /* in: x(N,C), wte(Vp,C), targets(N) i32            out: losses(N) f32, dx, dwte;
+                           * tied head + softmax + cross-entropy, and when training the
+                           * gradients in the same pass; scratch (R,V) f32 */
+    VR_OP_SOFTMAX_XENT,   /* in: logits(N,V), targets(N) i32                  out: losses(N) f32, probs(N,V) */
+    VR_OP_SOFTMAX_XENT_BWD, /* in: probs, targets                             out: dlogits */
+    VR_OP_SUMSQ,          /* in: g                                            out: normsq(1) f32 (+= sum g^2) */
+    VR_OP_SGD,            /* in: grad, normsq                                 out: param, master */
+    VR_OP_SGD_MOMENTUM,   /* in: grad, normsq                                 out: param, master, momentum */
+    VR_OP_ADAM,           /* in: grad, normsq                                 out: param, master, m, v */
+    VR_OP_ADAMW,          /* in: grad, normsq                                 out: param, master, m, v */
+    VR_OP_COUNT
+} vr_op;
+
+/* Static facts about an op: its name, the kernel it maps to, slot names. */
+typedef struct vr_op_info {
+    const char *name;                    /* "matmul_bwd" */
+    const char *kernel;                  /* "vr_cpu_matmul_bwd" (NULL: no kernel, e.g. reshape) */
+    const char *in[VR_NODE_MAX_IN];      /* slot names, NULL past the last */
+    const char *out[VR_NODE_MAX_OUT];
+} vr_op_info;
+
+/* The op table entry (never NULL for a valid op). */
+const vr_op_info *vr_op_get_info(vr_op op);
+const char *vr_op_name(vr_op op);
+
+typedef enum vr_phase { VR_PHASE_FORWARD, VR_PHASE_RECOMPUTE, VR_PHASE_BACKWARD, VR_PHASE_OPTIMIZER } vr_phase;
+
+/* "forward", "recompute", "backward", "optimizer". */
+const char *vr_phase_name(vr_phase p);
+
+/* Accumulate flags of node outputs. */
+enum {
+    VR_ACC_OVERWRITE = 0, /* out = value */
+    VR_ACC_ADD = 1,       /* out += value */
+    VR_ACC_MICRO = 2,     /* parameter gradients under accumulation: overwrite on the
+                           * first micro-batch of a step, add on the others */
+};
+
+/* Initialisation hints for parameters (the graph never touches values). */
+typedef enum vr_init { VR_INIT_NONE, VR_INIT_ZEROS, VR_INIT_ONES, VR_INIT_NORMAL, VR_INIT_UNIFORM } vr_init;
+
+typedef struct vr_tensor {
+    char name[VR_NAME_MAX];
+    vr_dtype dtype;
+    int ndim;
+    int64_t shape[VR_MAX_DIMS];
+    vr_role role;            /* declared role (see vr_role) */
+    int view_of;             /* storage tensor this one is a view of (no bytes of its own); -1: owns */
+    int64_t view_offset;     /* element offset into view_of */
+    int64_t param_offset;    /* params: element offset in the flat buffer (llm.c order); -1 otherwise */
+    int grad;                /* its gradient tensor after vr_graph_backward; -1 none */
+    int master;              /* params: view of the fp32 master copy; -1 none */
+    int optim[2];            /* params: views of the optimizer state (momentum | m, v); -1 none */
+    bool frozen;             /* params: no gradient, no optimizer state */
+    bool persistent;         /* lives across the whole step: params, master, optim, and the
+                              * gradients when they accumulate over micro-batches */
+    bool output;             /* read after the step (the losses): lives to the last node */
+    int producer;            /* first node that writes it; -1 for params and inputs */
+    vr_init init;            /* params: how to initialise */
+    float init_scale;        /* std (normal) or bound (uniform) */
+} vr_tensor;
+
+typedef struct vr_node {
+    vr_op op;
+    vr_phase phase;
+    int layer;                       /* block (GPT) or layer (MLP) index; -1 outside one */
+    char name[VR_NAME_MAX];
+    int in[VR_NODE_MAX_IN];          /* tensor ids read, per the op's slots; -1 unused */
+    int out[VR_NODE_MAX_OUT];        /* tensor ids written; -1 not computed (NULL) */
+    uint8_t acc[VR_NODE_MAX_OUT];    /* per output: VR_ACC_* (backward and sumsq nodes) */
+    int scratch;                     /* workspace tensor used by this node only; -1 none */
+    int nh;                          /* attention: heads */
+    int vocab;                       /* classifier / softmax_xent: real vocabulary V (wte may
+                                      * have padded rows; their gradient stays 0) */
+    float loss_scale;                /* classifier / xent backward: dL/dlosses[i] = 1/(N*accum) */
+    int src;                         /* recompute and backward nodes: the forward node they
+                                      * re-run / differentiate; -1 otherwise */
+} vr_node;
+
+typedef enum vr_precision { VR_PREC_FP32, VR_PREC_BF16, VR_PREC_FP16 } vr_precision;
+typedef enum vr_optim { VR_OPTIM_NONE, VR_OPTIM_SGD, VR_OPTIM_MOMENTUM, VR_OPTIM_ADAM, VR_OPTIM_ADAMW } vr_optim;
+typedef enum vr_recompute { VR_RECOMPUTE_NONE, VR_RECOMPUTE_BLOCK, VR_RECOMPUTE_SELECTIVE } vr_recompute;
+typedef enum vr_model_kind { VR_MODEL_GPT, VR_MODEL_MLP } vr_model_kind;
+
+/* Names of the enums above, and their parsers (VR_ERR_INVALID naming `what`). */
+const char *vr_precision_name(vr_precision p);
+const char *vr_optim_name(vr_optim o);
+const char *vr_recompute_name(vr_recompute r);
+vr_status vr_precision_parse(const char *s, const char *what, vr_precision *out);
+vr_status vr_optim_parse(const char *s, const char *what, vr_optim *out);
+vr_status vr_recompute_parse(const char *s, const char *what, vr_recompute *out);
+
+/* GPT-2 architecture (llm.c's GPT2Config). */
+typedef struct vr_gpt_config {
+    int L;      /* layers */
+    int C;      /* channels */
+    int NH;     /* heads (C % NH == 0) */
+    int V;      /* vocabulary */
+    int Vp;     /* rows of wte: V padded (llm.c pads 50257 to 50304); 0 = V rounded up to 128 */
+    int maxT;   /* rows of wpe: the longest sequence */
+} vr_gpt_config;
+
+/* MLP: sizes[0] inputs, sizes[1..n-2] hidden, sizes[n-1] classes; act is VR_OP_RELU or VR_OP_GELU. */
+typedef struct vr_mlp_config {
+    int n_sizes;
+    int sizes[VR_MLP_MAX_SIZES];
+    vr_op act;
+} vr_mlp_config;
+
+/* The model and the micro-batch: B rows (sequences), T positions each (GPT). */
+typedef struct vr_model_config {
+    vr_model_kind kind;
+    vr_gpt_config gpt;
+    vr_mlp_config mlp;
+    int B;
+    int T;
+} vr_model_config;
+
+/* What one step does besides the forward pass. */
+typedef struct vr_step_config {
+    bool train;               /* false: no-grad evaluation graph (forward only, nothing saved) */
+    int accum;                /* micro-batches per optimizer step (0 or 1: none). With accum > 1
+                               * the gradients persist across micro-batches (VR_ACC_MICRO);
+                               * otherwise each lives from its producer to its optimizer node */
+    vr_optim optim;           /* VR_OPTIM_NONE: backward only */
+    vr_recompute recompute;
+    vr_precision precision;   /* bf16/fp16: params, grads, acts in 16 bits, fp32 master + optim */
+    const char *freeze;       /* comma-separated globs over parameter names ('h.*.attn*,wte'); NULL none */
+    float grad_clip;          /* > 0: global-norm clipping (sumsq nodes feed every optimizer node) */
+    uint64_t workspace_bytes; /* library workspace held for the step (cuBLAS: 32 MiB), role temp; 0 none */
+} vr_step_config;
+
+typedef struct vr_graph {
+    vr_tensor *tensors;
+    int n_tensors, cap_tensors;
+    vr_node *nodes;
+    int n_nodes, cap_nodes;
+    int n_forward;            /* nodes [0, n_forward) are the forward pass (set by the builders) */
+    vr_model_config model;
+    vr_step_config step;      /* freeze points into freeze_buf */
+    char freeze_buf[256];
+    vr_dtype param_dtype;     /* params and their grads */
+    vr_dtype act_dtype;       /* activations; LayerNorm statistics, lse and losses stay f32 */
+    int params;               /* flat parameter buffer (n_params elements, llm.c order) */
+    int master;               /* flat fp32 master buffer over the trainable params; -1 */
+    int optim[2];             /* flat optimizer state buffers over the trainable params; -1 */
+    int tokens, targets;      /* inputs (GPT: tok, targets (B,T); MLP: features (B,D), labels (B)) */
+    int losses;               /* per-row losses, f32 */
+    int loss_node;            /* the node computing losses */
+    int64_t n_params;         /* elements of the parameter buffer */
+    int64_t n_trainable;      /* of which not frozen */
+    vr_status err;            /* first error while building (sticky); see vr_graph_status */
+} vr_graph;
+
+/* ------------------------------------------------------------------ presets and counts */
+
+/* GPT presets: "gpt2" (124M: L=12 C=768 NH=12 V=50257 Vp=50304 maxT=1024), "gpt2-medium"
+ * (L=24 C=1024 NH=16), "gpt2-large" (L=36 C=1280 NH=20), "gpt2-xl" (L=48 C=1600 NH=25),
+ * "small" (L=4 C=256 NH=4 V=512 maxT=256), "tiny" (L=2 C=64 NH=4 V=256 byte-level maxT=64).
+ * *T_default gets the preset's usual sequence length (may be NULL). */
+vr_status vr_gpt_preset(const char *name, vr_gpt_config *out, int *T_default);
+
+/* MLP presets: "mnist" (784-256-256-10 relu), "tiny" (16-32-32-4 relu). */
+vr_status vr_mlp_preset(const char *name, vr_mlp_config *out);
+
+/* The preset names, as "gpt2, gpt2-medium, ..." (for help and errors). */
+const char *vr_gpt_preset_names(void);
+const char *vr_mlp_preset_names(void);
+
+/* Fills Vp when 0 and checks the fields; VR_ERR_INVALID naming the field. */
+vr_status vr_gpt_config_check(vr_gpt_config *c);
+
+/* Number of parameters (elements of the flat buffer, wte counted with Vp rows). */
+int64_t vr_gpt_num_params(const vr_gpt_config *c);
+int64_t vr_mlp_num_params(const vr_mlp_config *c);
+
+/* ------------------------------------------------------------------ whole-step builder */
+
+/* Builds the graph of one step: the model's forward, then (when s->train) the
+ * backward (with recomputation as configured) and the optimizer nodes.
+ * VR_ERR_INVALID naming the field at fault. Free with vr_graph_free. */
+vr_status vr_graph_build(const vr_model_config *m, const vr_step_config *s, vr_graph **out);
+
+void vr_graph_free(vr_graph *g);
+
+/* ------------------------------------------------------------------ lower level */
+
+/* An empty graph for precision p (sets param_dtype and act_dtype). */
+vr_graph *vr_graph_new(vr_precision p);
+
+/* The first error recorded while building (VR_OK if none). Builder calls
+ * after an error do nothing and return -1, so a builder checks once at the end. */
+vr_status vr_graph_status(const vr_graph *g);
+
+/* Emits the GPT forward into an empty graph: params, inputs (B,T) and the
+ * forward nodes up to the fused classifier (losses (B,T)). */
+vr_status vr_gpt_forward(vr_graph *g, const vr_gpt_config *c, int B, int T);
+
+/* Emits the MLP forward: features (B,sizes[0]), labels (B), losses (B). */
+vr_status vr_mlp_forward(vr_graph *g, const vr_mlp_config *c, int B);
+
+/* Marks the parameters whose name matches one of the comma-separated globs
+ * ('*' any run, '?' one char) as frozen. VR_ERR_INVALID when a glob matches
+ * nothing (it names the glob). Call before vr_graph_backward. */
+vr_status vr_graph_freeze(vr_graph *g, const char *patterns);
+
+/* Appends recompute, backward and optimizer nodes (s->train must be true). */
+vr_status vr_graph_backward(vr_graph *g, const vr_step_config *s);
+
+/* True when name matches the glob ('*' any run of characters, '?' one). */
+bool vr_glob_match(const char *glob, const char *name);
+
+/* A new tensor (shape has ndim <= 4 entries, each >= 1); returns its id or -1. */
+int vr_graph_tensor(vr_graph *g, const char *name, vr_dtype dt, vr_role role, int ndim, const int64_t *shape);
+
+/* A view of `src` (same dtype) with a new shape starting at element `offset`
+ * of src's storage, no copy; returns its id or -1 (out of bounds). */
+int vr_graph_view(vr_graph *g, int src, const char *name, int ndim, const int64_t *shape, int64_t offset);
+
+/* A new node (slots all -1); returns its id or -1. Builders fill the slots. */
+int vr_graph_node(vr_graph *g, vr_op op, vr_phase phase, const char *name);
+
+/* Forward op builders: each checks shapes (VR_ERR_INVALID naming the node and
+ * the shapes), adds the node and its output tensors, and returns the id of the
+ * main output (-1 after an error). Extra outputs come back through pointers. */
+int vr_graph_embedding(vr_graph *g, const char *name, int tok, int wte, int wpe);
+int vr_graph_layernorm(vr_graph *g, const char *name, int x, int w, int b, int *mean, int *rstd);
+int vr_graph_linear(vr_graph *g, const char *name, int x, int w, int b /* -1: none */);
+int vr_graph_attention(vr_graph *g, const char *name, int qkv, int NH, int *lse);
+int vr_graph_gelu(vr_graph *g, const char *name, int x);
+int vr_graph_relu(vr_graph *g, const char *name, int x);
+int vr_graph_add(vr_graph *g, const char *name, int a, int b);
+int vr_graph_reshape(vr_graph *g, const char *name, int x, int ndim, const int64_t *shape);
+/* x (...,C), wte (Vp,C), targets (...) i32 with numel(x) = numel(targets) * C; V <= Vp. */
+int vr_graph_classifier(vr_graph *g, const char *name, int x, int wte, int targets, int V);
+int vr_graph_softmax_xent(vr_graph *g, const char *name, int logits, int targets, int *probs);
+
+/* ------------------------------------------------------------------ queries */
+
+/* Elements / bytes (numel × dtype size) of a tensor. */
+int64_t vr_tensor_numel(const vr_tensor *t);
+uint64_t vr_tensor_bytes(const vr_tensor *t);
+
+/* "(16, 1024, 768)" into buf; returns buf. */
+char *vr_tensor_shape_str(const vr_tensor *t, char *buf, size_t cap);
+
+/* The tensor owning id's storage (id itself when not a view). */
+int vr_graph_storage(const vr_graph *g, int id);
+
+/* The id of the tensor called name, or -1. */
+int vr_graph_find(const vr_graph *g, const char *name);
+
+/* True when a node of phase backward or recompute reads tensor id's storage
+ * and a forward (or recompute) node wrote it: an activation saved for backward. */
+bool vr_graph_is_saved(const vr_graph *g, int id);
+
+/* Workspace bytes the op's kernel needs for this node (0 for most ops; the
+ * classifier: min(N,128) rows of V floats, as vr_cpu_classifier_scratch_bytes). */
+uint64_t vr_node_scratch_bytes(const vr_graph *g, const vr_node *n);
+
+/* Counts nodes of a phase. */
+int vr_graph_count_phase(const vr_graph *g, vr_phase p);
+
+/* Writes one line per node: index, phase, op, name, and each slot's tensor with its shape. */
+void vr_graph_print(const vr_graph *g, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

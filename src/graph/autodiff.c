@@ -1,0 +1,512 @@
+/* vram graph — autodiff: appends the backward pass and the optimizer step.
+ *
+ * Walks the forward nodes from the loss back to the first, emitting for each
+ * node whose outputs have a gradient and some of whose inputs need one the
+ * backward node of its op (the rules below). Gradients are created by their
+ * first contribution (acc = overwrite) and later contributions add into them
+ * (acc = add), so no zero-fill nodes exist. What is not needed is not emitted:
+ * no gradient for frozen parameters or inputs, and no backward for a part of
+ * the graph where nothing before it needs a gradient.
+ *
+ * Residual connections (add) pass the gradient through without a copy: both
+ * inputs' gradients become the same tensor as the output's (llm.c's single
+ * dresidual buffer), when that is safe: every later write through one alias
+ * must come after every read through the others (checked on the consumer and
+ * producer indices); otherwise one side gets a copy (an acc node).
+ *
+ * The fused classifier computes its gradients in the forward pass: training
+ * turns on its dx and dwte outputs. Recomputation (recompute.c) decides
+ * which forward tensor a backward node reads: the saved one, or a copy
+ * re-run just before. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/graph_internal.h"
+
+typedef struct ad {
+    vr_graph *g;
+    const vr_step_config *s;
+    int n0;              /* tensors that existed before the backward */
+    bool *needs_grad;    /* [n0]: depends on a trainable parameter */
+    bool *bwd_needed;    /* [n_forward]: the backward of this node will be emitted */
+    int *last_cons;      /* scratch for alias checks */
+    vr_recomp *rc;
+} ad;
+
+static bool ng(const ad *a, int t) { return t >= 0 && t < a->n0 && a->needs_grad[t]; }
+
+static bool is_param(const vr_graph *g, int t) { return g->tensors[t].role == VR_ROLE_PARAM; }
+
+/* The gradient tensor receiving a contribution for forward tensor x, and the acc flag to write it with. */
+static int contrib(ad *a, int x, uint8_t *acc)
+{
+    vr_graph *g = a->g;
+    if (g->err)
+        return -1;
+    if (g->tensors[x].grad >= 0) {
+        *acc = VR_ACC_ADD;
+        return g->tensors[x].grad;
+    }
+    bool param = is_param(g, x);
+    char name[VR_NAME_MAX];
+    snprintf(name, sizeof name, "%s%.56s", param ? "grad." : "d.", g->tensors[x].name);
+    int id = vr_graph_tensor_like(g, name, x, g->tensors[x].dtype, param ? VR_ROLE_GRAD : VR_ROLE_TEMP);
+    if (id < 0)
+        return -1;
+    bool micro = param && a->s->accum > 1;
+    g->tensors[id].persistent = micro;
+    g->tensors[x].grad = id;
+    *acc = micro ? VR_ACC_MICRO : VR_ACC_OVERWRITE;
+    return id;
+}
+
+/* A backward node for forward node n (copies layer, marks src). */
+static int bwd_node(ad *a, vr_op op, int n)
+{
+    vr_graph *g = a->g;
+    char name[VR_NAME_MAX];
+    snprintf(name, sizeof name, "%.58s.bwd", g->nodes[n].name);
+    int id = vr_graph_node(g, op, VR_PHASE_BACKWARD, name);
+    if (id >= 0) {
+        g->nodes[id].layer = g->nodes[n].layer;
+        g->nodes[id].src = n;
+    }
+    return id;
+}
+
+/* Sets output slot k of node id to the gradient of x (if x needs one). */
+static void set_grad_out(ad *a, int id, int k, int x)
+{
+    if (id < 0 || !ng(a, x))
+        return;
+    uint8_t acc;
+    int gt = contrib(a, x, &acc);
+    if (gt >= 0) {
+        a->g->nodes[id].out[k] = gt;
+        a->g->nodes[id].acc[k] = acc;
+    }
+}
+
+void vr_backward_reads(const vr_graph *g, int n, const bool *in_ng, int reads[VR_NODE_MAX_IN])
+{
+    const vr_node *f = &g->nodes[n];
+    for (int k = 0; k < VR_NODE_MAX_IN; k++)
+        reads[k] = -1;
+    switch (f->op) {
+    case VR_OP_LAYERNORM: /* dout, inp, w, mean, rstd */
+        reads[1] = f->in[0];
+        reads[2] = in_ng[0] ? f->in[1] : -1;
+        reads[3] = f->out[1];
+        reads[4] = f->out[2];
+        break;
+    case VR_OP_MATMUL: /* dout, inp, w */
+        reads[1] = in_ng[1] || (f->in[2] >= 0 && in_ng[2]) ? f->in[0] : -1;
+        reads[2] = in_ng[0] ? f->in[1] : -1;
+        break;
+    case VR_OP_ATTENTION: /* dout, qkv, out, lse */
+        reads[1] = f->in[0];
+        reads[2] = f->out[0];
+        reads[3] = f->out[1];
+        break;
+    case VR_OP_GELU: /* dout, inp */
+        reads[1] = f->in[0];
+        break;
+    case VR_OP_RELU: /* dout, out */
+        reads[1] = f->out[0];
+        break;
+    case VR_OP_EMBEDDING: /* dout, tok */
+        reads[1] = f->in[0];
+        break;
+    case VR_OP_SOFTMAX_XENT: /* probs, targets */
+        reads[0] = f->out[1];
+        reads[1] = f->in[1];
+        break;
+    default: /* add, reshape: nothing saved; classifier: done in the forward */
+        break;
+    }
+}
+
+/* Index of the last forward node below `before` reading tensor t (-1 if none). */
+static int last_consumer_below(const vr_graph *g, int t, int before)
+{
+    for (int i = before - 1; i >= 0; i--)
+        for (int k = 0; k < VR_NODE_MAX_IN; k++)
+            if (g->nodes[i].in[k] == t)
+                return i;
+    return -1;
+}
+
+/* May forward tensor z (an input of add node k) share the gradient buffer beta?
+ * Every tensor still open on beta (its producer not yet differentiated) and z
+ * must have all their remaining writers (consumers below k) run before every
+ * other one's reader (its producer's backward). */
+static bool alias_ok(ad *a, int k, int z, int beta)
+{
+    vr_graph *g = a->g;
+    if (is_param(g, z))
+        return false;
+    int open[64], n = 0;
+    int bs = vr_graph_storage(g, beta);
+    for (int t = 0; t < a->n0; t++)
+        if (t != z && g->tensors[t].grad >= 0 && vr_graph_storage(g, g->tensors[t].grad) == bs &&
+            g->tensors[t].producer >= 0 && g->tensors[t].producer < k) {
+            if (n == 63)
+                return false;
+            open[n++] = t;
+        }
+    open[n++] = z;
+    for (int i = 0; i < n; i++) {
+        int w = last_consumer_below(g, open[i], k);
+        for (int j = 0; j < n; j++)
+            if (i != j && w >= 0 && w >= g->tensors[open[j]].producer)
+                return false;
+    }
+    return true;
+}
+
+/* acc node: dst (=|+=) src. */
+static void acc_node(ad *a, int n, int dst, uint8_t acc, int src)
+{
+    int id = bwd_node(a, VR_OP_ACC, n);
+    if (id < 0)
+        return;
+    a->g->nodes[id].in[0] = src;
+    a->g->nodes[id].out[0] = dst;
+    a->g->nodes[id].acc[0] = acc;
+}
+
+static void backward_add(ad *a, int n)
+{
+    vr_graph *g = a->g;
+    vr_node f = g->nodes[n];
+    int dy = g->tensors[f.out[0]].grad;
+    for (int k = 0; k < 2; k++) {
+        int x = f.in[k];
+        if (!ng(a, x))
+            continue;
+        if (g->tensors[x].grad >= 0) {
+            acc_node(a, n, g->tensors[x].grad, VR_ACC_ADD, dy);
+        } else if (alias_ok(a, n, x, dy)) {
+            g->tensors[x].grad = dy;
+        } else {
+            uint8_t acc;
+            int gt = contrib(a, x, &acc);
+            acc_node(a, n, gt, acc, dy);
+        }
+    }
+}
+
+static void backward_reshape(ad *a, int n)
+{
+    vr_graph *g = a->g;
+    vr_node f = g->nodes[n];
+    int x = f.in[0], dy = g->tensors[f.out[0]].grad;
+    if (!ng(a, x))
+        return;
+    if (g->tensors[x].grad >= 0 || is_param(g, x)) {
+        uint8_t acc;
+        int gt = contrib(a, x, &acc);
+        acc_node(a, n, gt, acc, dy);
+        return;
+    }
+    char name[VR_NAME_MAX];
+    snprintf(name, sizeof name, "d.%.56s", g->tensors[x].name);
+    int id = bwd_node(a, VR_OP_RESHAPE, n);
+    int v = vr_graph_view(g, dy, name, g->tensors[x].ndim, g->tensors[x].shape, 0);
+    if (id < 0 || v < 0)
+        return;
+    g->nodes[id].in[0] = dy;
+    g->nodes[id].out[0] = v;
+    g->tensors[x].grad = v;
+}
+
+/* The backward of forward node n (not add/reshape/classifier). */
+static void backward_op(ad *a, int n)
+{
+    vr_graph *g = a->g;
+    vr_node f = g->nodes[n];
+    bool in_ng[VR_NODE_MAX_IN];
+    for (int k = 0; k < VR_NODE_MAX_IN; k++)
+        in_ng[k] = ng(a, f.in[k]);
+    int reads[VR_NODE_MAX_IN];
+    vr_backward_reads(g, n, in_ng, reads);
+    for (int k = 0; k < VR_NODE_MAX_IN; k++) /* may emit recompute nodes */
+        reads[k] = vr_recomp_get(a->rc, reads[k]);
+
+    static const vr_op bwd_of[VR_OP_COUNT] = {
+        [VR_OP_EMBEDDING] = VR_OP_EMBEDDING_BWD, [VR_OP_LAYERNORM] = VR_OP_LAYERNORM_BWD,
+        [VR_OP_MATMUL] = VR_OP_MATMUL_BWD,       [VR_OP_ATTENTION] = VR_OP_ATTENTION_BWD,
+        [VR_OP_GELU] = VR_OP_GELU_BWD,           [VR_OP_RELU] = VR_OP_RELU_BWD,
+        [VR_OP_SOFTMAX_XENT] = VR_OP_SOFTMAX_XENT_BWD,
+    };
+    int id = bwd_node(a, bwd_of[f.op], n);
+    if (id < 0)
+        return;
+    vr_node *b = &g->nodes[id];
+    for (int k = 0; k < VR_NODE_MAX_IN; k++)
+        b->in[k] = reads[k];
+    if (f.op != VR_OP_SOFTMAX_XENT)
+        b->in[0] = g->tensors[f.out[0]].grad;
+    b->nh = f.nh;
+    b->vocab = f.vocab;
+    switch (f.op) {
+    case VR_OP_EMBEDDING:
+        set_grad_out(a, id, 0, f.in[1]);
+        set_grad_out(a, id, 1, f.in[2]);
+        break;
+    case VR_OP_LAYERNORM:
+    case VR_OP_MATMUL:
+        set_grad_out(a, id, 0, f.in[0]);
+        set_grad_out(a, id, 1, f.in[1]);
+        if (f.in[2] >= 0)
+            set_grad_out(a, id, 2, f.in[2]);
+        break;
+    case VR_OP_SOFTMAX_XENT:
+        g->nodes[id].loss_scale = 1.0f / (float)((double)vr_tensor_numel(&g->tensors[f.in[1]]) * a->s->accum);
+        set_grad_out(a, id, 0, f.in[0]);
+        break;
+    default: /* attention, gelu, relu: one input */
+        set_grad_out(a, id, 0, f.in[0]);
+        break;
+    }
+}
+
+/* Turns on the classifier's gradient outputs (it is forward and backward in one node). */
+static void seed_classifier(ad *a, int n)
+{
+    vr_graph *g = a->g;
+    vr_node f = g->nodes[n];
+    g->nodes[n].loss_scale = 1.0f / (float)((double)vr_tensor_numel(&g->tensors[f.in[2]]) * a->s->accum);
+    set_grad_out(a, n, 1, f.in[0]);
+    set_grad_out(a, n, 2, f.in[1]);
+}
+
+/* Which forward nodes reach the loss, and which need a backward. */
+static void mark_needed(ad *a)
+{
+    vr_graph *g = a->g;
+    for (int t = 0; t < a->n0; t++) {
+        const vr_tensor *x = &g->tensors[t];
+        a->needs_grad[t] = x->role == VR_ROLE_PARAM && x->view_of >= 0 && !x->frozen;
+    }
+    for (int n = 0; n < g->n_forward; n++) { /* forward order: needs_grad flows to outputs */
+        bool any = false;
+        for (int k = 0; k < VR_NODE_MAX_IN; k++)
+            any |= ng(a, g->nodes[n].in[k]);
+        for (int k = 0; k < VR_NODE_MAX_OUT; k++)
+            if (g->nodes[n].out[k] >= 0)
+                a->needs_grad[g->nodes[n].out[k]] = any;
+    }
+    bool *contributes = calloc((size_t)a->n0, 1);
+    if (!contributes) {
+        vr_graph_fail(g, VR_ERR_OOM, "autodiff: out of host memory");
+        return;
+    }
+    for (int n = g->n_forward - 1; n >= 0; n--) { /* reverse: who feeds the loss */
+        const vr_node *f = &g->nodes[n];
+        bool reach = n == g->loss_node;
+        for (int k = 0; k < VR_NODE_MAX_OUT; k++)
+            reach |= f->out[k] >= 0 && contributes[f->out[k]];
+        bool any_ng = false;
+        for (int k = 0; k < VR_NODE_MAX_IN; k++)
+            any_ng |= ng(a, f->in[k]);
+        a->bwd_needed[n] = reach && any_ng;
+        if (reach)
+            for (int k = 0; k < VR_NODE_MAX_IN; k++)
+                if (f->in[k] >= 0)
+                    contributes[f->in[k]] = true;
+    }
+    free(contributes);
+}
+
+/* Flat master and optimizer buffers over the trainable params (in parameter
+ * order), with a view per parameter. */
+static void optimizer_state(vr_graph *g, const vr_step_config *s)
+{
+    int n_state = s->optim == VR_OPTIM_MOMENTUM ? 1 : s->optim == VR_OPTIM_ADAM || s->optim == VR_OPTIM_ADAMW ? 2 : 0;
+    bool mixed = s->precision != VR_PREC_FP32;
+    int64_t n = g->n_trainable;
+    if (n == 0)
+        return;
+    int64_t shape[1] = {n};
+    if (mixed)
+        g->master = vr_graph_tensor(g, "master", VR_F32, VR_ROLE_MASTER, 1, shape);
+    static const char *state_names[2][2] = {{"optim.momentum", NULL}, {"optim.m", "optim.v"}};
+    for (int i = 0; i < n_state; i++)
+        g->optim[i] = vr_graph_tensor(g, state_names[n_state - 1][i], VR_F32, VR_ROLE_OPTIM, 1, shape);
+    int np = g->n_tensors;
+    int64_t off = 0;
+    for (int64_t want = 0; want < g->n_params;) { /* parameters in buffer order */
+        int p = -1;
+        for (int t = 0; t < np; t++)
+            if (g->tensors[t].role == VR_ROLE_PARAM && g->tensors[t].param_offset == want && g->tensors[t].ndim > 0 &&
+                g->tensors[t].view_of == g->params) {
+                p = t;
+                break;
+            }
+        if (p < 0)
+            break;
+        int64_t numel = vr_tensor_numel(&g->tensors[p]);
+        want += numel;
+        if (g->tensors[p].frozen)
+            continue;
+        char name[VR_NAME_MAX];
+        vr_tensor pt = g->tensors[p];
+        if (mixed) {
+            snprintf(name, sizeof name, "master.%.56s", pt.name);
+            int m = vr_graph_view(g, g->master, name, pt.ndim, pt.shape, off);
+            if (m >= 0) {
+                g->tensors[m].dtype = VR_F32;
+                g->tensors[p].master = m;
+            }
+        }
+        for (int i = 0; i < n_state; i++) {
+            snprintf(name, sizeof name, "%s.%.48s", state_names[n_state - 1][i], pt.name);
+            g->tensors[p].optim[i] = vr_graph_view(g, g->optim[i], name, pt.ndim, pt.shape, off);
+        }
+        off += numel;
+    }
+}
+
+/* Clipping (sumsq) and one update node per parameter with a gradient, in buffer order. */
+static void optimizer_nodes(vr_graph *g, const vr_step_config *s, int n0)
+{
+    int *order = malloc(sizeof(int) * (size_t)(n0 + 1));
+    int no = 0;
+    if (!order) {
+        vr_graph_fail(g, VR_ERR_OOM, "autodiff: out of host memory");
+        return;
+    }
+    for (int64_t want = 0; want < g->n_params;) {
+        int p = -1;
+        for (int t = 0; t < n0 && p < 0; t++)
+            if (g->tensors[t].view_of == g->params && g->tensors[t].param_offset == want)
+                p = t;
+        if (p < 0)
+            break;
+        want += vr_tensor_numel(&g->tensors[p]);
+        if (g->tensors[p].grad >= 0)
+            order[no++] = p;
+    }
+    int normsq = -1;
+    if (s->grad_clip > 0 && no > 0) {
+        int64_t one[1] = {1};
+        normsq = vr_graph_tensor(g, "grad.normsq", VR_F32, VR_ROLE_TEMP, 1, one);
+        for (int i = 0; i < no; i++) {
+            char name[VR_NAME_MAX];
+            snprintf(name, sizeof name, "sumsq.%.50s", g->tensors[order[i]].name);
+            int id = vr_graph_node(g, VR_OP_SUMSQ, VR_PHASE_OPTIMIZER, name);
+            if (id < 0)
+                break;
+            g->nodes[id].in[0] = g->tensors[order[i]].grad;
+            g->nodes[id].out[0] = normsq;
+            g->nodes[id].acc[0] = i ? VR_ACC_ADD : VR_ACC_OVERWRITE;
+        }
+    }
+    static const vr_op ops[] = {VR_OP_SGD, VR_OP_SGD, VR_OP_SGD_MOMENTUM, VR_OP_ADAM, VR_OP_ADAMW};
+    for (int i = 0; i < no && s->optim != VR_OPTIM_NONE; i++) {
+        vr_tensor p = g->tensors[order[i]];
+        char name[VR_NAME_MAX];
+        snprintf(name, sizeof name, "%s.%.50s", vr_optim_name(s->optim), p.name);
+        int id = vr_graph_node(g, ops[s->optim], VR_PHASE_OPTIMIZER, name);
+        if (id < 0)
+            break;
+        vr_node *n = &g->nodes[id];
+        n->in[0] = p.grad;
+        n->in[1] = normsq;
+        n->out[0] = order[i];
+        n->out[1] = p.master;
+        n->out[2] = p.optim[0];
+        n->out[3] = p.optim[1];
+    }
+    if (s->optim == VR_OPTIM_NONE) /* backward only: the gradients are the step's result */
+        for (int i = 0; i < no; i++)
+            g->tensors[g->tensors[order[i]].grad].output = true;
+    free(order);
+}
+
+vr_status vr_graph_backward(vr_graph *g, const vr_step_config *s)
+{
+    if (g->err)
+        return g->err;
+    if (g->loss_node < 0 || g->n_forward != g->n_nodes)
+        return vr_graph_fail(g, VR_ERR_INVALID, "backward: the graph has no forward pass to differentiate"), g->err;
+    g->step = *s;
+    if (g->step.accum < 1)
+        g->step.accum = 1;
+    s = &g->step;
+    optimizer_state(g, s);
+
+    ad a = {.g = g, .s = s, .n0 = g->n_tensors};
+    a.needs_grad = calloc((size_t)a.n0, 1);
+    a.bwd_needed = calloc((size_t)g->n_forward + 1, 1);
+    if (!a.needs_grad || !a.bwd_needed) {
+        free(a.needs_grad);
+        free(a.bwd_needed);
+        return vr_graph_fail(g, VR_ERR_OOM, "autodiff: out of host memory"), g->err;
+    }
+    mark_needed(&a);
+    a.rc = vr_recomp_new(g, s->recompute, a.bwd_needed, a.needs_grad);
+    for (int n = g->loss_node; n >= 0 && !g->err; n--) {
+        vr_op op = g->nodes[n].op;
+        if (op == VR_OP_CLASSIFIER) {
+            seed_classifier(&a, n);
+            continue;
+        }
+        if (!a.bwd_needed[n])
+            continue;
+        bool has_dy = op == VR_OP_SOFTMAX_XENT;
+        for (int k = 0; k < VR_NODE_MAX_OUT; k++)
+            has_dy |= g->nodes[n].out[k] >= 0 && g->tensors[g->nodes[n].out[k]].grad >= 0;
+        if (!has_dy)
+            continue;
+        vr_recomp_before(a.rc, n);
+        if (op == VR_OP_ADD)
+            backward_add(&a, n);
+        else if (op == VR_OP_RESHAPE)
+            backward_reshape(&a, n);
+        else
+            backward_op(&a, n);
+    }
+    vr_recomp_free(a.rc);
+    free(a.needs_grad);
+    free(a.bwd_needed);
+    optimizer_nodes(g, s, a.n0);
+
+    /* producers of everything the backward created (first writer; the classifier's dx, dwte too) */
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < VR_NODE_MAX_OUT; k++) {
+            int t = g->nodes[i].out[k];
+            if (t >= 0 && g->tensors[t].producer < 0 && g->tensors[t].role != VR_ROLE_PARAM)
+                g->tensors[t].producer = i;
+        }
+    return g->err;
+}
+
+vr_status vr_graph_freeze(vr_graph *g, const char *patterns)
+{
+    if (g->err || !patterns || !*patterns)
+        return g->err;
+    for (const char *p = patterns; *p;) {
+        char glob[VR_NAME_MAX];
+        size_t len = strcspn(p, ",");
+        snprintf(glob, sizeof glob, "%.*s", (int)(len < sizeof glob ? len : sizeof glob - 1), p);
+        p += len + (p[len] == ',');
+        if (!*glob)
+            continue;
+        int hits = 0;
+        for (int t = 0; t < g->n_tensors; t++) {
+            vr_tensor *x = &g->tensors[t];
+            if (x->view_of == g->params && x->param_offset >= 0 && vr_glob_match(glob, x->name)) {
+                if (!x->frozen)
+                    g->n_trainable -= vr_tensor_numel(x);
+                x->frozen = true;
+                hits++;
+            }
+        }
+        if (!hits)
+            return vr_graph_fail(g, VR_ERR_INVALID, "--freeze: '%s' matches no parameter (names look like "
+                                 "'wte', 'h.0.attn.c_attn.w', 'fc0.w')", glob), g->err;
+    }
+    return VR_OK;
+}

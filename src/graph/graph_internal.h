@@ -1,0 +1,45 @@
+/* vram graph layer — helpers shared by the files of src/graph (not public). */
+#ifndef VRAM_GRAPH_INTERNAL_H
+#define VRAM_GRAPH_INTERNAL_H
+
+#include "vram/graph.h"
+
+/* Records the first error of a build (sticky) and returns -1. */
+int vr_graph_fail(vr_graph *g, vr_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* A tensor with the shape of `like` (dtype dt, role role) named name. */
+int vr_graph_tensor_like(vr_graph *g, const char *name, int like, vr_dtype dt, vr_role role);
+
+/* Pointer to a tensor / node by id (valid until the next tensor / node is added). */
+static inline vr_tensor *vr_T(vr_graph *g, int id) { return &g->tensors[id]; }
+static inline vr_node *vr_N(vr_graph *g, int id) { return &g->nodes[id]; }
+
+/* Last dimension and the product of the others ("rows"). */
+int64_t vr_tensor_lastdim(const vr_tensor *t);
+int64_t vr_tensor_rows(const vr_tensor *t);
+
+/* Parameter tensor at `offset` elements into the flat buffer g->params. */
+int vr_graph_param(vr_graph *g, const char *name, int ndim, const int64_t *shape, int64_t offset,
+                   vr_init init, float init_scale);
+
+/* Adds the parameter buffer (n elements) and sets g->params / g->n_params. */
+int vr_graph_param_buffer(vr_graph *g, int64_t n);
+
+/* Sets the scratch tensor of node id from vr_node_scratch_bytes (none if 0). */
+void vr_graph_attach_scratch(vr_graph *g, int node);
+
+/* Recomputation (recompute.c), used by autodiff.c. */
+typedef struct vr_recomp vr_recomp;
+vr_recomp *vr_recomp_new(vr_graph *g, vr_recompute policy, const bool *bwd_needed, const bool *needs_grad);
+void vr_recomp_free(vr_recomp *r);
+/* The tensor a backward node should read for forward tensor t: t itself when
+ * saved, else its recomputed copy (emitting the recompute nodes now). */
+int vr_recomp_get(vr_recomp *r, int t);
+/* Called before the backward nodes of forward node n are emitted. */
+void vr_recomp_before(vr_recomp *r, int n);
+
+/* The forward tensors the backward of forward node n reads (slot order of the
+ * backward op; -1 where not needed), given which inputs need a gradient. */
+void vr_backward_reads(const vr_graph *g, int n, const bool *in_needs_grad, int reads[VR_NODE_MAX_IN]);
+
+#endif
