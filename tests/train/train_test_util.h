@@ -23,14 +23,16 @@ static inline const char *tt_scratch_dir(const char *tag)
     return dir;
 }
 
-/* dir/name into a static rotating buffer (4 live at a time). */
+/* dir/name, valid until the test program exits (kept reachable for LeakSanitizer). */
 static inline const char *tt_path(const char *dir, const char *name)
 {
-    static char bufs[4][600];
+    static char *kept[1024];
     static int next;
-    char *b = bufs[next++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
-    return b;
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *b = malloc(n);
+    if (!b || next == 1024) abort();
+    snprintf(b, n, "%s/%s", dir, name);
+    return kept[next++] = b;
 }
 
 static inline void tt_write(const char *path, const void *data, size_t n)
