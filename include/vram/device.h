@@ -144,6 +144,7 @@ typedef struct vr_cuda_info {
     uint64_t total;             /* device memory, bytes */
     uint64_t free;              /* device-wide free bytes (NVML, else cudaMemGetInfo) */
     uint64_t used;              /* device-wide used bytes, all processes */
+    uint64_t reserved;          /* held by driver/firmware, not in used (NVML v2; 0 = unknown) */
     int64_t used_by_process;    /* this process's bytes on the device (NVML), -1 unknown */
     bool have_nvml;             /* NVML figures were available */
     char driver_version[80];    /* NVML driver version, "550.54.15" ("" without NVML) */

@@ -68,6 +68,9 @@ static void print_cuda_text(int i, const cuda_entry *e)
     printf("         memory        %s total, %s free, %s used (all processes; %s)\n",
            vr_format_size(in->total, a, sizeof a), vr_format_size(in->free, b, sizeof b),
            vr_format_size(in->used, c, sizeof c), in->have_nvml ? "NVML" : "cudaMemGetInfo");
+    if (in->reserved)
+        printf("         reserved      %s by the driver (in neither free nor used)\n",
+               vr_format_size(in->reserved, a, sizeof a));
     if (in->used_by_process >= 0)
         printf("         this process  %s\n", vr_format_size((uint64_t)in->used_by_process, a, sizeof a));
     if (e->cost_status == VR_OK)
@@ -102,6 +105,7 @@ static cJSON *cuda_json(int i, const cuda_entry *e)
     cJSON_AddNumberToObject(o, "total_bytes", (double)in->total);
     cJSON_AddNumberToObject(o, "free_bytes", (double)in->free);
     cJSON_AddNumberToObject(o, "used_bytes", (double)in->used);
+    cJSON_AddNumberToObject(o, "driver_reserved_bytes", (double)in->reserved);
     if (in->used_by_process >= 0)
         cJSON_AddNumberToObject(o, "process_used_bytes", (double)in->used_by_process);
     else

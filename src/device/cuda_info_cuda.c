@@ -46,7 +46,8 @@ static vr_status check_index(int index)
     if (st != VR_OK)
         return st;
     if (index < 0 || index >= n || index >= MAX_DEVICES)
-        return vr_error(VR_ERR_INVALID, "cuda:%d: no such device (%d CUDA device%s)", index, n, n == 1 ? "" : "s");
+        return vr_error(VR_ERR_INVALID, "CUDA device index %d out of range (%d CUDA device%s here)", index, n,
+                        n == 1 ? "" : "s");
     return VR_OK;
 }
 
@@ -220,6 +221,7 @@ vr_status vr_cuda_device_info(int index, vr_cuda_info *out)
         out->have_nvml = true;
         out->free = m.free;
         out->used = m.used;
+        out->reserved = m.reserved;
         if (vr__nvml_process_used(h, (unsigned)getpid(), &out->used_by_process) != VR_OK)
             out->used_by_process = -1;
         if (vr__nvml_driver_version(out->driver_version, sizeof out->driver_version) != VR_OK)

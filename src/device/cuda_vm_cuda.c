@@ -74,13 +74,17 @@ static vr_status map_granules(vr_device *dev, const vr_cu_api *cu, uintptr_t add
         CUmemGenericAllocationHandle h;
         CUresult r = cu->MemCreate(&h, g, &prop, 0);
         if (r != CUDA_SUCCESS) {
+            size_t free_b = 0, total_b = 0;  /* read before giving back what this call mapped */
+            if (r == CUDA_ERROR_OUT_OF_MEMORY && cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+                cudaGetLastError();
             unmap_granules(dev, cu, addr, off);
             if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-                size_t free_b = 0, total_b = 0;
-                if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
-                    cudaGetLastError();
-                return vr_error(VR_ERR_OOM, "device %s: out of memory: vm map of %s: cuMemCreate failed with %s free on the GPU",
-                                dev->name, vr_format_size(bytes, b, sizeof b), vr_format_size(free_b, s, sizeof s));
+                char m[32];
+                return vr_error(VR_ERR_OOM,
+                                "device %s: out of memory: vm map of %s: cuMemCreate failed after %s of it, "
+                                "with %s free on the GPU",
+                                dev->name, vr_format_size(bytes, b, sizeof b), vr_format_size(off, m, sizeof m),
+                                vr_format_size(free_b, s, sizeof s));
             }
             return vr_error(VR_ERR_DEVICE, "device %s: cuMemCreate: %s", dev->name, vr__cu_err(r, b, sizeof b));
         }

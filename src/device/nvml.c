@@ -15,6 +15,11 @@ typedef struct nvmlDevice_st *nvmlDevice_t;
 typedef struct nvmlMemory_st {            /* nvmlMemory_t (v1): all in bytes */
     unsigned long long total, free, used;
 } nvmlMemory_t;
+typedef struct nvmlMemory_v2_st {         /* nvmlMemory_v2_t: reserved split out of used */
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+#define NVML_MEMORY_V2 ((unsigned)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
 
 enum { NVML_SUCCESS = 0, NVML_ERROR_INSUFFICIENT_SIZE = 7 };
 #define NVML_VALUE_NOT_AVAILABLE (~0ull)
@@ -25,6 +30,7 @@ static struct {
     const char *(*error_string)(nvmlReturn_t);
     nvmlReturn_t (*by_pci)(const char *, nvmlDevice_t *);
     nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t *);
+    nvmlReturn_t (*memory_v2)(nvmlDevice_t, nvmlMemory_v2_t *);  /* optional (R510+) */
     nvmlReturn_t (*processes)(nvmlDevice_t, unsigned *, void *);
     nvmlReturn_t (*driver_version)(char *, unsigned);
     vr_status status;
@@ -59,6 +65,7 @@ static void load(void)
     *(void **)&nv.error_string = sym("nvmlErrorString");
     *(void **)&nv.by_pci = sym("nvmlDeviceGetHandleByPciBusId_v2");
     *(void **)&nv.memory = sym("nvmlDeviceGetMemoryInfo");
+    *(void **)&nv.memory_v2 = dlsym(nv.lib, "nvmlDeviceGetMemoryInfo_v2");
     *(void **)&nv.processes = sym("nvmlDeviceGetComputeRunningProcesses_v3");
     *(void **)&nv.driver_version = sym("nvmlSystemGetDriverVersion");
     if (!nv.init || !nv.error_string || !nv.by_pci || !nv.memory || !nv.driver_version)
@@ -95,11 +102,16 @@ vr_status vr__nvml_device(const char *pci_bus_id, void **handle)
 
 vr_status vr__nvml_memory(void *handle, vr_nvml_mem *out)
 {
+    nvmlMemory_v2_t m2 = {.version = NVML_MEMORY_V2};
+    if (nv.memory_v2 && nv.memory_v2(handle, &m2) == NVML_SUCCESS) {
+        *out = (vr_nvml_mem){m2.total, m2.free, m2.used, m2.reserved};
+        return VR_OK;
+    }
     nvmlMemory_t m;
     nvmlReturn_t r = nv.memory(handle, &m);
     if (r != NVML_SUCCESS)
         return vr_error(VR_ERR_DEVICE, "NVML: nvmlDeviceGetMemoryInfo: %s", nv_err(r));
-    *out = (vr_nvml_mem){m.total, m.free, m.used};
+    *out = (vr_nvml_mem){m.total, m.free, m.used, 0};
     return VR_OK;
 }
 

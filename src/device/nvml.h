@@ -10,7 +10,9 @@
 #include "vram/status.h"
 
 typedef struct vr_nvml_mem {
-    uint64_t total, free, used;   /* device-wide (used includes driver-reserved memory) */
+    uint64_t total, free, used;   /* device-wide */
+    uint64_t reserved;            /* by the driver and firmware, not in used (0 when unknown:
+                                     then used includes it) */
 } vr_nvml_mem;
 
 /* Loads libnvidia-ml.so.1 and initialises it, once per process; afterwards

@@ -16,6 +16,8 @@
 #include <cuda_runtime_api.h>
 #endif
 
+static uint64_t vr__round_up_test(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
 static int have_gpu(void)
 {
     int n = 0;
@@ -155,6 +157,24 @@ static void maps_virtual_memory(void **state)
     vr_device_vm_release(dev, base, 64 * g);
     assert_int_equal(vr_device_mem_info(dev, &m), VR_OK);
     assert_true(m.used_by_us == 0);
+
+    /* Mapping more than the GPU has fails with VR_ERR_OOM and gives back
+     * every granule it had mapped on the way. */
+    size_t big = (size_t)vr__round_up_test(m.total + 2 * VR_GiB, g);
+    assert_int_equal(vr_device_vm_reserve(dev, big, &base), VR_OK);
+    assert_int_equal(vr_device_vm_map(dev, base, big), VR_ERR_OOM);
+    print_message("    (%s)\n", vr_last_error());
+    assert_non_null(strstr(vr_last_error(), "out of memory"));
+    vr_device_mem m2;
+    assert_int_equal(vr_device_mem_info(dev, &m2), VR_OK);
+    assert_true(m2.used_by_us == 0);
+    assert_true(m2.free + 64 * VR_MiB >= m.free);
+    assert_int_equal(vr_device_vm_map(dev, base, g), VR_OK);  /* the range is usable still */
+    vr_device_vm_unmap(dev, base, g);
+    vr_device_vm_release(dev, base, big);
+#ifdef VRAM_HAVE_CUDA
+    assert_int_equal(cudaGetLastError(), cudaSuccess);
+#endif
     vr_device_close(dev);
 }
 
