@@ -103,14 +103,14 @@ char *vr_alloc_summary(vr_alloc *a)
     put(&b, RULE);
     snprintf(line, sizeof line, "OOMs: %lld", (long long)st.num_ooms);
     snprintf(s1, sizeof s1, "alloc retries: %lld", (long long)st.num_alloc_retries);
-    put(&b, "| %-35s| %-36s|\n", line, s1);
+    put(&b, "| %-35s| %-37s|\n", line, s1);
     snprintf(line, sizeof line, "device allocs: %lld, frees: %lld", (long long)st.num_device_alloc,
              (long long)st.num_device_free);
     if (limit == UINT64_MAX)
         snprintf(s1, sizeof s1, "cap: none");
     else
         snprintf(s1, sizeof s1, "cap: %s", vr_format_size(limit, s2, sizeof s2));
-    put(&b, "| %-35s| %-36s|\n", line, s1);
+    put(&b, "| %-35s| %-37s|\n", line, s1);
     put(&b, DRULE);
     put(&b, "|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |\n");
     put(&b, RULE);
@@ -132,7 +132,7 @@ char *vr_alloc_summary(vr_alloc *a)
     snprintf(line, sizeof line, "reserved/allocated: now %.3f, peaks %.3f", ca ? (double)cr / (double)ca : 0.0,
              pa ? (double)pr / (double)pa : 0.0);
     snprintf(s1, sizeof s1, "largest free: %s", vr_format_size(largest, s2, sizeof s2));
-    put(&b, "| %-44s| %-27s|\n", line, s1);
+    put(&b, "| %-44s| %-28s|\n", line, s1);
     put(&b, DRULE);
     return b.s;
 }
