@@ -21,7 +21,8 @@
  *     a request fails with VR_ERR_OOM when used_by_us would exceed the capacity.
  *   - on cpu and meta, freeing/unmapping/releasing what was not handed out is a
  *     programming error: the device prints what happened and aborts (like a
- *     double free in libc), so allocator bugs surface at once in tests.
+ *     double free in libc), so allocator bugs surface at once in tests; cuda
+ *     reports such a misuse on stderr and ignores it.
  *   - cpu and meta are thread-safe (one lock per device); cuda relies on the
  *     thread safety of the CUDA runtime. */
 #ifndef VRAM_DEVICE_H
@@ -84,7 +85,9 @@ void vr_device_free(vr_device *dev, void *ptr, size_t bytes);
  * meta only does the bookkeeping; cuda uses the driver's cuMemAddressReserve /
  * cuMemCreate / cuMemMap. Mapped bytes count against the capacity like
  * malloc'd ones. Any granule-aligned sub-range may be unmapped (cuda maps one
- * physical allocation per granule so that this holds there too). */
+ * physical allocation per granule so that this holds there too). On cuda,
+ * vm_unmap first waits for the whole device (cudaDeviceSynchronize), as
+ * cudaFree does, since cuMemUnmap would not wait for kernels using the memory. */
 
 /* Granularity of physical mappings in bytes (2 MiB on current GPUs and on
  * cpu/meta); 0 when the device cannot do virtual memory. */
