@@ -45,6 +45,7 @@ static inline void tt_write(const char *path, const void *data, size_t n)
 /* Reads a whole file (malloc'd, caller frees); NULL if it cannot be opened. */
 static inline uint8_t *tt_read(const char *path, size_t *n)
 {
+    *n = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
