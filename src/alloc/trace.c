@@ -203,6 +203,21 @@ static vr_status parse_line(vra_trace *t, addr_map *live, const char *path, uint
     return VR_OK;
 }
 
+/* zlib's error for gz (without the path it prefixes), or NULL when none. */
+static const char *gz_problem(gzFile gz, const char *path)
+{
+    int zerr = Z_OK;
+    const char *msg = gzerror(gz, &zerr);
+    if (zerr == Z_OK || zerr == Z_STREAM_END)
+        return NULL;
+    if (zerr == Z_ERRNO)
+        return strerror(errno);
+    size_t n = strlen(path);
+    if (!strncmp(msg, path, n) && !strncmp(msg + n, ": ", 2))
+        msg += n + 2;
+    return msg;
+}
+
 vr_status vra_trace_read(const char *path, vra_trace *t)
 {
     memset(t, 0, sizeof *t);
@@ -214,12 +229,19 @@ vr_status vra_trace_read(const char *path, vra_trace *t)
     addr_map live = {0};
     char *line = malloc(MAX_LINE);
     vr_status st = line ? VR_OK : vr_error(VR_ERR_OOM, "%s: out of host memory", path);
-    bool seen_data = false;
+    bool seen_data = false, gz_reported = false;
     while (st == VR_OK && gzgets(gz, line, MAX_LINE)) {
         uint64_t ln = ++t->lines;
         size_t len = strlen(line);
         if (len == MAX_LINE - 1 && line[len - 1] != '\n' && !gzeof(gz)) {
             st = vr_error(VR_ERR_FORMAT, "%s:%llu: line longer than %d bytes", path, (unsigned long long)ln, MAX_LINE - 2);
+            break;
+        }
+        const char *zproblem = len && line[len - 1] != '\n' ? gz_problem(gz, path) : NULL;
+        if (zproblem) { /* the data ended early */
+            st = vr_error(VR_ERR_FORMAT, "%s:%llu: corrupt or truncated gzip data (zlib: %s)", path,
+                          (unsigned long long)ln, zproblem);
+            gz_reported = true;
             break;
         }
         while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
@@ -245,12 +267,23 @@ vr_status vra_trace_read(const char *path, vra_trace *t)
         seen_data = true;
         st = parse_line(t, &live, path, ln, line);
     }
+    if (st == VR_ERR_FORMAT && !gz_reported && !gzdirect(gz)) {
+        /* A bad line inside gzip data may be corruption: read on to find out. */
+        while (gzread(gz, line, MAX_LINE) > 0)
+            ;
+        const char *zproblem = gz_problem(gz, path);
+        if (zproblem) {
+            char first[512];
+            snprintf(first, sizeof first, "%s", vr_last_error());
+            st = vr_error(VR_ERR_FORMAT, "%s: corrupt or truncated gzip data (zlib: %s); first unreadable line: %s",
+                          path, zproblem, first);
+        }
+    }
     if (st == VR_OK) {
-        int zerr = Z_OK;
-        const char *msg = gzerror(gz, &zerr);
-        if (zerr != Z_OK && zerr != Z_STREAM_END)
+        const char *zproblem = gz_problem(gz, path);
+        if (zproblem)
             st = vr_error(VR_ERR_FORMAT, "%s:%llu: corrupt or truncated gzip data (zlib: %s)", path,
-                          (unsigned long long)t->lines + 1, zerr == Z_ERRNO ? strerror(errno) : msg);
+                          (unsigned long long)t->lines + 1, zproblem);
     }
     gzclose(gz);
     free(line);
