@@ -17,5 +17,6 @@ int vr_cli_fail(const char *cmd, int status, const char *fmt, ...) __attribute__
 /* Subcommands (cmd_<name>.c). */
 int vr_cmd_replay(int argc, char **argv);
 int vr_cmd_info(int argc, char **argv);
+int vr_cmd_plan(int argc, char **argv);
 
 #endif

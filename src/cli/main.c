@@ -11,6 +11,7 @@ static const vr_cli_command commands[] = {
     {"help", "show this help", cmd_help},
     {"info", "list devices: GPUs (memory, CUDA context cost, versions), cpu, meta", vr_cmd_info},
     {"replay", "replay an allocator trace through a policy and compare with PyTorch", vr_cmd_replay},
+    {"plan", "where every byte of a training step goes, before it runs (bytes per role, peak, fit)", vr_cmd_plan},
 };
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
 
