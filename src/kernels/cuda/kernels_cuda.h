@@ -1,0 +1,285 @@
+/* vram — CUDA kernels (internal contract between the executor and src/kernels/cuda).
+ *
+ * The same ops as src/kernels/cpu/kernels_cpu.h, op for op, so that one graph runs on either device;
+ * read that header for the maths of each op. What differs here:
+ *
+ * Context. Every function takes a vr_cuda_ctx, made by the caller with vr_cuda_ctx_init: the stream
+ * all work is queued on (kernels and cuBLASLt calls; nothing synchronizes the host), the cuBLASLt
+ * handle, and one cuBLASLt workspace of vr_cuda_matmul_workspace_bytes() that the caller allocates
+ * (the planner counts it as role `temp`). Functions are asynchronous: they return once the work is
+ * queued. Pointers are device pointers unless a comment says "host".
+ *
+ * Errors. Functions return vr_status: VR_ERR_INVALID for bad arguments (checked before anything is
+ * queued), VR_ERR_DEVICE for a failed CUDA or cuBLASLt call or kernel launch, with vr_last_error()
+ * naming the op and the CUDA/cuBLAS error. Every launch is checked (cudaGetLastError, cheap); builds
+ * with VRAM_CUDA_SYNC_CHECK defined (CMAKE_BUILD_TYPE=Debug defines it: no NDEBUG) also synchronize
+ * the stream after each op so that an asynchronous fault is reported by the op that caused it.
+ *
+ * Precision. Activations, parameters and their gradients are of one storage dtype per call, passed
+ * as `dt` (vr_cuda_dtype): fp32, bf16 or fp16. Arithmetic is fp32 throughout (sums, softmax,
+ * statistics); tensors that the CPU contract keeps as statistics are always fp32 here too: layernorm
+ * mean/rstd, attention lse, per-row losses, optimizer master weights and moments, the global-norm
+ * accumulator. Matrix products: fp32 inputs use true fp32 (CUBLAS_COMPUTE_32F) unless ctx->allow_tf32
+ * is set; bf16/fp16 inputs use tensor cores with fp32 accumulation.
+ *
+ * Conventions (as the CPU contract): row-major; backward kernels take acc flags (0 overwrite,
+ * 1 accumulate; parameter gradients have acc_dparam); a gradient output passed as NULL is not
+ * computed; int32 token/target ids, target -1 = ignore the row. Outputs never alias inputs unless
+ * stated. Functions that need scratch beyond the cuBLASLt workspace take it from the caller and
+ * expose its size (vr_cuda_*_scratch_bytes); since all work is ordered on one stream, the ctx's
+ * cuBLASLt workspace may itself be passed as that scratch when it is large enough and the function
+ * makes no matmul call while using it (the functions that allow this say so).
+ *
+ * Determinism: everything is run-to-run deterministic except vr_cuda_sumsq / vr_cuda_sum with
+ * many blocks (fp32 atomics of per-block partial sums; the order of those few additions varies).
+ */
+#ifndef VRAM_KERNELS_CUDA_H
+#define VRAM_KERNELS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vram/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- types and context */
+
+/* Storage dtype of a tensor. Values are stable (the executor may store them). */
+typedef enum vr_cuda_dtype {
+    VR_CUDA_F32 = 0,
+    VR_CUDA_BF16 = 1,
+    VR_CUDA_F16 = 2,
+} vr_cuda_dtype;
+
+/* Bytes per element of dt (4, 2, 2); 0 for an unknown value. */
+size_t vr_cuda_dtype_size(vr_cuda_dtype dt);
+/* "f32", "bf16", "f16" or "?". */
+const char *vr_cuda_dtype_name(vr_cuda_dtype dt);
+
+typedef struct vr_cuda_ctx {
+    void *stream;           /* cudaStream_t all work is queued on (NULL = the legacy default stream) */
+    void *lt;               /* cublasLtHandle_t, created by vr_cuda_ctx_init */
+    void *workspace;        /* cuBLASLt workspace (device), owned by the caller */
+    size_t workspace_bytes; /* its size; vr_cuda_matmul_workspace_bytes() recommended */
+    int allow_tf32;         /* fp32 matmuls may use TF32 tensor cores (default 0: exact fp32) */
+    int device;             /* CUDA device index the ctx was made on */
+    int sm_count;           /* multiprocessors of that device */
+} vr_cuda_ctx;
+
+/* Recommended cuBLASLt workspace: 32 MiB (as PyTorch on Hopper). */
+size_t vr_cuda_matmul_workspace_bytes(void);
+
+/* Fills *ctx for the current device: creates the cuBLASLt handle, records stream (a cudaStream_t,
+ * may be NULL) and the caller's workspace (may be NULL with bytes 0: matmuls then use algorithms that
+ * need none). */
+vr_status vr_cuda_ctx_init(vr_cuda_ctx *ctx, void *stream, void *workspace, size_t workspace_bytes);
+/* Destroys the cuBLASLt handle; leaves the stream and workspace to the caller. */
+void vr_cuda_ctx_destroy(vr_cuda_ctx *ctx);
+/* Waits for all work queued on ctx's stream; VR_ERR_DEVICE if any of it failed. */
+vr_status vr_cuda_sync(const vr_cuda_ctx *ctx);
+
+/* ---------------------------------------------------------------- memory helpers */
+
+/* x[0..n) = 0 (any dtype; bytes = n * size of dt). */
+vr_status vr_cuda_zero(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *x, size_t n);
+/* x[0..n) = value (rounded to dt). */
+vr_status vr_cuda_fill(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *x, size_t n, float value);
+/* dst (dst_dt) = src (src_dt) converted, n elements, round to nearest even (bf16<->fp32 casts,
+ * fp32 master -> bf16 params, ...). dst == src allowed only when the dtypes are equal. */
+vr_status vr_cuda_convert(const vr_cuda_ctx *ctx, vr_cuda_dtype dst_dt, void *dst,
+                          vr_cuda_dtype src_dt, const void *src, size_t n);
+
+/* ---------------------------------------------------------------- elementwise */
+
+/* dst = src (acc = 0) or dst += src (acc = 1); n elements of dt. dst == src allowed when acc = 0. */
+vr_status vr_cuda_acc(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dst, const void *src, size_t n,
+                      int acc);
+/* out = a + b; n elements. out may alias a or b. */
+vr_status vr_cuda_add_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, const void *a,
+                          const void *b, size_t n);
+/* x *= s; n elements. */
+vr_status vr_cuda_scale(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *x, size_t n, float s);
+/* out = gelu(inp) (tanh approximation); out may alias inp. */
+vr_status vr_cuda_gelu_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, const void *inp,
+                           size_t n);
+/* dinp (=|+=) dout * gelu'(inp). dinp may alias dout (acc = 0 or 1). */
+vr_status vr_cuda_gelu_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, const void *inp,
+                           const void *dout, size_t n, int acc);
+/* out = max(inp, 0); out may alias inp. */
+vr_status vr_cuda_relu_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, const void *inp,
+                           size_t n);
+/* dinp (=|+=) dout * (x > 0), x the forward's input or output. dinp may alias dout. */
+vr_status vr_cuda_relu_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, const void *x,
+                           const void *dout, size_t n, int acc);
+
+/* ---------------------------------------------------------------- reductions */
+
+/* out[0] (fp32, device) (=|+=) sum of x[i]^2 over n elements of dt. With acc = 1 over many tensors it
+ * builds the global L2 norm^2 for clipping with no host round trip. Multi-block: fp32 atomics. */
+vr_status vr_cuda_sumsq(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, float *out, const void *x, size_t n,
+                        int acc);
+/* out[0] (fp32, device) (=|+=) sum of x[i]. */
+vr_status vr_cuda_sum(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, float *out, const void *x, size_t n,
+                      int acc);
+/* out[0] (dt) = mean of inp (n elements of dt). One block, deterministic. */
+vr_status vr_cuda_mean_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, const void *inp,
+                           size_t n);
+/* dinp (=|+=) dout[0] / n for every element. */
+vr_status vr_cuda_mean_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, const void *dout,
+                           size_t n, int acc);
+
+/* Gradient clipping on the device: scale[0] = extra * min(1, max_norm / (sqrt(sumsq[0]) + 1e-6))
+ * (torch.nn.utils.clip_grad_norm_); max_norm <= 0 means no clipping (scale = extra). Also writes
+ * norm[0] = sqrt(sumsq[0]) when norm is not NULL. scale/norm/sumsq are fp32 device scalars; pass
+ * scale to the optimizers as dev_grad_scale. */
+vr_status vr_cuda_clip_scale(const vr_cuda_ctx *ctx, float *scale, float *norm, const float *sumsq,
+                             float max_norm, float extra);
+
+/* ---------------------------------------------------------------- fp16 dynamic loss scaling */
+
+/* found[0] (int32, device) = 1 if any of n elements of x is inf or NaN; else found[0] is left as is
+ * (so one flag collects over many tensors: zero it first with vr_cuda_zero(.., VR_CUDA_F32, ..)). */
+vr_status vr_cuda_check_finite(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, int32_t *found,
+                               const void *x, size_t n);
+/* torch.cuda.amp.GradScaler's update, on the device: if found[0], scale *= backoff and tracker = 0;
+ * else tracker += 1 and, when it reaches interval, scale *= growth and tracker = 0.
+ * scale (fp32), tracker and found (int32) are device scalars. */
+vr_status vr_cuda_loss_scale_update(const vr_cuda_ctx *ctx, float *scale, int32_t *tracker,
+                                    const int32_t *found, float growth, float backoff, int interval);
+/* inv[0] = extra / scale[0]: the gradient unscale factor to pass as dev_grad_scale. */
+vr_status vr_cuda_reciprocal(const vr_cuda_ctx *ctx, float *inv, const float *scale, float extra);
+
+/* ---------------------------------------------------------------- embedding */
+
+/* out(B,T,C) = wte[tok[b,t]] + wpe[t]; tok (B,T) int32 in [0,V), wte (V,C), wpe (maxT,C), dt. */
+vr_status vr_cuda_embedding_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out,
+                                const int32_t *tok, const void *wte, const void *wpe, int B, int T,
+                                int C);
+/* dwte(V,C): rows of dout added by token; dwpe(maxT,C) rows 0..T-1 = sum over b of dout. Either may
+ * be NULL. acc = 0 zero-fills all V rows of dwte (rows 0..T-1 of dwpe) first. Deterministic: the
+ * rows of each token are sorted (stable radix sort) and summed in fp32 in row order. dwte needs
+ * scratch of vr_cuda_embedding_bwd_scratch_bytes(B,T,V) (the ctx workspace may serve). */
+vr_status vr_cuda_embedding_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dwte, void *dwpe,
+                                const void *dout, const int32_t *tok, int B, int T, int C, int V,
+                                int acc, void *scratch, size_t scratch_bytes);
+size_t vr_cuda_embedding_bwd_scratch_bytes(int B, int T, int V);
+
+/* ---------------------------------------------------------------- matmul (Linear), cuBLASLt */
+
+/* out(N,OC) = inp(N,C) w(OC,C)^T + bias(OC); bias may be NULL (bias epilogue). */
+vr_status vr_cuda_matmul_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, const void *inp,
+                             const void *w, const void *bias, int N, int C, int OC);
+/* Fused Linear + GELU: pre(N,OC) = inp w^T + bias (saved for backward), out(N,OC) = gelu(pre)
+ * (cuBLASLt GELU_AUX_BIAS epilogue; falls back to a separate GELU kernel where cuBLASLt offers no
+ * algorithm). out must not alias pre. Same result as matmul_fwd then gelu_fwd, to rounding. */
+vr_status vr_cuda_matmul_gelu_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, void *pre,
+                                  const void *inp, const void *w, const void *bias, int N, int C,
+                                  int OC);
+/* dinp(N,C) = dout w; dw(OC,C) = dout^T inp; dbias(OC) = column sums of dout (fp32 sums). Any of
+ * dinp, dw, dbias may be NULL. acc_dinp for dinp, acc_dparam for dw and dbias. dbias comes from the
+ * BGRADB epilogue of the dw product when acc_dparam = 0, else from a column-sum kernel. */
+vr_status vr_cuda_matmul_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
+                             void *dbias, const void *dout, const void *inp, const void *w, int N,
+                             int C, int OC, int acc_dinp, int acc_dparam);
+
+/* General product for the executor: D(m,n) (=|+=) alpha op(A) op(B), row-major, with leading
+ * dimensions lda/ldb/ldd (elements); transa/transb 0 or 1 (op = transpose); all of dt. */
+vr_status vr_cuda_gemm(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, const void *A,
+                       const void *Bm, int m, int n, int k, int lda, int ldb, int ldd, int transa,
+                       int transb, float alpha, int acc);
+
+/* ---------------------------------------------------------------- layernorm */
+
+/* out(N,C) = (inp - mean) rstd w + b; mean(N), rstd(N) fp32 saved for backward; eps 1e-5. */
+vr_status vr_cuda_layernorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *mean,
+                                float *rstd, const void *inp, const void *w, const void *b, int N,
+                                int C);
+/* dinp(N,C), dw(C), db(C) as the CPU op (dw and db both or neither; either group may be NULL).
+ * dw/db need scratch of vr_cuda_layernorm_bwd_scratch_bytes(N,C) (fp32 partial sums over row
+ * blocks, summed in a fixed order: deterministic; the ctx workspace may serve). */
+vr_status vr_cuda_layernorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
+                                void *db, const void *dout, const void *inp, const void *w,
+                                const float *mean, const float *rstd, int N, int C, int acc_dinp,
+                                int acc_dparam, void *scratch, size_t scratch_bytes);
+size_t vr_cuda_layernorm_bwd_scratch_bytes(int N, int C);
+
+/* ---------------------------------------------------------------- attention */
+
+/* Causal multi-head self-attention, flash-style (online softmax; no (T,T) matrix in memory).
+ * qkv (B,T,3C) as the CPU op; out(B,T,C) in dt; lse(B,NH,T) fp32. bf16/fp16 with head size 64 run on
+ * tensor cores (mma.sync m16n8k16, fp32 accumulators, 64x64 tiles); other cases (fp32, head sizes up
+ * to 128) on a scalar fp32 kernel. */
+vr_status vr_cuda_attention_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *lse,
+                                const void *qkv, int B, int T, int C, int NH);
+/* dqkv(B,T,3C) (=|+=) gradient w.r.t. qkv from dout(B,T,C), the forward's qkv, out and lse.
+ * Needs scratch of vr_cuda_attention_scratch_bytes (delta = rowsum(dout*out), (B,NH,T) fp32; the ctx
+ * workspace may serve). Two kernels, no atomics (one for dk/dv per key block, one for dq per query
+ * block): deterministic. */
+vr_status vr_cuda_attention_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dqkv,
+                                const void *dout, const void *qkv, const void *out,
+                                const float *lse, int B, int T, int C, int NH, int acc,
+                                void *scratch, size_t scratch_bytes);
+size_t vr_cuda_attention_scratch_bytes(int B, int T, int C, int NH);
+
+/* ---------------------------------------------------------------- fused classifier */
+
+/* Tied-head classifier + softmax cross-entropy, forward and backward in one op (CPU contract).
+ * Rows in chunks of R = vr_cuda_classifier_chunk_rows(scratch_bytes, V, dt): logits(R,V) =
+ * x wte^T by cuBLASLt into scratch (dt, rows padded to a multiple of 64 elements), one kernel
+ * computes softmax, the fp32 loss per row and (training) dlogits = (p - onehot) dloss_scale in place,
+ * then dx (=|+=) dlogits wte and dwte (=|+=) dlogits^T x by cuBLASLt. losses(N) fp32; x, wte, dx,
+ * dwte of dt; targets int32 (-1: loss 0, no gradient, dx row 0 when acc_dx = 0). dx and dwte may be
+ * NULL (evaluation). The scratch must hold at least one row. */
+vr_status vr_cuda_classifier(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, float *losses, void *dx,
+                             void *dwte, const void *x, const void *wte, const int32_t *targets,
+                             int N, int C, int V, float dloss_scale, void *scratch,
+                             size_t scratch_bytes, int acc_dx, int acc_dwte);
+/* Recommended scratch: min(N, 1024) padded rows (GPT-2, dt bf16: 103 MB at 1024 rows). */
+size_t vr_cuda_classifier_scratch_bytes(int N, int V, vr_cuda_dtype dt);
+/* Rows per chunk that scratch_bytes holds (0 if not even one). */
+int vr_cuda_classifier_chunk_rows(size_t scratch_bytes, int V, vr_cuda_dtype dt);
+
+/* ---------------------------------------------------------------- softmax cross-entropy (small V) */
+
+/* probs(N,V) (dt) = softmax(logits(N,V)); losses(N) fp32 (0 where target -1). */
+vr_status vr_cuda_softmax_xent_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, float *losses,
+                                   void *probs, const void *logits, const int32_t *targets, int N,
+                                   int V);
+/* dlogits(N,V) (=|+=) (probs - onehot) g_i, g_i = dloss_scale * (dlosses ? dlosses[i] : 1) (dlosses
+ * fp32); rows with target -1 get 0. */
+vr_status vr_cuda_softmax_xent_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dlogits,
+                                   const float *dlosses, float dloss_scale, const void *probs,
+                                   const int32_t *targets, int N, int V, int acc);
+
+/* ---------------------------------------------------------------- optimizers (torch.optim semantics) */
+/* One fused pass over a flat buffer of n parameters. param is of dt (pdt); when master (fp32) is not
+ * NULL the update is computed on master and param receives its rounding (mixed precision), else
+ * param must be fp32 and is updated in place. grad is of gdt. m, v, mom are fp32. The gradient used is
+ * g = grad * grad_scale * (dev_grad_scale ? dev_grad_scale[0] : 1): fold clipping, 1/accumulation and
+ * loss-scale unscaling into the update. When dev_skip is not NULL and dev_skip[0] != 0 (fp16
+ * overflow found by vr_cuda_check_finite) nothing is updated. step is 1-based; bias corrections are
+ * computed on the host in double. Formulas: see kernels_cpu.h. */
+vr_status vr_cuda_sgd(const vr_cuda_ctx *ctx, vr_cuda_dtype pdt, void *param, float *master,
+                      vr_cuda_dtype gdt, const void *grad, size_t n, float lr, float weight_decay,
+                      float grad_scale, const float *dev_grad_scale, const int32_t *dev_skip);
+vr_status vr_cuda_sgd_momentum(const vr_cuda_ctx *ctx, vr_cuda_dtype pdt, void *param,
+                               float *master, vr_cuda_dtype gdt, const void *grad, float *mom,
+                               size_t n, float lr, float momentum, float dampening,
+                               float weight_decay, int nesterov, int step, float grad_scale,
+                               const float *dev_grad_scale, const int32_t *dev_skip);
+vr_status vr_cuda_adam(const vr_cuda_ctx *ctx, vr_cuda_dtype pdt, void *param, float *master,
+                       vr_cuda_dtype gdt, const void *grad, float *m, float *v, size_t n, float lr,
+                       float beta1, float beta2, float eps, float weight_decay, int step,
+                       float grad_scale, const float *dev_grad_scale, const int32_t *dev_skip);
+vr_status vr_cuda_adamw(const vr_cuda_ctx *ctx, vr_cuda_dtype pdt, void *param, float *master,
+                        vr_cuda_dtype gdt, const void *grad, float *m, float *v, size_t n, float lr,
+                        float beta1, float beta2, float eps, float weight_decay, int step,
+                        float grad_scale, const float *dev_grad_scale, const int32_t *dev_skip);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
