@@ -303,6 +303,17 @@ int vr_graph_tensor(vr_graph *g, const char *name, vr_dtype dt, vr_role role, in
  * of src's storage, no copy; returns its id or -1 (out of bounds). */
 int vr_graph_view(vr_graph *g, int src, const char *name, int ndim, const int64_t *shape, int64_t offset);
 
+/* The flat parameter buffer of n elements (g->params, g->n_params); once per graph. */
+int vr_graph_param_buffer(vr_graph *g, int64_t n);
+
+/* A parameter: a view of the buffer at element `offset`, with its init hint. */
+int vr_graph_param(vr_graph *g, const char *name, int ndim, const int64_t *shape, int64_t offset,
+                   vr_init init, float init_scale);
+
+/* Ends the forward pass: `losses` (made by the last node) is the step's output,
+ * what autodiff differentiates. Builders call it last. */
+vr_status vr_graph_set_loss(vr_graph *g, int losses);
+
 /* A new node (slots all -1); returns its id or -1. Builders fill the slots. */
 int vr_graph_node(vr_graph *g, vr_op op, vr_phase phase, const char *name);
 

@@ -287,7 +287,7 @@ static void mark_needed(ad *a)
     vr_graph *g = a->g;
     for (int t = 0; t < a->n0; t++) {
         const vr_tensor *x = &g->tensors[t];
-        a->needs_grad[t] = x->role == VR_ROLE_PARAM && x->view_of >= 0 && !x->frozen;
+        a->needs_grad[t] = x->role == VR_ROLE_PARAM && t != g->params && !x->frozen;
     }
     for (int n = 0; n < g->n_forward; n++) { /* forward order: needs_grad flows to outputs */
         bool any = false;

@@ -204,11 +204,5 @@ vr_status vr_gpt_forward(vr_graph *g, const vr_gpt_config *cfg, int B, int T)
     int lnfb = pv(g, "ln_f.b", base[15], 1, C, 1, VR_INIT_ZEROS, 0);
     int lnf = vr_graph_layernorm(g, "lnf", x, lnfw, lnfb, NULL, NULL);
     g->losses = vr_graph_classifier(g, "losses", lnf, wte, g->targets, c.V);
-    if (g->err)
-        return g->err;
-    g->loss_node = g->n_nodes - 1;
-    g->tensors[g->losses].output = true;
-    g->n_forward = g->n_nodes;
-    g->n_trainable = g->n_params;
-    return VR_OK;
+    return vr_graph_set_loss(g, g->losses);
 }

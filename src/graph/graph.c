@@ -221,8 +221,24 @@ int vr_graph_node(vr_graph *g, vr_op op, vr_phase phase, const char *name)
     return id;
 }
 
+vr_status vr_graph_set_loss(vr_graph *g, int losses)
+{
+    if (g->err)
+        return g->err;
+    if (losses < 0 || losses >= g->n_tensors || g->tensors[losses].producer != g->n_nodes - 1)
+        return vr_graph_fail(g, VR_ERR_INVALID, "loss: tensor %d is not made by the last node", losses), g->err;
+    g->losses = losses;
+    g->loss_node = g->n_nodes - 1;
+    g->tensors[losses].output = true;
+    g->n_forward = g->n_nodes;
+    g->n_trainable = g->params >= 0 ? g->n_params : 0;
+    return VR_OK;
+}
+
 int vr_graph_param_buffer(vr_graph *g, int64_t n)
 {
+    if (g->params >= 0)
+        return vr_graph_fail(g, VR_ERR_INVALID, "params: the graph already has a parameter buffer");
     int64_t shape[1] = {n};
     int id = vr_graph_tensor(g, "params", g->param_dtype, VR_ROLE_PARAM, 1, shape);
     g->params = id;

@@ -18,13 +18,6 @@ static inline vr_node *vr_N(vr_graph *g, int id) { return &g->nodes[id]; }
 int64_t vr_tensor_lastdim(const vr_tensor *t);
 int64_t vr_tensor_rows(const vr_tensor *t);
 
-/* Parameter tensor at `offset` elements into the flat buffer g->params. */
-int vr_graph_param(vr_graph *g, const char *name, int ndim, const int64_t *shape, int64_t offset,
-                   vr_init init, float init_scale);
-
-/* Adds the parameter buffer (n elements) and sets g->params / g->n_params. */
-int vr_graph_param_buffer(vr_graph *g, int64_t n);
-
 /* Sets the scratch tensor of node id from vr_node_scratch_bytes (none if 0). */
 void vr_graph_attach_scratch(vr_graph *g, int node);
 

@@ -87,11 +87,5 @@ vr_status vr_mlp_forward(vr_graph *g, const vr_mlp_config *c, int B)
             g->nodes[n].layer = i;
     }
     g->losses = vr_graph_softmax_xent(g, "losses", x, g->targets, NULL);
-    if (g->err)
-        return g->err;
-    g->loss_node = g->n_nodes - 1;
-    g->tensors[g->losses].output = true;
-    g->n_forward = g->n_nodes;
-    g->n_trainable = g->n_params;
-    return VR_OK;
+    return vr_graph_set_loss(g, g->losses);
 }

@@ -1,0 +1,428 @@
+/* autodiff: gradients for trainable parameters only, acc flags, pruning, the
+ * no-grad graph, recomputation policies, accumulation, precision, optimizers. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "vram/graph.h"
+
+static vr_graph *gpt(const char *preset, int B, vr_step_config s)
+{
+    vr_model_config m = {.kind = VR_MODEL_GPT, .B = B};
+    assert_int_equal(vr_gpt_preset(preset, &m.gpt, &m.T), VR_OK);
+    vr_graph *g = NULL;
+    if (vr_graph_build(&m, &s, &g))
+        fail_msg("build: %s", vr_last_error());
+    return g;
+}
+
+static vr_graph *mlp(const char *preset, vr_op act, int B, vr_step_config s)
+{
+    vr_model_config m = {.kind = VR_MODEL_MLP, .B = B};
+    assert_int_equal(vr_mlp_preset(preset, &m.mlp), VR_OK);
+    m.mlp.act = act;
+    vr_graph *g = NULL;
+    if (vr_graph_build(&m, &s, &g))
+        fail_msg("build: %s", vr_last_error());
+    return g;
+}
+
+static bool is_param_view(const vr_graph *g, int t) { return g->tensors[t].view_of == g->params && t != g->params; }
+
+static bool born_persistent(const vr_graph *g, int s)
+{
+    vr_role r = g->tensors[s].role;
+    return r == VR_ROLE_PARAM || r == VR_ROLE_MASTER || r == VR_ROLE_OPTIM || r == VR_ROLE_INPUT;
+}
+
+/* Every tensor is written before it is read; acc = add only into something
+ * written before; no backward or recompute node writes what it reads. */
+static void check_dataflow(const vr_graph *g)
+{
+    bool *written = calloc((size_t)g->n_tensors, 1);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const vr_node *n = &g->nodes[i];
+        for (int k = 0; k < VR_NODE_MAX_IN; k++) {
+            int s = vr_graph_storage(g, n->in[k]);
+            if (s >= 0 && !born_persistent(g, s) && !written[s])
+                fail_msg("node %d (%s) reads %s before anything writes it", i, n->name, g->tensors[n->in[k]].name);
+        }
+        for (int k = 0; k < VR_NODE_MAX_OUT; k++) {
+            int s = vr_graph_storage(g, n->out[k]);
+            if (s < 0)
+                continue;
+            if (n->phase != VR_PHASE_OPTIMIZER || n->op == VR_OP_SUMSQ) {
+                if (n->acc[k] == VR_ACC_ADD && !written[s])
+                    fail_msg("node %d (%s) adds into %s, never written before", i, n->name, g->tensors[s].name);
+                if (n->acc[k] != VR_ACC_ADD && written[s] && n->op != VR_OP_RESHAPE)
+                    fail_msg("node %d (%s) overwrites %s, written before", i, n->name, g->tensors[s].name);
+            }
+            if (n->phase == VR_PHASE_BACKWARD || n->phase == VR_PHASE_RECOMPUTE)
+                for (int j = 0; j < VR_NODE_MAX_IN; j++)
+                    if (n->in[j] >= 0 && vr_graph_storage(g, n->in[j]) == s && n->op != VR_OP_RESHAPE)
+                        fail_msg("node %d (%s) writes %s, which it reads", i, n->name, g->tensors[s].name);
+            written[s] = true;
+        }
+    }
+    free(written);
+}
+
+static int count_op(const vr_graph *g, vr_op op)
+{
+    int c = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        c += g->nodes[i].op == op;
+    return c;
+}
+
+static void grads_for_trainable_params_only(void **state)
+{
+    (void)state;
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .freeze = "h.*.attn*"};
+    vr_graph *g = gpt("tiny", 2, s);
+    int trainable = 0, frozen = 0;
+    int64_t n_trainable = 0;
+    for (int t = 0; t < g->n_tensors; t++) {
+        if (!is_param_view(g, t))
+            continue;
+        const vr_tensor *p = &g->tensors[t];
+        bool attn = strstr(p->name, ".attn.") != NULL;
+        assert_int_equal(p->frozen, attn);
+        if (p->frozen) {
+            frozen++;
+            assert_int_equal(p->grad, -1);
+            assert_int_equal(p->optim[0], -1);
+            assert_int_equal(p->optim[1], -1);
+            continue;
+        }
+        trainable++;
+        n_trainable += vr_tensor_numel(p);
+        assert_true(p->grad >= 0);
+        const vr_tensor *gr = &g->tensors[p->grad];
+        assert_int_equal(gr->role, VR_ROLE_GRAD);
+        assert_int_equal(gr->dtype, p->dtype);
+        assert_int_equal(vr_tensor_numel(gr), vr_tensor_numel(p));
+        assert_true(p->optim[0] >= 0 && p->optim[1] >= 0);
+        int updates = 0;
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i].op == VR_OP_ADAMW && g->nodes[i].out[0] == t) {
+                updates++;
+                assert_int_equal(g->nodes[i].in[0], p->grad);
+                assert_int_equal(g->nodes[i].out[2], p->optim[0]);
+            }
+        assert_int_equal(updates, 1);
+    }
+    assert_int_equal(frozen, 4 * g->model.gpt.L);
+    assert_int_equal(trainable, 2 + 8 * g->model.gpt.L + 2);
+    assert_int_equal(n_trainable, g->n_trainable);
+    assert_int_equal(vr_tensor_numel(&g->tensors[g->optim[0]]), n_trainable);
+    assert_int_equal(count_op(g, VR_OP_ADAMW), trainable);
+    check_dataflow(g);
+    vr_graph_free(g);
+}
+
+static void acc_flags_and_shared_buffers(void **state)
+{
+    (void)state;
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW};
+    vr_graph *g = gpt("tiny", 2, s);
+    check_dataflow(g);
+    int wte = vr_graph_find(g, "wte"), dwte = g->tensors[wte].grad;
+    const vr_node *cls = &g->nodes[g->loss_node];
+    assert_int_equal(cls->out[2], dwte);
+    assert_int_equal(cls->acc[2], VR_ACC_OVERWRITE);
+    assert_true(cls->out[1] >= 0); /* dx of lnf */
+    assert_true(cls->loss_scale == 1.0f / (float)(2 * g->model.T));
+    int emb = -1;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == VR_OP_EMBEDDING_BWD)
+            emb = i;
+    assert_true(emb > g->loss_node);
+    assert_int_equal(g->nodes[emb].out[0], dwte);
+    assert_int_equal(g->nodes[emb].acc[0], VR_ACC_ADD);  /* tied head: adds to the classifier's */
+    assert_int_equal(g->nodes[emb].acc[1], VR_ACC_OVERWRITE); /* dwpe: first write */
+    /* the residual stream's gradient is one buffer: written by lnf's backward,
+     * added to by every block's two layernorm backwards, read by the embedding's */
+    int dres = g->nodes[emb].in[0];
+    int adds = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == VR_OP_LAYERNORM_BWD && g->nodes[i].out[0] == dres)
+            adds += g->nodes[i].acc[0] == VR_ACC_ADD;
+    assert_int_equal(adds, 2 * g->model.gpt.L);
+    assert_int_equal(count_op(g, VR_OP_ACC), 0); /* no copies needed in a GPT */
+    vr_graph_free(g);
+}
+
+static void frozen_parts_are_not_differentiated(void **state)
+{
+    (void)state;
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .freeze = "wte,wpe"};
+    vr_graph *g = gpt("tiny", 2, s);
+    assert_int_equal(count_op(g, VR_OP_EMBEDDING_BWD), 0);
+    assert_int_equal(g->nodes[g->loss_node].out[2], -1);
+    check_dataflow(g);
+    vr_graph_free(g);
+
+    s.freeze = "wte,wpe,h.0.*";
+    g = gpt("tiny", 2, s);
+    for (int i = g->n_forward; i < g->n_nodes; i++)
+        assert_int_not_equal(g->nodes[i].layer, 0);
+    for (int i = g->n_forward; i < g->n_nodes; i++) /* block 1's input needs no gradient */
+        if (g->nodes[i].op == VR_OP_LAYERNORM_BWD && g->nodes[i].layer == 1 &&
+            strstr(g->nodes[i].name, "ln1"))
+            assert_int_equal(g->nodes[i].out[0], -1);
+    check_dataflow(g);
+    vr_graph_free(g);
+
+    s.freeze = "nothing.matches";
+    vr_model_config m = {.kind = VR_MODEL_GPT, .B = 1};
+    assert_int_equal(vr_gpt_preset("tiny", &m.gpt, &m.T), VR_OK);
+    assert_int_equal(vr_graph_build(&m, &s, &g), VR_ERR_INVALID);
+    assert_non_null(strstr(vr_last_error(), "--freeze"));
+}
+
+static void no_grad_graph_saves_nothing(void **state)
+{
+    (void)state;
+    vr_step_config s = {.train = false};
+    vr_graph *g = gpt("tiny", 2, s);
+    assert_int_equal(g->n_nodes, g->n_forward);
+    assert_int_equal(vr_graph_count_phase(g, VR_PHASE_BACKWARD), 0);
+    assert_int_equal(vr_graph_count_phase(g, VR_PHASE_OPTIMIZER), 0);
+    assert_int_equal(g->nodes[g->loss_node].out[1], -1);
+    assert_int_equal(g->nodes[g->loss_node].out[2], -1);
+    for (int t = 0; t < g->n_tensors; t++) {
+        assert_false(vr_graph_is_saved(g, t));
+        assert_int_equal(g->tensors[t].grad, -1);
+    }
+    check_dataflow(g);
+    vr_graph_free(g);
+    /* the training graph does save activations */
+    s.train = true;
+    s.optim = VR_OPTIM_SGD;
+    g = gpt("tiny", 2, s);
+    assert_true(vr_graph_is_saved(g, vr_graph_find(g, "h.0.qkv")));
+    assert_false(vr_graph_is_saved(g, vr_graph_find(g, "h.0.attproj"))); /* add's backward needs nothing */
+    assert_false(vr_graph_is_saved(g, vr_graph_find(g, "lnf"))); /* fused classifier: done in forward */
+    vr_graph_free(g);
+}
+
+/* In block mode the backward of block l reads no forward tensor made inside block l. */
+static void block_recompute(void **state)
+{
+    (void)state;
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .recompute = VR_RECOMPUTE_BLOCK};
+    vr_graph *g = gpt("small", 2, s);
+    int L = g->model.gpt.L;
+    check_dataflow(g);
+    for (int l = 0; l < L; l++) {
+        int first_bwd = -1, n_re = 0, last_re = -1;
+        for (int i = g->n_forward; i < g->n_nodes; i++) {
+            const vr_node *n = &g->nodes[i];
+            if (n->layer != l)
+                continue;
+            if (n->phase == VR_PHASE_RECOMPUTE) {
+                n_re++;
+                last_re = i;
+                assert_int_equal(first_bwd, -1); /* all before the block's backward */
+            } else if (n->phase == VR_PHASE_BACKWARD && first_bwd < 0) {
+                first_bwd = i;
+            }
+            if (n->phase != VR_PHASE_BACKWARD)
+                continue;
+            for (int k = 0; k < VR_NODE_MAX_IN; k++) {
+                int t = n->in[k];
+                if (t < 0 || g->tensors[t].producer < 0)
+                    continue;
+                const vr_node *p = &g->nodes[g->tensors[t].producer];
+                if (p->phase == VR_PHASE_FORWARD && p->layer == l)
+                    fail_msg("%s reads %s, stored from block %d", n->name, g->tensors[t].name, l);
+            }
+        }
+        assert_int_equal(n_re, 8); /* the block's 10 forward nodes less fcproj and the last add (no backward reads their outputs) */
+        assert_int_equal(last_re + 1, first_bwd);
+    }
+    vr_graph_free(g);
+}
+
+static void selective_recompute(void **state)
+{
+    (void)state;
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .recompute = VR_RECOMPUTE_SELECTIVE};
+    vr_graph *g = gpt("small", 2, s);
+    check_dataflow(g);
+    int re = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const vr_node *n = &g->nodes[i];
+        if (n->phase == VR_PHASE_RECOMPUTE) {
+            re++;
+            assert_true(n->op == VR_OP_GELU || n->op == VR_OP_LAYERNORM);
+        }
+        if (n->phase != VR_PHASE_BACKWARD)
+            continue;
+        for (int k = 0; k < VR_NODE_MAX_IN; k++) {
+            int t = n->in[k];
+            if (t < 0 || g->tensors[t].producer < 0)
+                continue;
+            const vr_node *p = &g->nodes[g->tensors[t].producer];
+            if (p->phase == VR_PHASE_FORWARD && (p->op == VR_OP_GELU || p->op == VR_OP_LAYERNORM) && p->out[0] == t)
+                fail_msg("%s reads the stored %s", n->name, g->tensors[t].name);
+        }
+    }
+    assert_int_equal(re, 3 * g->model.gpt.L); /* ln1, ln2, gelu per block (lnf's output is not needed) */
+    vr_graph_free(g);
+}
+
+static void accumulation_keeps_grads(void **state)
+{
+    (void)state;
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .accum = 4};
+    vr_graph *g = gpt("tiny", 2, s);
+    check_dataflow(g);
+    for (int t = 0; t < g->n_tensors; t++)
+        if (g->tensors[t].role == VR_ROLE_GRAD)
+            assert_true(g->tensors[t].persistent);
+    const vr_node *cls = &g->nodes[g->loss_node];
+    assert_int_equal(cls->acc[2], VR_ACC_MICRO);
+    assert_true(cls->loss_scale == 1.0f / (float)(2 * g->model.T * 4));
+    vr_graph_free(g);
+    s.accum = 1;
+    g = gpt("tiny", 2, s);
+    for (int t = 0; t < g->n_tensors; t++)
+        if (g->tensors[t].role == VR_ROLE_GRAD)
+            assert_false(g->tensors[t].persistent);
+    vr_graph_free(g);
+}
+
+static void mlp_backward(void **state)
+{
+    (void)state;
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_MOMENTUM};
+    vr_graph *g = mlp("tiny", VR_OP_RELU, 5, s);
+    check_dataflow(g);
+    assert_int_equal(g->n_params, vr_mlp_num_params(&g->model.mlp));
+    assert_int_equal(count_op(g, VR_OP_SOFTMAX_XENT_BWD), 1);
+    assert_int_equal(count_op(g, VR_OP_RELU_BWD), 2);
+    assert_int_equal(count_op(g, VR_OP_MATMUL_BWD), 3);
+    assert_int_equal(count_op(g, VR_OP_SGD_MOMENTUM), 6);
+    assert_true(g->optim[0] >= 0 && g->optim[1] < 0); /* momentum: one state buffer */
+    for (int i = 0; i < g->n_nodes; i++) {
+        const vr_node *n = &g->nodes[i];
+        if (n->op == VR_OP_SOFTMAX_XENT_BWD)
+            assert_true(n->loss_scale == 1.0f / 5.0f);
+        if (n->op == VR_OP_RELU_BWD) /* reads the forward's output */
+            assert_int_equal(n->in[1], g->nodes[n->src].out[0]);
+        if (n->op == VR_OP_MATMUL_BWD && n->layer == 0) {
+            assert_int_equal(n->out[0], -1); /* the features need no gradient */
+            assert_int_equal(n->in[1], g->tokens);
+            assert_int_equal(n->in[2], -1); /* so w is not read */
+        }
+    }
+    vr_graph_free(g);
+    s.optim = VR_OPTIM_SGD;
+    g = mlp("mnist", VR_OP_GELU, 5, s);
+    assert_int_equal(count_op(g, VR_OP_GELU_BWD), 2);
+    assert_true(g->optim[0] < 0);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == VR_OP_SGD)
+            assert_int_equal(g->nodes[i].out[2], -1);
+    vr_graph_free(g);
+}
+
+static void mixed_precision(void **state)
+{
+    (void)state;
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .precision = VR_PREC_BF16, .freeze = "wpe"};
+    vr_graph *g = gpt("tiny", 2, s);
+    check_dataflow(g);
+    assert_int_equal(g->tensors[g->params].dtype, VR_BF16);
+    assert_true(g->master >= 0);
+    assert_int_equal(g->tensors[g->master].dtype, VR_F32);
+    assert_int_equal(vr_tensor_numel(&g->tensors[g->master]), g->n_trainable);
+    assert_int_equal(g->tensors[g->optim[0]].dtype, VR_F32);
+    for (int t = 0; t < g->n_tensors; t++) {
+        if (!is_param_view(g, t))
+            continue;
+        const vr_tensor *p = &g->tensors[t];
+        assert_int_equal(p->master >= 0, !p->frozen);
+        if (!p->frozen) {
+            assert_int_equal(g->tensors[p->master].dtype, VR_F32);
+            assert_int_equal(g->tensors[p->grad].dtype, VR_BF16);
+        }
+    }
+    assert_int_equal(g->tensors[vr_graph_find(g, "h.0.qkv")].dtype, VR_BF16);
+    assert_int_equal(g->tensors[vr_graph_find(g, "h.0.ln1.rstd")].dtype, VR_F32);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == VR_OP_ADAMW)
+            assert_int_equal(g->nodes[i].out[1], g->tensors[g->nodes[i].out[0]].master);
+    vr_graph_free(g);
+}
+
+static void clipping_reads_every_grad_first(void **state)
+{
+    (void)state;
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAM, .grad_clip = 1.0f};
+    vr_graph *g = gpt("tiny", 2, s);
+    check_dataflow(g);
+    int norm = vr_graph_find(g, "grad.normsq"), last_sumsq = -1, first_update = -1;
+    assert_true(norm >= 0);
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i].op == VR_OP_SUMSQ)
+            last_sumsq = i;
+        if (g->nodes[i].op == VR_OP_ADAM) {
+            if (first_update < 0)
+                first_update = i;
+            assert_int_equal(g->nodes[i].in[1], norm);
+        }
+    }
+    assert_int_equal(count_op(g, VR_OP_SUMSQ), count_op(g, VR_OP_ADAM));
+    assert_true(last_sumsq < first_update);
+    vr_graph_free(g);
+}
+
+/* y = a + gelu(a): the gelu backward reads dy while a's gradient would be
+ * written: autodiff must copy instead of sharing the buffer. */
+static void unsafe_alias_gets_a_copy(void **state)
+{
+    (void)state;
+    vr_graph *g = vr_graph_new(VR_PREC_FP32);
+    vr_graph_param_buffer(g, 16 * 16);
+    int w = vr_graph_param(g, "w", 2, (int64_t[]){16, 16}, 0, VR_INIT_NORMAL, 0.02f);
+    int x = vr_graph_tensor(g, "x", VR_F32, VR_ROLE_INPUT, 2, (int64_t[]){4, 16});
+    int lab = vr_graph_tensor(g, "labels", VR_I32, VR_ROLE_INPUT, 1, (int64_t[]){4});
+    int a = vr_graph_linear(g, "a", x, w, -1);
+    int b = vr_graph_gelu(g, "b", a);
+    int y = vr_graph_add(g, "y", a, b);
+    int loss = vr_graph_softmax_xent(g, "loss", y, lab, NULL);
+    assert_int_equal(vr_graph_set_loss(g, loss), VR_OK);
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_SGD};
+    assert_int_equal(vr_graph_backward(g, &s), VR_OK);
+    check_dataflow(g);
+    assert_int_equal(count_op(g, VR_OP_ACC), 1);
+    assert_int_not_equal(vr_graph_storage(g, g->tensors[a].grad), vr_graph_storage(g, g->tensors[b].grad));
+    assert_true(g->tensors[w].grad >= 0);
+    vr_graph_free(g);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(grads_for_trainable_params_only),
+        cmocka_unit_test(acc_flags_and_shared_buffers),
+        cmocka_unit_test(frozen_parts_are_not_differentiated),
+        cmocka_unit_test(no_grad_graph_saves_nothing),
+        cmocka_unit_test(block_recompute),
+        cmocka_unit_test(selective_recompute),
+        cmocka_unit_test(accumulation_keeps_grads),
+        cmocka_unit_test(mlp_backward),
+        cmocka_unit_test(mixed_precision),
+        cmocka_unit_test(clipping_reads_every_grad_first),
+        cmocka_unit_test(unsafe_alias_gets_a_copy),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
