@@ -79,6 +79,23 @@ vr_status vr_device_malloc(vr_device *dev, size_t bytes, void **ptr);
 /* Returns a segment obtained from vr_device_malloc (bytes as asked). */
 void vr_device_free(vr_device *dev, void *ptr, size_t bytes);
 
+/* --- copies and fills (what an executor needs to move data in and out) ---
+ * cpu: plain memcpy/memset; cuda: cudaMemcpy/cudaMemset on the default
+ * stream, synchronous with respect to the host; meta has no bytes and
+ * returns VR_ERR_UNSUPPORTED. Host pointers are ordinary process memory. */
+
+typedef enum vr_copy_kind {
+    VR_COPY_HOST_TO_DEVICE,
+    VR_COPY_DEVICE_TO_HOST,
+    VR_COPY_DEVICE_TO_DEVICE,
+} vr_copy_kind;
+
+/* Copies `bytes` from src to dst in the given direction (0 bytes is a no-op). */
+vr_status vr_device_memcpy(vr_device *dev, void *dst, const void *src, size_t bytes, vr_copy_kind kind);
+
+/* Sets `bytes` of device memory at dst to the byte `value`. */
+vr_status vr_device_memset(vr_device *dev, void *dst, int value, size_t bytes);
+
 /* --- virtual memory (expandable segments) ---
  * All three backends support it. cpu reserves with mmap(PROT_NONE) and maps
  * with mprotect (unmap gives the pages back with madvise(MADV_DONTNEED));
