@@ -393,11 +393,13 @@ static void test_attention(void **state)
 {
     (void)state;
     uint64_t rng = 51;
-    // (B, T, C, NH): T = 1, T < block, T = block + 1, T not a multiple of 64, several heads
-    int shapes[][4] = {{1, 1, 4, 1}, {2, 7, 8, 2}, {1, 65, 8, 2}, {2, 70, 12, 3}, {1, 130, 16, 4},
-                       {3, 200, 32, 2}};
+    // (B, T, C, NH): T = 1, T < a tile, T = 64 + 1 keys, T not a multiple of 32 or 64, several
+    // heads; head sizes up to 128 take the tiled path, larger ones (132) the row-at-a-time path
+    int shapes[][4] = {{1, 1, 4, 1},   {2, 7, 8, 2},     {1, 65, 8, 2},  {2, 70, 12, 3},
+                       {1, 130, 16, 4}, {3, 200, 32, 2}, {1, 33, 256, 2}, {1, 9, 132, 1},
+                       {2, 70, 264, 2}};
     reset_worst();
-    for (int si = 0; si < 6; si++) {
+    for (int si = 0; si < 9; si++) {
         int B = shapes[si][0], T = shapes[si][1], C = shapes[si][2], NH = shapes[si][3];
         assert_int_equal(vr_cpu_attention_scratch_bytes(B, T, C, NH), 0);
         size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;

@@ -11,7 +11,7 @@
 
 /* Hot functions are compiled twice, for AVX2+FMA and for the baseline ISA, and the loader picks one
  * (GCC function multi-versioning); only where the target supports it. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define VR_CPU_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define VR_CPU_HOT

@@ -30,31 +30,37 @@ void vr_cpu_scale(float *x, size_t n, float s)
 }
 
 /* GELU, tanh approximation (GPT-2):
- * gelu(x)  = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
- * gelu'(x) = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) */
+ *   gelu(x)  = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
+ * computed through 0.5 (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u)), which needs only exp (our
+ * vectorizable one, instead of a libm call per element) and has no cancellation for negative x:
+ *   gelu(x)  = x s,  s = sigmoid(2u)
+ *   gelu'(x) = s + 2 x s (1 - s) u'(x),  u'(x) = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+ * (0.5 x (1 - tanh(u)^2) u' = 2 x s (1 - s) u', since 1 - tanh^2 = 4 s (1 - s)). */
 #define VR_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
+VR_CPU_HOT
 void vr_cpu_gelu_fwd(float *out, const float *inp, size_t n)
 {
     // out, inp are (n)
-#pragma omp parallel for if (n >= VR_CPU_PAR_MIN / 8) schedule(static)
+#pragma omp parallel for simd if (n >= VR_CPU_PAR_MIN / 4) schedule(static)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = VR_GELU_K * (x + 0.044715f * x * x * x);
-        out[i] = 0.5f * x * (1.0f + tanhf(u));
+        out[i] = x / (1.0f + vr_expf(-2.0f * u));
     }
 }
 
+VR_CPU_HOT
 void vr_cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n, int acc)
 {
     // dinp, inp, dout are (n)
-#pragma omp parallel for if (n >= VR_CPU_PAR_MIN / 8) schedule(static)
+#pragma omp parallel for simd if (n >= VR_CPU_PAR_MIN / 4) schedule(static)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = VR_GELU_K * (x + 0.044715f * x * x * x);
-        float th = tanhf(u);
-        float g = 0.5f * (1.0f + th) +
-                  0.5f * x * (1.0f - th * th) * VR_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        float sg = 1.0f / (1.0f + vr_expf(-2.0f * u));
+        float du = VR_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        float g = sg + 2.0f * x * sg * (1.0f - sg) * du;
         float d = g * dout[i];
         dinp[i] = acc ? dinp[i] + d : d;
     }
@@ -68,11 +74,18 @@ void vr_cpu_relu_fwd(float *out, const float *inp, size_t n)
 
 void vr_cpu_relu_bwd(float *dinp, const float *x, const float *dout, size_t n, int acc)
 {
+    // dout is loaded unconditionally, so the select vectorizes (no conditional load)
     if (acc) {
 #pragma omp parallel for simd if (n >= VR_CPU_PAR_MIN) schedule(static)
-        for (size_t i = 0; i < n; i++) dinp[i] += x[i] > 0.0f ? dout[i] : 0.0f;
+        for (size_t i = 0; i < n; i++) {
+            float g = dout[i];
+            dinp[i] += x[i] > 0.0f ? g : 0.0f;
+        }
     } else {
 #pragma omp parallel for simd if (n >= VR_CPU_PAR_MIN) schedule(static)
-        for (size_t i = 0; i < n; i++) dinp[i] = x[i] > 0.0f ? dout[i] : 0.0f;
+        for (size_t i = 0; i < n; i++) {
+            float g = dout[i];
+            dinp[i] = x[i] > 0.0f ? g : 0.0f;
+        }
     }
 }
