@@ -362,7 +362,8 @@ static void optimizer_state(vr_graph *g, const vr_step_config *s)
         }
         for (int i = 0; i < n_state; i++) {
             snprintf(name, sizeof name, "%s.%.48s", state_names[n_state - 1][i], pt.name);
-            g->tensors[p].optim[i] = vr_graph_view(g, g->optim[i], name, pt.ndim, pt.shape, off);
+            int v = vr_graph_view(g, g->optim[i], name, pt.ndim, pt.shape, off); /* may move g->tensors */
+            g->tensors[p].optim[i] = v;
         }
         off += numel;
     }

@@ -4,8 +4,8 @@
  * are allocated once before the first step; then, node by node, every tensor
  * first used by the node is allocated (vr_alloc_malloc of its raw bytes) just
  * before it runs, and every tensor last used by it is freed right after. The
- * device is `meta` (address space only, nothing touched), optionally capped at
- * the configured capacity. Peaks are the allocator's own statistics, over all
+ * device is `meta` (address space only, nothing touched), capped at the
+ * configured capacity (none: unlimited). Peaks are the allocator's own statistics, over all
  * replayed steps (the first step fills the cache; later ones reuse it). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,9 +71,10 @@ vr_status vr__plan_dynamic(vr_plan *p)
         st = vr_error(VR_ERR_OOM, "plan: out of host memory");
         goto out;
     }
-    char spec[64] = "meta";
-    if (p->config.capacity)
-        snprintf(spec, sizeof spec, "meta:%llu", (unsigned long long)p->config.capacity);
+    /* without a capacity: 2^55 bytes, i.e. no limit (meta's default would be 80 GiB) */
+    char spec[64];
+    snprintf(spec, sizeof spec, "meta:%llu",
+             (unsigned long long)(p->config.capacity ? p->config.capacity : (uint64_t)1 << 55));
     if ((st = vr_device_open(spec, &dev)))
         goto out;
     vr_alloc_config ac = {.policy = p->config.alloc_policy};

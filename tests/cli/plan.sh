@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# vram plan: a plan runs and prints the role table, --json parses and its
+# figures hang together, --timeline has a line per node, and every bad flag
+# exits 2 with a one-line error naming the flag.
+set -euo pipefail
+vram="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$vram" plan --preset tiny --batch 4 >"$tmp/out" 2>"$tmp/err" || { echo "vram plan failed:"; cat "$tmp/out" "$tmp/err"; exit 1; }
+cat "$tmp/out"
+for role in params master grads optim inputs acts temp peak arena; do
+  grep -q "^$role " "$tmp/out" || { echo "no '$role' line"; exit 1; }
+done
+grep -q "CUDA context none" "$tmp/out" || { echo "meta should say no CUDA context"; exit 1; }
+
+# GPT-2 124M: the parameter count and a fit against a capacity
+"$vram" plan --preset gpt2 --batch 2 --seq 256 --capacity 1GiB >"$tmp/gpt2" || { echo "gpt2 plan failed"; exit 1; }
+grep -q "124475904 params" "$tmp/gpt2" || { echo "gpt2 param count"; cat "$tmp/gpt2"; exit 1; }
+grep -q "DOES NOT FIT" "$tmp/gpt2" || { echo "1 GiB should not fit gpt2 training"; exit 1; }
+
+# --json parses; roles add up to the peak; the arena is at least the peak
+"$vram" plan --preset tiny --batch 4 --memory dynamic --timeline --json >"$tmp/json"
+python3 - "$tmp/json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+roles = d["roles"]
+assert set(roles) == {"params", "master", "grads", "optim", "inputs", "acts", "temp"}, roles
+assert sum(r["at_peak"] for r in roles.values()) == d["peak"]["bytes"], d["peak"]
+assert d["arena"]["bytes"] >= d["peak"]["aligned_bytes"] >= d["peak"]["bytes"] > 0
+assert d["arena"]["align"] == 256
+assert len(d["timeline"]) == d["graph"]["nodes"]
+assert max(e["total"] for e in d["timeline"]) == d["peak"]["bytes"]
+assert d["dynamic"]["peak_requested"] == d["peak"]["bytes"], d["dynamic"]
+assert d["dynamic"]["peak_reserved"] >= d["dynamic"]["peak_allocated"] >= d["peak"]["bytes"]
+assert d["device"]["context"] == 0 and d["device"]["fits"] is True
+print("json ok: peak", d["peak"]["bytes"], "arena", d["arena"]["bytes"])
+PY
+
+# strategies run; eval keeps no activations; an MLP plans too
+"$vram" plan --preset tiny --recompute block --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["graph"]["recompute"] > 0'
+"$vram" plan --preset tiny --eval --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["roles"]["acts"]["total"] == 0 and d["roles"]["grads"]["total"] == 0'
+"$vram" plan --model mlp --preset mnist --batch 64 --optim sgd --freeze 'fc0.*' >/dev/null
+"$vram" plan --preset tiny --precision bf16 --freeze 'h.*.attn*' --accum 4 --clip 1.0 --json >/dev/null
+"$vram" plan --preset tiny --timeline >"$tmp/tl"
+grep -q "<- peak" "$tmp/tl" || { echo "timeline marks no peak"; exit 1; }
+
+# bad flags: exit 2, one line, naming the flag
+bad() {
+  local flag="$1"; shift
+  set +e
+  "$vram" plan "$@" >"$tmp/bout" 2>"$tmp/berr"
+  local rc=$?
+  set -e
+  [ "$rc" -eq 2 ] || { echo "'$*' exited $rc, want 2"; cat "$tmp/berr"; exit 1; }
+  [ "$(wc -l <"$tmp/berr")" -eq 1 ] || { echo "'$*': not one line:"; cat "$tmp/berr"; exit 1; }
+  grep -q -- "$flag" "$tmp/berr" || { echo "'$*': error does not name $flag:"; cat "$tmp/berr"; exit 1; }
+}
+bad --bogus --bogus
+bad --batch --batch x
+bad --batch --batch 0
+bad --batch --batch
+bad --model --model rnn
+bad --preset --preset gpt5
+bad --optim --optim lion
+bad --recompute --recompute some
+bad --precision --precision fp8
+bad --memory --memory lots
+bad --device --device tpu
+bad --capacity --capacity lots
+bad --freeze --freeze 'nothing*'
+bad --heads --heads 5
+bad --seq --seq 100000 --max-seq 1024
+bad --sizes --model mlp --sizes 10,x
+bad --act --model mlp --act tanh
+bad --clip --clip -1
+bad --accum --accum 0
+"$vram" plan --help >"$tmp/help"
+grep -q -- --recompute "$tmp/help"
+echo ok

@@ -1,0 +1,151 @@
+/* The static arena on several models, batches and strategies: no two tensors
+ * live at the same time share a byte, every offset is aligned, and the arena
+ * is at least the aligned peak and close to it (the factor is printed). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "plan_test_util.h"
+
+typedef struct strategy {
+    const char *name;
+    vr_step_config s;
+} strategy;
+
+static const strategy strategies[] = {
+    {"adamw", {.train = true, .optim = VR_OPTIM_ADAMW}},
+    {"block", {.train = true, .optim = VR_OPTIM_ADAMW, .recompute = VR_RECOMPUTE_BLOCK}},
+    {"selective", {.train = true, .optim = VR_OPTIM_ADAMW, .recompute = VR_RECOMPUTE_SELECTIVE}},
+    {"eval", {.train = false}},
+    {"accum4", {.train = true, .optim = VR_OPTIM_SGD, .accum = 4}},
+    {"bf16+clip", {.train = true, .optim = VR_OPTIM_ADAM, .precision = VR_PREC_BF16, .grad_clip = 1.0f}},
+    {"momentum", {.train = true, .optim = VR_OPTIM_MOMENTUM}},
+};
+#define NSTRAT (int)(sizeof strategies / sizeof *strategies)
+
+static double worst = 1.0;
+
+static void check(built *b, const char *what)
+{
+    vr_plan *p = b->p;
+    if (vr_plan_check(p) != VR_OK)
+        fail_msg("%s: %s", what, vr_last_error());
+    assert_true(p->arena_size >= p->peak_aligned);
+    assert_true(p->peak_aligned >= p->peak);
+    double f = vr_plan_arena_factor(p);
+    if (f > worst)
+        worst = f;
+    print_message("  %-28s peak %12llu  arena %12llu  factor %.4f\n", what, (unsigned long long)p->peak_aligned,
+                  (unsigned long long)p->arena_size, f);
+    assert_true(f < 1.10);
+}
+
+static void gpt_models(void **state)
+{
+    (void)state;
+    const char *presets[] = {"tiny", "small"};
+    int batches[] = {1, 4};
+    for (int m = 0; m < 2; m++)
+        for (int bi = 0; bi < 2; bi++)
+            for (int s = 0; s < NSTRAT; s++) {
+                built b = plan_gpt(presets[m], batches[bi], 0, strategies[s].s, NULL);
+                char what[64];
+                snprintf(what, sizeof what, "%s B=%d %s", presets[m], batches[bi], strategies[s].name);
+                check(&b, what);
+                built_free(&b);
+            }
+}
+
+static void gpt2_124m(void **state)
+{
+    (void)state;
+    for (int s = 0; s < NSTRAT; s++) {
+        built b = plan_gpt("gpt2", 4, 1024, strategies[s].s, NULL);
+        char what[64];
+        snprintf(what, sizeof what, "gpt2 B=4 %s", strategies[s].name);
+        check(&b, what);
+        built_free(&b);
+    }
+}
+
+static void mlp_models(void **state)
+{
+    (void)state;
+    vr_op acts[] = {VR_OP_RELU, VR_OP_GELU};
+    for (int a = 0; a < 2; a++)
+        for (int s = 0; s < NSTRAT; s++) {
+            built b = plan_mlp("mnist", acts[a], 64, strategies[s].s, NULL);
+            char what[64];
+            snprintf(what, sizeof what, "mnist %s B=64 %s", vr_op_name(acts[a]), strategies[s].name);
+            check(&b, what);
+            built_free(&b);
+        }
+    print_message("  worst arena / aligned peak: %.4f\n", worst);
+}
+
+static void other_alignments(void **state)
+{
+    (void)state;
+    vr_plan_config pc = {.align = 512};
+    built b = plan_gpt("tiny", 3, 0, strategies[0].s, &pc);
+    assert_int_equal(b.p->align, 512);
+    for (int t = 0; t < b.p->n_tensors; t++)
+        if (b.g->tensors[t].view_of < 0 && b.p->tensors[t].first >= 0)
+            assert_int_equal(b.p->tensors[t].offset % 512, 0);
+    assert_int_equal(vr_plan_check(b.p), VR_OK);
+    vr_plan *bad = NULL;
+    pc.align = 300;
+    assert_int_equal(vr_plan_create(b.g, &pc, &bad), VR_ERR_INVALID);
+    assert_null(bad);
+    built_free(&b);
+}
+
+/* The check itself catches an overlap and a misaligned offset. */
+static void check_catches_errors(void **state)
+{
+    (void)state;
+    built b = plan_gpt("tiny", 2, 0, strategies[0].s, NULL);
+    int qkv = vr_graph_find(b.g, "h.0.qkv"), atty = vr_graph_find(b.g, "h.0.atty");
+    uint64_t saved = b.p->tensors[atty].offset;
+    b.p->tensors[atty].offset = b.p->tensors[qkv].offset; /* both live during the attention */
+    assert_int_equal(vr_plan_check(b.p), VR_ERR_INVALID);
+    assert_non_null(strstr(vr_last_error(), "overlap"));
+    b.p->tensors[atty].offset = saved + 8;
+    assert_int_equal(vr_plan_check(b.p), VR_ERR_INVALID);
+    assert_non_null(strstr(vr_last_error(), "aligned"));
+    b.p->tensors[atty].offset = saved;
+    assert_int_equal(vr_plan_check(b.p), VR_OK);
+    built_free(&b);
+}
+
+/* Persistent tensors come first, parameter buffer at offset 0; views inside their storage. */
+static void layout(void **state)
+{
+    (void)state;
+    built b = plan_gpt("tiny", 2, 0, strategies[0].s, NULL);
+    const vr_plan *p = b.p;
+    assert_int_equal(p->tensors[b.g->params].offset, 0);
+    int wpe = vr_graph_find(b.g, "wpe");
+    assert_int_equal(p->tensors[wpe].offset, (uint64_t)b.g->tensors[wpe].param_offset * 4);
+    uint64_t persistent = 0;
+    for (int t = 0; t < p->n_tensors; t++)
+        if (b.g->tensors[t].view_of < 0 && p->tensors[t].persistent && p->tensors[t].first >= 0)
+            persistent += p->tensors[t].size;
+    assert_int_equal(persistent, p->persistent_size);
+    built_free(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(gpt_models),
+        cmocka_unit_test(gpt2_124m),
+        cmocka_unit_test(mlp_models),
+        cmocka_unit_test(other_alignments),
+        cmocka_unit_test(check_catches_errors),
+        cmocka_unit_test(layout),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
