@@ -1,0 +1,144 @@
+/* vram — the executor: runs a planned step graph on a device.
+ *
+ * An executor binds every tensor of a plan (vram/plan.h) to device memory and
+ * runs the graph's nodes through a backend (the CPU kernels today; a CUDA
+ * backend slots in beside it: one "run node" function per device kind).
+ *
+ * Memory, in one of two modes:
+ *   planned  one allocation from the device holds the whole arena; every
+ *            tensor lives at the plan's offset. Nothing is allocated per step.
+ *   dynamic  PyTorch-eager-like: the persistent tensors are allocated once;
+ *            every other tensor comes from the caching allocator (vram/alloc.h)
+ *            just before the first node that uses it and goes back right after
+ *            the last one, found by counting its remaining uses at run time.
+ * In both modes the executor measures what it really holds: the raw bytes of
+ * every live tensor per role during each node (the timeline), their peak, the
+ * device's own used-bytes figure, and in dynamic mode the allocator's
+ * statistics, so that tests can hold the plan to what the run allocated.
+ *
+ * One step: for each of the graph's accum micro-batches, the inputs are copied
+ * in and the nodes before the optimizer run (gradients overwrite on the first
+ * micro-batch and add on the others); then the optimizer nodes run once.
+ * With clipping, the squared norm the graph's sumsq nodes compute is read back
+ * and folded into the update as grad_scale = min(1, clip / (norm + 1e-6)),
+ * which is torch.nn.utils.clip_grad_norm_'s factor.
+ *
+ * Tensor values live on the device: use vr_exec_read / vr_exec_write to move
+ * them (parameters in and out, optimizer state for checkpoints, gradients in
+ * tests). Only fp32 graphs run on the CPU. */
+#ifndef VRAM_EXEC_H
+#define VRAM_EXEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "vram/alloc.h"
+#include "vram/device.h"
+#include "vram/graph.h"
+#include "vram/plan.h"
+#include "vram/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vr_exec vr_exec;
+
+typedef struct vr_exec_config {
+    vr_memory_mode memory;        /* planned (arena) or dynamic (caching allocator) */
+    const char *alloc_policy;     /* dynamic: allocator policy (NULL = "pytorch") */
+    bool poison;                  /* fill every tensor with 0xFF bytes (NaN; -1 for ids) when it becomes
+                                   * live, so a kernel reading bytes nothing wrote shows up (tests) */
+    const vr_exec *params_from;   /* use this executor's parameter buffer instead of owning one (an
+                                   * evaluation graph beside a training graph of the same model) */
+} vr_exec_config;
+
+/* Optimizer hyperparameters of one step (torch.optim's meanings). */
+typedef struct vr_optim_hparams {
+    float lr;
+    float beta1, beta2, eps;      /* adam, adamw */
+    float weight_decay;           /* applied to parameters of 2+ dimensions only (matrices, embeddings),
+                                   * as nanoGPT: biases and LayerNorm weights are not decayed */
+    float momentum, dampening;    /* momentum */
+    bool nesterov;
+    int64_t step;                 /* 1-based index of this optimizer step (bias correction) */
+} vr_optim_hparams;
+
+/* Defaults: lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 for adamw (else 0),
+ * momentum 0.9, dampening 0, step 1. */
+vr_optim_hparams vr_optim_hparams_default(vr_optim o);
+
+/* One micro-batch of inputs, in host memory. */
+typedef struct vr_exec_batch {
+    const void *inputs;           /* GPT: tokens (B,T) int32; MLP: features (B,D) float */
+    const int32_t *targets;       /* GPT: next tokens (B,T); MLP: labels (B); -1 = ignore the row */
+} vr_exec_batch;
+
+/* What one step computed. */
+typedef struct vr_exec_result {
+    double loss;                  /* mean loss over every row of every micro-batch */
+    double grad_norm;             /* global L2 norm of the gradients (when clipping), else NAN */
+    double grad_scale;            /* factor clipping applied to the gradients (1: none) */
+} vr_exec_result;
+
+/* What the run really held. Live bytes are raw (numel x dtype size), counted
+ * when a tensor is bound to memory and uncounted when it is let go. */
+typedef struct vr_exec_memory {
+    uint64_t max_live[VR_ROLE_COUNT]; /* most bytes of role r live during one node, over all passes */
+    uint64_t at_peak[VR_ROLE_COUNT];  /* bytes of each role live during the peak node */
+    uint64_t peak;                    /* most raw bytes live during one node */
+    int peak_node;                    /* where (-1 before the first step) */
+    uint64_t arena;                   /* planned: bytes of this executor's arena allocation (0 dynamic) */
+    uint64_t device_used;             /* the device's used_by_us now (everything on it, not only ours) */
+    uint64_t device_peak;             /* the most used_by_us seen during any node */
+    /* dynamic mode: the caching allocator's own statistics (0 in planned mode) */
+    uint64_t peak_allocated;          /* max_memory_allocated */
+    uint64_t peak_reserved;           /* max_memory_reserved */
+    uint64_t peak_requested;          /* most bytes asked for at once */
+    int64_t device_allocs;            /* segments obtained from the device */
+} vr_exec_memory;
+
+/* Binds the plan's tensors to memory on `dev` (planned: allocates the arena;
+ * dynamic: creates the allocator and allocates the persistent tensors),
+ * zeroes the optimizer state, and picks the backend for the device. The plan
+ * and its graph must outlive the executor. Errors: VR_ERR_UNSUPPORTED for a
+ * device or precision with no backend, VR_ERR_OOM when the device runs out. */
+vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_config *cfg, vr_exec **out);
+
+/* Frees everything the executor holds (NULL is fine). */
+void vr_exec_free(vr_exec *e);
+
+/* Runs one step: micro[0 .. accum) micro-batches, then the optimizer nodes with
+ * hyperparameters h (may be NULL for graphs without optimizer nodes). */
+vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hparams *h, vr_exec_result *res);
+
+/* Copies tensor t (a storage tensor or a view) to / from host memory: bytes
+ * must equal the tensor's. VR_ERR_INVALID when t is not bound to memory now
+ * (persistent tensors always are; outputs stay bound until the next step). */
+vr_status vr_exec_read(vr_exec *e, int t, void *host, uint64_t bytes);
+vr_status vr_exec_write(vr_exec *e, int t, const void *host, uint64_t bytes);
+
+/* The device address of tensor t, or NULL when it is not bound now. */
+void *vr_exec_tensor_ptr(const vr_exec *e, int t);
+
+/* The measured memory figures (see vr_exec_memory). */
+void vr_exec_get_memory(vr_exec *e, vr_exec_memory *out);
+
+/* Live raw bytes of role r during node i in the last pass that ran node i
+ * (r = VR_ROLE_COUNT: all roles); 0 for a node that has not run. */
+uint64_t vr_exec_live(const vr_exec *e, int node, int role);
+
+/* Resets the measured peaks (max_live, at_peak, peak, device_peak, allocator peaks). */
+void vr_exec_reset_peaks(vr_exec *e);
+
+/* The allocator of a dynamic executor (NULL in planned mode), e.g. for its summary. */
+vr_alloc *vr_exec_allocator(vr_exec *e);
+
+/* The plan and device the executor runs, and the backend's name ("cpu"). */
+const vr_plan *vr_exec_plan(const vr_exec *e);
+vr_device *vr_exec_device(const vr_exec *e);
+const char *vr_exec_backend_name(const vr_exec *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,187 @@
+/* vram exec — the CPU backend: one graph node -> one call of src/kernels/cpu.
+ *
+ * Shapes come from the graph's tensors (N = rows, C = last dimension). Two
+ * things the kernels leave to their caller are done here so that no gradient
+ * byte is ever left unwritten:
+ *   - the embedding backward zero-fills only rows 0..T-1 of dwpe; rows T..maxT-1
+ *     are zeroed here when it overwrites;
+ *   - the classifier writes only the V real rows of dwte; padded rows V..Vp-1
+ *     are zeroed here when it overwrites (their gradient is 0). */
+#include <math.h>
+#include <string.h>
+
+#include "exec/exec_internal.h"
+#include "kernels/cpu/kernels_cpu.h"
+
+static const vr_tensor *T_(const vr_exec_args *a, int id) { return &a->g->tensors[id]; }
+static int64_t numel(const vr_exec_args *a, int id) { return vr_tensor_numel(T_(a, id)); }
+static int lastdim(const vr_exec_args *a, int id) { return (int)T_(a, id)->shape[T_(a, id)->ndim - 1]; }
+static int rows(const vr_exec_args *a, int id) { return (int)(numel(a, id) / lastdim(a, id)); }
+
+#define F(p) ((float *)(p))
+#define CF(p) ((const float *)(p))
+#define I32(p) ((const int32_t *)(p))
+
+static vr_status optimizer(const vr_exec_args *a)
+{
+    const vr_node *n = a->node;
+    const vr_optim_hparams *h = a->h;
+    if (a->out[1]) /* a master copy exists only under mixed precision */
+        return vr_error(VR_ERR_UNSUPPORTED, "cpu: mixed-precision master weights are not supported");
+    if (!h)
+        return vr_error(VR_ERR_INVALID, "cpu: optimizer node without hyperparameters");
+    size_t len = (size_t)numel(a, n->out[0]);
+    int step = h->step > 0 ? (int)h->step : 1;
+    float *p = F(a->out[0]);
+    const float *g = CF(a->in[0]);
+    switch (n->op) {
+    case VR_OP_SGD:
+        vr_cpu_sgd(p, g, len, h->lr, a->weight_decay, a->grad_scale);
+        break;
+    case VR_OP_SGD_MOMENTUM:
+        vr_cpu_sgd_momentum(p, g, F(a->out[2]), len, h->lr, h->momentum, h->dampening, a->weight_decay,
+                            h->nesterov, step, a->grad_scale);
+        break;
+    case VR_OP_ADAM:
+        vr_cpu_adam(p, g, F(a->out[2]), F(a->out[3]), len, h->lr, h->beta1, h->beta2, h->eps, a->weight_decay,
+                    step, a->grad_scale);
+        break;
+    default:
+        vr_cpu_adamw(p, g, F(a->out[2]), F(a->out[3]), len, h->lr, h->beta1, h->beta2, h->eps, a->weight_decay,
+                     step, a->grad_scale);
+        break;
+    }
+    return VR_OK;
+}
+
+static void embedding_bwd(const vr_exec_args *a)
+{
+    const vr_node *n = a->node;
+    const vr_tensor *tok = T_(a, n->in[1]);
+    int B = (int)tok->shape[0], T = (int)tok->shape[1], C = lastdim(a, n->in[0]);
+    float *dwte = F(a->out[0]), *dwpe = F(a->out[1]);
+    int V = dwte ? rows(a, n->out[0]) : 0;
+    if (dwte && dwpe && a->acc[0] == a->acc[1]) {
+        vr_cpu_embedding_bwd(dwte, dwpe, CF(a->in[0]), I32(a->in[1]), B, T, C, V, a->acc[0]);
+    } else {
+        if (dwte)
+            vr_cpu_embedding_bwd(dwte, NULL, CF(a->in[0]), I32(a->in[1]), B, T, C, V, a->acc[0]);
+        if (dwpe)
+            vr_cpu_embedding_bwd(NULL, dwpe, CF(a->in[0]), I32(a->in[1]), B, T, C, V, a->acc[1]);
+    }
+    if (dwpe && !a->acc[1]) { /* rows T..maxT-1 have no position in this batch: gradient 0 */
+        int maxT = rows(a, n->out[1]);
+        if (maxT > T)
+            memset(dwpe + (size_t)T * C, 0, (size_t)(maxT - T) * C * sizeof(float));
+    }
+}
+
+static void classifier(const vr_exec_args *a)
+{
+    const vr_node *n = a->node;
+    int N = (int)numel(a, n->in[2]), C = lastdim(a, n->in[0]), V = n->vocab;
+    vr_cpu_classifier(F(a->out[0]), F(a->out[1]), F(a->out[2]), CF(a->in[0]), CF(a->in[1]), I32(a->in[2]), N, C, V,
+                      n->loss_scale, F(a->scratch), (size_t)a->scratch_bytes, a->acc[1], a->acc[2]);
+    if (a->out[2] && !a->acc[2]) { /* padded vocabulary rows: never read, gradient 0 */
+        int Vp = rows(a, n->out[2]);
+        if (Vp > V)
+            memset(F(a->out[2]) + (size_t)V * C, 0, (size_t)(Vp - V) * C * sizeof(float));
+    }
+}
+
+static vr_status cpu_run_node(const vr_exec_args *a)
+{
+    const vr_node *n = a->node;
+    switch (n->op) {
+    case VR_OP_EMBEDDING: {
+        const vr_tensor *tok = T_(a, n->in[0]);
+        vr_cpu_embedding_fwd(F(a->out[0]), I32(a->in[0]), CF(a->in[1]), CF(a->in[2]), (int)tok->shape[0],
+                             (int)tok->shape[1], lastdim(a, n->in[1]));
+        return VR_OK;
+    }
+    case VR_OP_EMBEDDING_BWD:
+        embedding_bwd(a);
+        return VR_OK;
+    case VR_OP_LAYERNORM:
+        vr_cpu_layernorm_fwd(F(a->out[0]), F(a->out[1]), F(a->out[2]), CF(a->in[0]), CF(a->in[1]), CF(a->in[2]),
+                             rows(a, n->in[0]), lastdim(a, n->in[0]));
+        return VR_OK;
+    case VR_OP_LAYERNORM_BWD:
+        vr_cpu_layernorm_bwd(F(a->out[0]), F(a->out[1]), F(a->out[2]), CF(a->in[0]), CF(a->in[1]), CF(a->in[2]),
+                             CF(a->in[3]), CF(a->in[4]), rows(a, n->in[0]), lastdim(a, n->in[0]), a->acc[0],
+                             a->acc[1]);
+        return VR_OK;
+    case VR_OP_MATMUL:
+        vr_cpu_matmul_fwd(F(a->out[0]), CF(a->in[0]), CF(a->in[1]), CF(a->in[2]), rows(a, n->in[0]),
+                          lastdim(a, n->in[0]), rows(a, n->in[1]));
+        return VR_OK;
+    case VR_OP_MATMUL_BWD: { /* dout(N,OC), inp(N,C) (absent when only dinp is wanted), w(OC,C) */
+        int C = lastdim(a, n->in[1] >= 0 ? n->in[1] : n->in[2]);
+        vr_cpu_matmul_bwd(F(a->out[0]), F(a->out[1]), F(a->out[2]), CF(a->in[0]), CF(a->in[1]), CF(a->in[2]),
+                          rows(a, n->in[0]), C, lastdim(a, n->in[0]), a->acc[0], a->acc[1]);
+        return VR_OK;
+    }
+    case VR_OP_ATTENTION: {
+        const vr_tensor *q = T_(a, n->in[0]);
+        vr_cpu_attention_fwd(F(a->out[0]), F(a->out[1]), CF(a->in[0]), (int)q->shape[0], (int)q->shape[1],
+                             (int)(q->shape[2] / 3), n->nh);
+        return VR_OK;
+    }
+    case VR_OP_ATTENTION_BWD: {
+        const vr_tensor *q = T_(a, n->in[1]);
+        vr_cpu_attention_bwd(F(a->out[0]), CF(a->in[0]), CF(a->in[1]), CF(a->in[2]), CF(a->in[3]), (int)q->shape[0],
+                             (int)q->shape[1], (int)(q->shape[2] / 3), n->nh, a->acc[0]);
+        return VR_OK;
+    }
+    case VR_OP_GELU:
+        vr_cpu_gelu_fwd(F(a->out[0]), CF(a->in[0]), (size_t)numel(a, n->in[0]));
+        return VR_OK;
+    case VR_OP_GELU_BWD:
+        vr_cpu_gelu_bwd(F(a->out[0]), CF(a->in[1]), CF(a->in[0]), (size_t)numel(a, n->in[0]), a->acc[0]);
+        return VR_OK;
+    case VR_OP_RELU:
+        vr_cpu_relu_fwd(F(a->out[0]), CF(a->in[0]), (size_t)numel(a, n->in[0]));
+        return VR_OK;
+    case VR_OP_RELU_BWD:
+        vr_cpu_relu_bwd(F(a->out[0]), CF(a->in[1]), CF(a->in[0]), (size_t)numel(a, n->in[0]), a->acc[0]);
+        return VR_OK;
+    case VR_OP_ADD:
+        vr_cpu_add_fwd(F(a->out[0]), CF(a->in[0]), CF(a->in[1]), (size_t)numel(a, n->in[0]));
+        return VR_OK;
+    case VR_OP_ACC:
+        vr_cpu_acc(F(a->out[0]), CF(a->in[0]), (size_t)numel(a, n->in[0]), a->acc[0]);
+        return VR_OK;
+    case VR_OP_RESHAPE:
+        return VR_OK;
+    case VR_OP_CLASSIFIER:
+        classifier(a);
+        return VR_OK;
+    case VR_OP_SOFTMAX_XENT:
+        vr_cpu_softmax_xent_fwd(F(a->out[0]), F(a->out[1]), CF(a->in[0]), I32(a->in[1]), rows(a, n->in[0]),
+                                lastdim(a, n->in[0]));
+        return VR_OK;
+    case VR_OP_SOFTMAX_XENT_BWD:
+        vr_cpu_softmax_xent_bwd(F(a->out[0]), NULL, n->loss_scale, CF(a->in[0]), I32(a->in[1]), rows(a, n->in[0]),
+                                lastdim(a, n->in[0]), a->acc[0]);
+        return VR_OK;
+    case VR_OP_SUMSQ: {
+        double s = vr_cpu_sumsq(CF(a->in[0]), (size_t)numel(a, n->in[0]));
+        float *out = F(a->out[0]);
+        out[0] = a->acc[0] ? (float)((double)out[0] + s) : (float)s;
+        return VR_OK;
+    }
+    case VR_OP_SGD:
+    case VR_OP_SGD_MOMENTUM:
+    case VR_OP_ADAM:
+    case VR_OP_ADAMW:
+        return optimizer(a);
+    default:
+        return vr_error(VR_ERR_UNSUPPORTED, "cpu: no kernel for op %s", vr_op_name(n->op));
+    }
+}
+
+const vr_exec_backend *vr__exec_backend_cpu(void)
+{
+    static const vr_exec_backend cpu = {"cpu", cpu_run_node};
+    return &cpu;
+}

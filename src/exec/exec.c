@@ -1,0 +1,335 @@
+/* vram exec — creating an executor: the backend, the memory (arena or
+ * caching allocator), binding tensors to addresses, moving values in and out.
+ *
+ * Binding a storage tensor makes it live: planned mode points it at its arena
+ * offset, dynamic mode asks the allocator for its raw bytes. Either way the
+ * executor adds its bytes to the live count of its role; unbinding undoes
+ * both. The step loop (run.c) decides when. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec_internal.h"
+#include "vram/util.h"
+
+vr_optim_hparams vr_optim_hparams_default(vr_optim o)
+{
+    vr_optim_hparams h;
+    memset(&h, 0, sizeof h);
+    h.lr = 3e-4f;
+    h.beta1 = 0.9f;
+    h.beta2 = 0.95f;
+    h.eps = 1e-8f;
+    h.weight_decay = o == VR_OPTIM_ADAMW ? 0.1f : 0.0f;
+    h.momentum = 0.9f;
+    h.step = 1;
+    return h;
+}
+
+/* ------------------------------------------------------------------ binding */
+
+static uint64_t storage_bytes(const vr_exec *e, int s) { return e->plan->tensors[s].bytes; }
+
+/* Bytes of a tensor's storage nothing has written yet are poisoned? Parameters,
+ * optimizer state and inputs are always written before they are read. */
+static bool poisonable(const vr_exec *e, int s)
+{
+    vr_role r = e->g->tensors[s].role;
+    return e->cfg.poison && r != VR_ROLE_PARAM && r != VR_ROLE_OPTIM && r != VR_ROLE_MASTER && r != VR_ROLE_INPUT;
+}
+
+vr_status vr__exec_bind(vr_exec *e, int s, int node)
+{
+    uint64_t bytes = storage_bytes(e, s);
+    if (s == e->shared_params) {
+        e->ptr[s] = e->cfg.params_from->ptr[e->cfg.params_from->g->params];
+    } else if (e->cfg.memory == VR_MEMORY_PLANNED) {
+        e->ptr[s] = (char *)e->arena + (e->plan->tensors[s].offset - e->arena_lo);
+    } else {
+        vr_status st = vr_alloc_malloc(e->alloc, bytes, 0, &e->ptr[s]);
+        if (st != VR_OK) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", vr_last_error());
+            if (node >= 0)
+                return vr_error(st, "exec: %s (%s) for node %d (%s): %s", e->g->tensors[s].name,
+                                vr_role_name(e->plan->tensors[s].role), node, e->g->nodes[node].name, msg);
+            return vr_error(st, "exec: %s (%s): %s", e->g->tensors[s].name, vr_role_name(e->plan->tensors[s].role),
+                            msg);
+        }
+    }
+    e->live[s] = true;
+    e->live_bytes[e->plan->tensors[s].role] += bytes;
+    if (poisonable(e, s))
+        return vr_device_memset(e->dev, e->ptr[s], 0xFF, bytes);
+    return VR_OK;
+}
+
+void vr__exec_unbind(vr_exec *e, int s)
+{
+    if (!e->live[s])
+        return;
+    if (e->cfg.memory == VR_MEMORY_DYNAMIC && s != e->shared_params)
+        vr_alloc_free(e->alloc, e->ptr[s]);
+    e->ptr[s] = NULL;
+    e->live[s] = false;
+    e->live_bytes[e->plan->tensors[s].role] -= storage_bytes(e, s);
+}
+
+/* ------------------------------------------------------------------ create */
+
+static vr_status pick_backend(vr_exec *e)
+{
+    vr_device_kind k = vr_device_kind_of(e->dev);
+    if (k == VR_DEVICE_CPU) {
+        if (e->g->step.precision != VR_PREC_FP32)
+            return vr_error(VR_ERR_UNSUPPORTED, "exec: the CPU runs fp32 only (--precision %s needs a GPU)",
+                            vr_precision_name(e->g->step.precision));
+        e->be = vr__exec_backend_cpu();
+        return VR_OK;
+    }
+    if (k == VR_DEVICE_CUDA)
+        return vr_error(VR_ERR_UNSUPPORTED, "exec: device %s: the CUDA executor is not built yet; train on the CPU "
+                        "(--device cpu) or plan the GPU run with 'vram plan --device cuda'", vr_device_name(e->dev));
+    return vr_error(VR_ERR_UNSUPPORTED, "exec: device %s has no bytes to compute on (meta is for planning: use "
+                    "'vram plan')", vr_device_name(e->dev));
+}
+
+/* Counts references per storage tensor in nodes [0, end). */
+static void count_uses(const vr_graph *g, int end, int *uses)
+{
+    for (int i = 0; i < end; i++) {
+        const vr_node *n = &g->nodes[i];
+        for (int k = 0; k < VR_NODE_MAX_IN; k++)
+            if (n->in[k] >= 0)
+                uses[vr_graph_storage(g, n->in[k])]++;
+        for (int k = 0; k < VR_NODE_MAX_OUT; k++)
+            if (n->out[k] >= 0)
+                uses[vr_graph_storage(g, n->out[k])]++;
+        if (n->scratch >= 0)
+            uses[vr_graph_storage(g, n->scratch)]++;
+    }
+}
+
+/* Planned mode: the arena, less the persistent region when that holds only a
+ * shared parameter buffer. */
+static vr_status make_arena(vr_exec *e)
+{
+    const vr_plan *p = e->plan;
+    e->arena_lo = 0;
+    if (e->shared_params >= 0) {
+        bool only_params = true;
+        for (int t = 0; t < p->n_tensors; t++)
+            if (e->g->tensors[t].view_of < 0 && p->tensors[t].persistent && p->tensors[t].first >= 0 &&
+                t != e->shared_params)
+                only_params = false;
+        if (only_params)
+            e->arena_lo = p->persistent_size;
+    }
+    e->arena_bytes = p->arena_size - e->arena_lo;
+    vr_status st = vr_device_malloc(e->dev, e->arena_bytes, &e->arena);
+    if (st != VR_OK) {
+        char msg[1024], a[32];
+        snprintf(msg, sizeof msg, "%s", vr_last_error());
+        return vr_error(st, "exec: the planned arena (%s) does not fit: %s",
+                        vr_format_size(e->arena_bytes, a, sizeof a), msg);
+    }
+    e->mem.arena = e->arena_bytes;
+    return VR_OK;
+}
+
+static vr_status check_shared(vr_exec *e)
+{
+    const vr_exec *o = e->cfg.params_from;
+    e->shared_params = -1;
+    if (!o)
+        return VR_OK;
+    if (o->dev != e->dev || o->g->n_params != e->g->n_params || !o->ptr[o->g->params])
+        return vr_error(VR_ERR_INVALID, "exec: params_from must run the same model on the same device");
+    e->shared_params = e->g->params;
+    return VR_OK;
+}
+
+vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_config *cfg, vr_exec **out)
+{
+    *out = NULL;
+    if (!plan || !dev)
+        return vr_error(VR_ERR_INVALID, "exec: no plan or no device");
+    vr_exec *e = calloc(1, sizeof *e);
+    if (!e)
+        return vr_error(VR_ERR_OOM, "exec: out of host memory");
+    e->plan = plan;
+    e->g = plan->graph;
+    e->dev = dev;
+    if (cfg)
+        e->cfg = *cfg;
+    e->mem.peak_node = -1;
+    const vr_graph *g = e->g;
+    int T = g->n_tensors, N = g->n_nodes;
+    e->ptr = calloc((size_t)T + 1, sizeof *e->ptr);
+    e->live = calloc((size_t)T + 1, sizeof *e->live);
+    e->uses_all = calloc((size_t)T + 1, sizeof(int));
+    e->uses_pre = calloc((size_t)T + 1, sizeof(int));
+    e->left = calloc((size_t)T + 1, sizeof(int));
+    e->pending = calloc((size_t)T + 1, sizeof(int));
+    e->timeline = calloc(((size_t)N + 1) * VR_ROLE_COUNT, sizeof(uint64_t));
+    e->rows = g->losses >= 0 ? vr_tensor_numel(&g->tensors[g->losses]) : 0;
+    e->losses = calloc((size_t)e->rows + 1, sizeof(float));
+    vr_status st = VR_OK;
+    if (!e->ptr || !e->live || !e->uses_all || !e->uses_pre || !e->left || !e->pending || !e->timeline ||
+        !e->losses)
+        st = vr_error(VR_ERR_OOM, "exec: out of host memory");
+    if (!st)
+        st = pick_backend(e);
+    if (!st)
+        st = check_shared(e);
+    if (st) {
+        vr_exec_free(e);
+        return st;
+    }
+    e->opt_start = N;
+    e->last_sumsq = -1;
+    for (int i = N - 1; i >= 0; i--)
+        if (g->nodes[i].phase == VR_PHASE_OPTIMIZER)
+            e->opt_start = i;
+    for (int i = 0; i < N; i++)
+        if (g->nodes[i].op == VR_OP_SUMSQ)
+            e->last_sumsq = i;
+    count_uses(g, N, e->uses_all);
+    count_uses(g, e->opt_start, e->uses_pre);
+
+    if (e->cfg.memory == VR_MEMORY_PLANNED) {
+        st = make_arena(e);
+    } else {
+        vr_alloc_config ac = {.policy = e->cfg.alloc_policy};
+        st = vr_alloc_create(dev, &ac, &e->alloc);
+    }
+    /* the persistent tensors, in id order (as the plan's replay) */
+    for (int t = 0; t < T && !st; t++)
+        if (g->tensors[t].view_of < 0 && plan->tensors[t].persistent && plan->tensors[t].first >= 0)
+            st = vr__exec_bind(e, t, -1);
+    for (int t = 0; t < T && !st; t++) {
+        vr_role r = g->tensors[t].role;
+        if (e->live[t] && t != e->shared_params && (r == VR_ROLE_OPTIM || r == VR_ROLE_PARAM || r == VR_ROLE_MASTER))
+            st = vr_device_memset(dev, e->ptr[t], 0, storage_bytes(e, t));
+    }
+    if (st) {
+        vr_exec_free(e);
+        return st;
+    }
+    vr_device_mem m;
+    if (vr_device_mem_info(dev, &m) == VR_OK)
+        e->mem.device_used = e->mem.device_peak = m.used_by_us;
+    *out = e;
+    return VR_OK;
+}
+
+void vr_exec_free(vr_exec *e)
+{
+    if (!e)
+        return;
+    if (e->live)
+        for (int t = 0; t < e->g->n_tensors; t++)
+            vr__exec_unbind(e, t);
+    if (e->alloc)
+        vr_alloc_destroy(e->alloc);
+    if (e->arena)
+        vr_device_free(e->dev, e->arena, e->arena_bytes);
+    free(e->ptr);
+    free(e->live);
+    free(e->uses_all);
+    free(e->uses_pre);
+    free(e->left);
+    free(e->pending);
+    free(e->timeline);
+    free(e->losses);
+    free(e);
+}
+
+/* ------------------------------------------------------------------ values in and out */
+
+void *vr_exec_tensor_ptr(const vr_exec *e, int t)
+{
+    if (!e || t < 0 || t >= e->g->n_tensors)
+        return NULL;
+    const vr_tensor *x = &e->g->tensors[t];
+    int s = vr_graph_storage(e->g, t);
+    if (!e->live[s])
+        return NULL;
+    return (char *)e->ptr[s] + (x->view_of >= 0 ? (uint64_t)x->view_offset * vr_dtype_size(x->dtype) : 0);
+}
+
+static vr_status check_io(vr_exec *e, int t, uint64_t bytes, void **dev_ptr)
+{
+    if (t < 0 || t >= e->g->n_tensors)
+        return vr_error(VR_ERR_INVALID, "exec: tensor id %d is not in the graph", t);
+    const vr_tensor *x = &e->g->tensors[t];
+    if (bytes != vr_tensor_bytes(x))
+        return vr_error(VR_ERR_INVALID, "exec: %s holds %llu bytes, not %llu", x->name,
+                        (unsigned long long)vr_tensor_bytes(x), (unsigned long long)bytes);
+    *dev_ptr = vr_exec_tensor_ptr(e, t);
+    if (!*dev_ptr)
+        return vr_error(VR_ERR_INVALID, "exec: %s is not in memory now (only persistent tensors and the last "
+                        "step's outputs are)", x->name);
+    return VR_OK;
+}
+
+vr_status vr_exec_read(vr_exec *e, int t, void *host, uint64_t bytes)
+{
+    void *p;
+    vr_status st = check_io(e, t, bytes, &p);
+    return st ? st : vr_device_memcpy(e->dev, host, p, bytes, VR_COPY_DEVICE_TO_HOST);
+}
+
+vr_status vr_exec_write(vr_exec *e, int t, const void *host, uint64_t bytes)
+{
+    void *p;
+    vr_status st = check_io(e, t, bytes, &p);
+    return st ? st : vr_device_memcpy(e->dev, p, host, bytes, VR_COPY_HOST_TO_DEVICE);
+}
+
+/* ------------------------------------------------------------------ figures */
+
+void vr_exec_get_memory(vr_exec *e, vr_exec_memory *out)
+{
+    vr_device_mem m;
+    if (vr_device_mem_info(e->dev, &m) == VR_OK)
+        e->mem.device_used = m.used_by_us;
+    if (e->alloc) {
+        vr_alloc_stats s;
+        vr_alloc_get_stats(e->alloc, &s);
+        e->mem.peak_allocated = (uint64_t)s.allocated_bytes[VR_POOL_ALL].peak;
+        e->mem.peak_reserved = (uint64_t)s.reserved_bytes[VR_POOL_ALL].peak;
+        e->mem.peak_requested = (uint64_t)s.requested_bytes[VR_POOL_ALL].peak;
+        e->mem.device_allocs = s.num_device_alloc;
+    }
+    *out = e->mem;
+}
+
+uint64_t vr_exec_live(const vr_exec *e, int node, int role)
+{
+    if (node < 0 || node >= e->g->n_nodes)
+        return 0;
+    const uint64_t *l = e->timeline + (size_t)node * VR_ROLE_COUNT;
+    if (role >= 0 && role < VR_ROLE_COUNT)
+        return l[role];
+    uint64_t s = 0;
+    for (int r = 0; r < VR_ROLE_COUNT; r++)
+        s += l[r];
+    return s;
+}
+
+void vr_exec_reset_peaks(vr_exec *e)
+{
+    memset(e->mem.max_live, 0, sizeof e->mem.max_live);
+    memset(e->mem.at_peak, 0, sizeof e->mem.at_peak);
+    e->mem.peak = 0;
+    e->mem.peak_node = -1;
+    e->mem.device_peak = e->mem.device_used;
+    if (e->alloc)
+        vr_alloc_reset_peak(e->alloc);
+}
+
+vr_alloc *vr_exec_allocator(vr_exec *e) { return e->alloc; }
+const vr_plan *vr_exec_plan(const vr_exec *e) { return e->plan; }
+vr_device *vr_exec_device(const vr_exec *e) { return e->dev; }
+const char *vr_exec_backend_name(const vr_exec *e) { return e->be ? e->be->name : "none"; }

@@ -1,0 +1,68 @@
+/* Inside the executor: its state, and the backend interface (one "run node"
+ * function per device kind) that the CPU backend implements today and a CUDA
+ * backend implements later. */
+#ifndef VRAM_EXEC_INTERNAL_H
+#define VRAM_EXEC_INTERNAL_H
+
+#include "vram/exec.h"
+
+/* Everything a backend needs to run one node: device pointers per slot
+ * (NULL where the slot is unused), resolved accumulate flags, and for
+ * optimizer nodes the hyperparameters. */
+typedef struct vr_exec_args {
+    const vr_graph *g;
+    const vr_node *node;
+    void *in[VR_NODE_MAX_IN];
+    void *out[VR_NODE_MAX_OUT];
+    int acc[VR_NODE_MAX_OUT];     /* 0: overwrite, 1: add (VR_ACC_MICRO already resolved) */
+    void *scratch;                /* the node's workspace tensor, NULL if none */
+    uint64_t scratch_bytes;
+    const vr_optim_hparams *h;    /* optimizer nodes */
+    float grad_scale;             /* optimizer nodes: clipping factor */
+    float weight_decay;           /* optimizer nodes: this parameter's decay (0 for 1-D ones) */
+} vr_exec_args;
+
+typedef struct vr_exec_backend {
+    const char *name;
+    /* Runs one node; VR_ERR_UNSUPPORTED for an op or dtype it lacks. */
+    vr_status (*run_node)(const vr_exec_args *a);
+} vr_exec_backend;
+
+/* The CPU backend (cpu_node.c). */
+const vr_exec_backend *vr__exec_backend_cpu(void);
+
+struct vr_exec {
+    const vr_plan *plan;
+    const vr_graph *g;
+    vr_device *dev;
+    vr_exec_config cfg;
+    const vr_exec_backend *be;
+
+    vr_alloc *alloc;              /* dynamic mode */
+    void *arena;                  /* planned mode: covers plan offsets [arena_lo, arena_size) */
+    uint64_t arena_lo, arena_bytes;
+    int shared_params;            /* storage id bound to params_from's buffer, -1 */
+
+    void **ptr;                   /* [n_tensors] storage address while bound, else NULL */
+    bool *live;                   /* [n_tensors] storage counted live */
+    int *uses_all, *uses_pre;     /* [n_tensors] references in nodes [0,N) / [0,opt_start) */
+    int *left;                    /* [n_tensors] references left in the current pass */
+    int *pending;                 /* [n_tensors] scratch list of ids */
+    int opt_start;                /* first optimizer node (n_nodes when none) */
+    int last_sumsq;               /* last sumsq node, -1 */
+    uint64_t live_bytes[VR_ROLE_COUNT];
+    uint64_t *timeline;           /* [n_nodes * VR_ROLE_COUNT] live bytes of the last pass */
+    float *losses;                /* host copy of the losses (rows) */
+    int64_t rows;                 /* elements of the losses tensor */
+    vr_exec_memory mem;
+};
+
+/* Makes storage tensor s live: gives it its address (arena offset or a block
+ * from the allocator), adds its bytes to its role, poisons it if asked.
+ * node is the node needing it (-1 at creation), for error messages. */
+vr_status vr__exec_bind(vr_exec *e, int s, int node);
+
+/* Lets storage tensor s go (returns a dynamic block) and uncounts its bytes. */
+void vr__exec_unbind(vr_exec *e, int s);
+
+#endif

@@ -1,0 +1,240 @@
+/* vram exec — one step: micro-batch passes over the nodes, then the optimizer.
+ *
+ * A pass runs nodes [0, end). Before node i, every storage tensor node i refers
+ * to (inputs, outputs, scratch) that is not yet bound is bound, in id order
+ * (the inputs of the step too, before node 0); the live bytes per role are
+ * recorded as node i's timeline entry; the node runs; then each tensor whose
+ * count of remaining references drops to zero is let go, in id order, unless
+ * it is persistent or an output of the step (those stay bound until the next
+ * pass begins, so their values can be read after the step). This is the
+ * plan's lifetime rule (vram/plan.h) found again by counting at run time,
+ * and the order in which the plan's dynamic replay allocates and frees. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec_internal.h"
+
+static void sort_ids(int *a, int n)
+{
+    for (int i = 1; i < n; i++) {
+        int v = a[i], j = i - 1;
+        for (; j >= 0 && a[j] > v; j--)
+            a[j + 1] = a[j];
+        a[j + 1] = v;
+    }
+}
+
+/* Adds storage of tensor t to the pending list if it satisfies want(). */
+static int add_pending(vr_exec *e, int t, int n, bool bound)
+{
+    if (t < 0)
+        return n;
+    int s = vr_graph_storage(e->g, t);
+    if (e->live[s] != bound)
+        return n;
+    for (int k = 0; k < n; k++)
+        if (e->pending[k] == s)
+            return n;
+    e->pending[n] = s;
+    return n + 1;
+}
+
+/* Binds what node i needs (and, before node 0, the step's inputs). */
+static vr_status bind_for_node(vr_exec *e, int i)
+{
+    const vr_graph *g = e->g;
+    const vr_node *nd = &g->nodes[i];
+    int n = 0;
+    if (i == 0)
+        for (int t = 0; t < g->n_tensors; t++)
+            if (g->tensors[t].view_of < 0 && g->tensors[t].role == VR_ROLE_INPUT && e->left[t] > 0)
+                n = add_pending(e, t, n, false);
+    for (int k = 0; k < VR_NODE_MAX_IN; k++)
+        n = add_pending(e, nd->in[k], n, false);
+    for (int k = 0; k < VR_NODE_MAX_OUT; k++)
+        n = add_pending(e, nd->out[k], n, false);
+    n = add_pending(e, nd->scratch, n, false);
+    sort_ids(e->pending, n);
+    for (int k = 0; k < n; k++) {
+        vr_status st = vr__exec_bind(e, e->pending[k], i);
+        if (st)
+            return st;
+    }
+    return VR_OK;
+}
+
+/* Counts node i's references off and lets go of what is no longer needed. */
+static void release_after_node(vr_exec *e, int i)
+{
+    const vr_graph *g = e->g;
+    const vr_node *nd = &g->nodes[i];
+    int refs[VR_NODE_MAX_IN + VR_NODE_MAX_OUT + 1], nr = 0;
+    for (int k = 0; k < VR_NODE_MAX_IN; k++)
+        if (nd->in[k] >= 0)
+            refs[nr++] = nd->in[k];
+    for (int k = 0; k < VR_NODE_MAX_OUT; k++)
+        if (nd->out[k] >= 0)
+            refs[nr++] = nd->out[k];
+    if (nd->scratch >= 0)
+        refs[nr++] = nd->scratch;
+    int n = 0;
+    for (int k = 0; k < nr; k++) {
+        int s = vr_graph_storage(g, refs[k]);
+        if (--e->left[s] == 0 && !e->plan->tensors[s].persistent && !g->tensors[s].output)
+            n = add_pending(e, s, n, true);
+    }
+    sort_ids(e->pending, n);
+    for (int k = 0; k < n; k++)
+        vr__exec_unbind(e, e->pending[k]);
+}
+
+/* Records node i's live bytes per role and the peaks. */
+static void measure(vr_exec *e, int i)
+{
+    uint64_t *l = e->timeline + (size_t)i * VR_ROLE_COUNT, total = 0;
+    for (int r = 0; r < VR_ROLE_COUNT; r++) {
+        l[r] = e->live_bytes[r];
+        total += l[r];
+        if (l[r] > e->mem.max_live[r])
+            e->mem.max_live[r] = l[r];
+    }
+    if (total > e->mem.peak || e->mem.peak_node < 0) {
+        e->mem.peak = total;
+        e->mem.peak_node = i;
+        memcpy(e->mem.at_peak, l, sizeof e->mem.at_peak);
+    }
+    vr_device_mem m;
+    if (vr_device_mem_info(e->dev, &m) == VR_OK) {
+        e->mem.device_used = m.used_by_us;
+        if (m.used_by_us > e->mem.device_peak)
+            e->mem.device_peak = m.used_by_us;
+    }
+}
+
+static void *tensor_ptr(const vr_exec *e, int t) { return t >= 0 ? vr_exec_tensor_ptr(e, t) : NULL; }
+
+/* Fills the backend's arguments for node i. */
+static void node_args(const vr_exec *e, int i, int micro, const vr_optim_hparams *h, float grad_scale,
+                      vr_exec_args *a)
+{
+    const vr_graph *g = e->g;
+    const vr_node *nd = &g->nodes[i];
+    memset(a, 0, sizeof *a);
+    a->g = g;
+    a->node = nd;
+    for (int k = 0; k < VR_NODE_MAX_IN; k++)
+        a->in[k] = tensor_ptr(e, nd->in[k]);
+    for (int k = 0; k < VR_NODE_MAX_OUT; k++) {
+        a->out[k] = tensor_ptr(e, nd->out[k]);
+        a->acc[k] = nd->acc[k] == VR_ACC_ADD || (nd->acc[k] == VR_ACC_MICRO && micro > 0);
+    }
+    if (nd->scratch >= 0) {
+        a->scratch = tensor_ptr(e, nd->scratch);
+        a->scratch_bytes = vr_tensor_bytes(&g->tensors[nd->scratch]);
+    }
+    if (nd->phase == VR_PHASE_OPTIMIZER && nd->op != VR_OP_SUMSQ) {
+        a->h = h;
+        a->grad_scale = grad_scale;
+        a->weight_decay = h && g->tensors[nd->out[0]].ndim >= 2 ? h->weight_decay : 0.0f;
+    }
+}
+
+/* Lets go of what a previous pass left bound (the outputs). */
+static void release_leftovers(vr_exec *e)
+{
+    for (int t = 0; t < e->g->n_tensors; t++)
+        if (e->live[t] && !e->plan->tensors[t].persistent)
+            vr__exec_unbind(e, t);
+}
+
+/* Copies the micro-batch into the bound input tensors. */
+static vr_status upload_inputs(vr_exec *e, const vr_exec_batch *b)
+{
+    const vr_graph *g = e->g;
+    if (!b || !b->inputs || !b->targets)
+        return vr_error(VR_ERR_INVALID, "exec: a micro-batch without inputs or targets");
+    vr_status st = vr_exec_write(e, g->tokens, b->inputs, vr_tensor_bytes(&g->tensors[g->tokens]));
+    if (!st)
+        st = vr_exec_write(e, g->targets, b->targets, vr_tensor_bytes(&g->tensors[g->targets]));
+    return st;
+}
+
+typedef struct pass_state {
+    float grad_scale;
+    double grad_norm;
+} pass_state;
+
+/* Reads the squared norm the sumsq nodes left and sets the clipping factor. */
+static vr_status clip_factor(vr_exec *e, int normsq, pass_state *ps)
+{
+    float sq = 0;
+    vr_status st = vr_exec_read(e, normsq, &sq, sizeof sq);
+    if (st)
+        return st;
+    ps->grad_norm = sqrt((double)sq);
+    double clip = e->g->step.grad_clip;
+    double coef = clip / (ps->grad_norm + 1e-6);
+    ps->grad_scale = coef < 1.0 ? (float)coef : 1.0f;
+    return VR_OK;
+}
+
+static vr_status run_pass(vr_exec *e, int end, int micro, const vr_exec_batch *b, const vr_optim_hparams *h,
+                          pass_state *ps, double *loss_sum)
+{
+    const vr_graph *g = e->g;
+    release_leftovers(e);
+    memcpy(e->left, end == g->n_nodes ? e->uses_all : e->uses_pre, sizeof(int) * (size_t)g->n_tensors);
+    vr_status st = VR_OK;
+    for (int i = 0; i < end && !st; i++) {
+        if ((st = bind_for_node(e, i)))
+            break;
+        if (i == 0 && (st = upload_inputs(e, b)))
+            break;
+        measure(e, i);
+        const vr_node *nd = &g->nodes[i];
+        if (nd->op != VR_OP_RESHAPE) {
+            vr_exec_args a;
+            node_args(e, i, micro, h, ps->grad_scale, &a);
+            st = e->be->run_node(&a);
+            if (st) {
+                char msg[1024];
+                snprintf(msg, sizeof msg, "%s", vr_last_error());
+                st = vr_error(st, "exec: node %d (%s %s): %s", i, vr_op_name(nd->op), nd->name, msg);
+                break;
+            }
+        }
+        if (i == e->last_sumsq)
+            st = clip_factor(e, nd->out[0], ps);
+        release_after_node(e, i);
+    }
+    if (!st && g->losses >= 0) {
+        st = vr_exec_read(e, g->losses, e->losses, (uint64_t)e->rows * sizeof(float));
+        for (int64_t r = 0; r < e->rows && !st; r++)
+            *loss_sum += e->losses[r];
+    }
+    return st;
+}
+
+vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hparams *h, vr_exec_result *res)
+{
+    const vr_graph *g = e->g;
+    int accum = g->step.train && g->step.accum > 1 ? g->step.accum : 1;
+    if (!micro)
+        return vr_error(VR_ERR_INVALID, "exec: no micro-batches");
+    if (e->opt_start < g->n_nodes && !h)
+        return vr_error(VR_ERR_INVALID, "exec: the graph has optimizer nodes but no hyperparameters were given");
+    pass_state ps = {.grad_scale = 1.0f, .grad_norm = NAN};
+    double loss_sum = 0;
+    vr_status st = VR_OK;
+    for (int m = 0; m < accum && !st; m++)
+        st = run_pass(e, m + 1 == accum ? g->n_nodes : e->opt_start, m, &micro[m], h, &ps, &loss_sum);
+    if (res) {
+        res->loss = e->rows ? loss_sum / ((double)e->rows * accum) : NAN;
+        res->grad_norm = ps.grad_norm;
+        res->grad_scale = ps.grad_scale;
+    }
+    if (st) /* leave nothing half-bound behind */
+        release_leftovers(e);
+    return st;
+}
