@@ -31,6 +31,7 @@ typedef struct vr_replay_options {
     const char *chrome_trace_path; /* write a Chrome/Perfetto trace (NULL = none) */
     size_t history;                /* history ring size when a file is written (0 = every event) */
     bool check;                    /* run vr_alloc_check after every operation (slow) */
+    int repeat;                    /* replay this many times, report the fastest (0 = once) */
 } vr_replay_options;
 
 typedef struct vr_replay_result {
@@ -46,7 +47,9 @@ typedef struct vr_replay_result {
     int64_t alloc_retries, ooms;
     uint64_t first_oom_line;       /* line of the first failed alloc (0 = none) */
     char first_oom[1024];          /* its out-of-memory message */
-    double ns_per_op;              /* allocator time per alloc/free, nanoseconds */
+    double ns_per_op;              /* allocator time per alloc/free, nanoseconds (best run) */
+    double device_ns_per_op;       /* peer: the same allocs/frees straight on the meta device
+                                    * (vr_device_malloc/free, no cache), nanoseconds (best run) */
     vr_alloc_stats stats;          /* the allocator's statistics at the end */
 } vr_replay_result;
 

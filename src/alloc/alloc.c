@@ -27,29 +27,12 @@ const char *vr_alloc_policy_names(void)
     return names;
 }
 
-/* ---------------------------------------------------------------- trees */
-
-static int cmp_u(uintptr_t x, uintptr_t y) { return x < y ? -1 : x > y; }
-
-static int cmp_size(const vr_block *x, const vr_block *y)
-{
-    if (x->stream != y->stream) return cmp_u(x->stream, y->stream);
-    if (x->size != y->size) return cmp_u(x->size, y->size);
-    return cmp_u(x->addr, y->addr);
-}
-
-static int cmp_addr(const vr_block *x, const vr_block *y)
-{
-    if (x->stream != y->stream) return cmp_u(x->stream, y->stream);
-    return cmp_u(x->addr, y->addr);
-}
-
 static void pool_init(vr_pool *p, bool small)
 {
     p->is_small = small;
     p->stat = small ? VR_POOL_SMALL : VR_POOL_LARGE;
-    vra_tree_init(&p->blocks, cmp_size);
-    vra_tree_init(&p->unmapped, cmp_addr);
+    vra_tree_init(&p->blocks, VRA_BY_SIZE);
+    vra_tree_init(&p->unmapped, VRA_BY_ADDR);
 }
 
 /* ---------------------------------------------------------------- map of live blocks */

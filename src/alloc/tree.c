@@ -4,6 +4,19 @@
 
 #include "alloc/internal.h"
 
+static inline int cmp_u(uintptr_t x, uintptr_t y) { return (x > y) - (x < y); }
+
+static inline int cmp(vra_order o, const vr_block *x, const vr_block *y)
+{
+    if (x->stream != y->stream)
+        return cmp_u(x->stream, y->stream);
+    if (o == VRA_BY_SIZE && x->size != y->size)
+        return cmp_u(x->size, y->size);
+    return cmp_u(x->addr, y->addr);
+}
+
+int vra_tree_cmp(const vra_tree *t, const vr_block *a, const vr_block *b) { return cmp(t->order, a, b); }
+
 static int height(const vr_block *n) { return n ? n->height : 0; }
 
 static void update(vr_block *n)
@@ -49,29 +62,38 @@ static vr_block *rebalance(vr_block *n)
     return n;
 }
 
-void vra_tree_init(vra_tree *t, vra_cmp_fn cmp)
+void vra_tree_init(vra_tree *t, vra_order order)
 {
     t->root = NULL;
-    t->cmp = cmp;
+    t->order = order;
     t->count = 0;
 }
 
-static vr_block *insert(vr_block *n, vr_block *b, vra_cmp_fn cmp)
+/* Sets *side to its new subtree and rebalances n, unless the subtree's root
+ * and height stayed the same: then nothing above it changes either. */
+static vr_block *settle(vr_block *n, vr_block **side, vr_block *old, int old_height, vr_block *now)
+{
+    *side = now;
+    if (now == old && height(now) == old_height)
+        return n;
+    return rebalance(n);
+}
+
+static vr_block *insert(vr_block *n, vr_block *b, vra_order order)
 {
     if (!n)
         return b;
-    if (cmp(b, n) < 0)
-        n->left = insert(n->left, b, cmp);
-    else
-        n->right = insert(n->right, b, cmp);
-    return rebalance(n);
+    vr_block **side = cmp(order, b, n) < 0 ? &n->left : &n->right;
+    vr_block *old = *side;
+    int h = height(old);
+    return settle(n, side, old, h, insert(old, b, order));
 }
 
 void vra_tree_insert(vra_tree *t, vr_block *b)
 {
     b->left = b->right = NULL;
     b->height = 1;
-    t->root = insert(t->root, b, t->cmp);
+    t->root = insert(t->root, b, t->order);
     t->count++;
 }
 
@@ -82,11 +104,12 @@ static vr_block *remove_min(vr_block *n, vr_block **min)
         *min = n;
         return n->right;
     }
-    n->left = remove_min(n->left, min);
-    return rebalance(n);
+    vr_block *old = n->left;
+    int h = height(old);
+    return settle(n, &n->left, old, h, remove_min(old, min));
 }
 
-static vr_block *remove_node(vr_block *n, vr_block *b, vra_cmp_fn cmp, int *found)
+static vr_block *remove_node(vr_block *n, vr_block *b, vra_order order, int *found)
 {
     if (!n)
         return NULL;
@@ -102,17 +125,16 @@ static vr_block *remove_node(vr_block *n, vr_block *b, vra_cmp_fn cmp, int *foun
         min->right = r;
         return rebalance(min);
     }
-    if (cmp(b, n) < 0)
-        n->left = remove_node(n->left, b, cmp, found);
-    else
-        n->right = remove_node(n->right, b, cmp, found);
-    return rebalance(n);
+    vr_block **side = cmp(order, b, n) < 0 ? &n->left : &n->right;
+    vr_block *old = *side;
+    int h = height(old);
+    return settle(n, side, old, h, remove_node(old, b, order, found));
 }
 
 void vra_tree_remove(vra_tree *t, vr_block *b)
 {
     int found = 0;
-    t->root = remove_node(t->root, b, t->cmp, &found);
+    t->root = remove_node(t->root, b, t->order, &found);
     if (found)
         t->count--;
     b->left = b->right = NULL;
@@ -123,7 +145,7 @@ vr_block *vra_tree_lower_bound(const vra_tree *t, const vr_block *key)
 {
     vr_block *n = t->root, *best = NULL;
     while (n) {
-        if (t->cmp(n, key) >= 0) {
+        if (cmp(t->order, n, key) >= 0) {
             best = n;
             n = n->left;
         } else {
@@ -137,7 +159,7 @@ vr_block *vra_tree_next(const vra_tree *t, const vr_block *key)
 {
     vr_block *n = t->root, *best = NULL;
     while (n) {
-        if (t->cmp(n, key) > 0) {
+        if (cmp(t->order, n, key) > 0) {
             best = n;
             n = n->left;
         } else {
@@ -151,7 +173,7 @@ vr_block *vra_tree_prev(const vra_tree *t, const vr_block *key)
 {
     vr_block *n = t->root, *best = NULL;
     while (n) {
-        if (t->cmp(n, key) < 0) {
+        if (cmp(t->order, n, key) < 0) {
             best = n;
             n = n->right;
         } else {
@@ -198,7 +220,7 @@ static int verify(const vra_tree *t, const vr_block *n, const vr_block *lo, cons
 {
     if (!n)
         return 0;
-    if ((lo && t->cmp(n, lo) <= 0) || (hi && t->cmp(n, hi) >= 0))
+    if ((lo && cmp(t->order, n, lo) <= 0) || (hi && cmp(t->order, n, hi) >= 0))
         return -1;
     int hl = verify(t, n->left, lo, n, count);
     int hr = verify(t, n->right, n, hi, count);

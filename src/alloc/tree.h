@@ -1,4 +1,4 @@
-/* An intrusive AVL tree of allocator blocks, ordered by a comparison function.
+/* An intrusive AVL tree of allocator blocks.
  *
  * Free blocks are kept in one tree per pool ordered by (stream, size, address),
  * so best fit is a lower-bound search; unmapped ranges of expandable segments
@@ -13,15 +13,23 @@
 #include <stddef.h>
 
 struct vr_block;
-typedef int (*vra_cmp_fn)(const struct vr_block *a, const struct vr_block *b);
+
+/* The orders a tree can keep (compared inline: this is the allocator's hot path). */
+typedef enum vra_order {
+    VRA_BY_SIZE, /* (stream, size, addr): best fit */
+    VRA_BY_ADDR, /* (stream, addr) */
+} vra_order;
 
 typedef struct vra_tree {
     struct vr_block *root;
-    vra_cmp_fn cmp;
+    vra_order order;
     size_t count;
 } vra_tree;
 
-void vra_tree_init(vra_tree *t, vra_cmp_fn cmp);
+void vra_tree_init(vra_tree *t, vra_order order);
+
+/* <0, 0, >0 as a sorts before, with, after b in the tree's order. */
+int vra_tree_cmp(const vra_tree *t, const struct vr_block *a, const struct vr_block *b);
 void vra_tree_insert(vra_tree *t, struct vr_block *b);
 void vra_tree_remove(vra_tree *t, struct vr_block *b);
 

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Replays every shared allocator trace under every policy and prints the
+# markdown table of bench/alloc/README.md.
+#   bash bench/alloc/run.sh [PATH/TO/vram] [TRACES_DIR]
+set -euo pipefail
+vram=${1:-build/vram}
+traces=${2:-$(dirname "$0")/../../../shared/traces}
+field() { sed -n "s/^[[:space:]]*\"$1\":[[:space:]]*\([-0-9.e+]*\).*/\1/p" | head -1; }
+gib() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1073741824 }'; }
+echo "| trace | policy | peak allocated (GiB) | peak reserved (GiB) | reserved/allocated | PyTorch recorded | peak reserved vs PyTorch | ns/op |"
+echo "|---|---|---|---|---|---|---|---|"
+for t in "$traces"/*.csv.gz; do
+  for p in pytorch expandable; do
+    out=$("$vram" replay "$t" --policy "$p" --repeat 20 --json)
+    pa=$(field peak_allocated <<<"$out"); pr=$(field peak_reserved <<<"$out"); ratio=$(field ratio <<<"$out")
+    ns=$(field ns_per_op <<<"$out")
+    tpa=$(sed -n '/"pytorch"/,$p' <<<"$out" | field peak_allocated)
+    tpr=$(sed -n '/"pytorch"/,$p' <<<"$out" | field peak_reserved)
+    diff=$(field peak_reserved_diff_pct <<<"$out")
+    printf '| %s | %s | %s | %s | %.3f | %.3f | %+.3f%% | %.0f |\n' "$(basename "$t" .csv.gz)" "$p" "$(gib "$pa")" \
+      "$(gib "$pr")" "$ratio" "$(awk -v a="$tpa" -v r="$tpr" 'BEGIN { print r / a }')" "$diff" "$ns"
+  done
+done
