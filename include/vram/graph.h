@@ -8,7 +8,9 @@
  *
  * Nodes map 1:1 onto kernels (src/kernels/cpu/kernels_cpu.h): each op has
  * fixed input and output slots, listed in the op table (vr_op_get_info) and
- * in the enum below. An unused slot is -1; the executor passes NULL there.
+ * in the enum below. An unused slot is -1; the executor passes NULL there
+ * (a backward node leaves an input slot at -1 when no output it computes
+ * needs it, e.g. matmul_bwd's inp when dw is not wanted).
  * Backward nodes carry one accumulate flag per output (VR_ACC_*), so no
  * zero-fill nodes are needed: the first write of a gradient overwrites, later
  * ones add.
@@ -70,9 +72,11 @@ const char *vr_role_name(vr_role r);
 /* Ops. Slots: in[...] -> out[...]; shapes with N = rows (B*T), C channels. */
 typedef enum vr_op {
     VR_OP_EMBEDDING,      /* in: tok(B,T) i32, wte(Vp,C), wpe(maxT,C)        out: x(B,T,C) */
-    VR_OP_EMBEDDING_BWD,  /* in: dx(B,T,C), tok                               out: dwte, dwpe (own acc each) */
+    VR_OP_EMBEDDING_BWD,  /* in: dx(B,T,C), tok                               out: dwte, dwpe (one acc: a tied
+                           * wte that adds while wpe overwrites gets two nodes, one output each) */
     VR_OP_LAYERNORM,      /* in: x(N,C), w(C), b(C)                           out: y(N,C), mean(N), rstd(N) */
-    VR_OP_LAYERNORM_BWD,  /* in: dy, x, w, mean, rstd                         out: dx, dw, db (acc dw == acc db) */
+    VR_OP_LAYERNORM_BWD,  /* in: dy, x, w, mean, rstd                         out: dx, dw, db (acc dw == acc db;
+                           * only one of dw, db wanted: the scratch (C) takes the other) */
     VR_OP_MATMUL,         /* in: x(N,C), w(OC,C), b(OC)                       out: y(N,OC) */
     VR_OP_MATMUL_BWD,     /* in: dy(N,OC), x, w                               out: dx, dw, db (acc dw == acc db) */
     VR_OP_ATTENTION,      /* in: qkv(B,T,3C)                                  out: y(B,T,C), lse(B,NH,T) f32 */
@@ -86,7 +90,9 @@ typedef enum vr_op {
     VR_OP_RESHAPE,        /* in: x                                            out: view of x (no kernel) */
     VR_OP_CLASSIFIER,     /* in: x(N,C), wte(Vp,C), targets(N) i32            out: losses(N) f32, dx, dwte;
                            * tied head + softmax + cross-entropy, and when training the
-                           * gradients in the same pass; scratch (R,V) f32 */
+                           * gradients in the same pass; scratch (R,V) f32. Only the first
+                           * V rows of wte are read: with acc dwte = overwrite the executor
+                           * zeroes rows [V,Vp) of dwte (the kernel writes V rows) */
     VR_OP_SOFTMAX_XENT,   /* in: logits(N,V), targets(N) i32                  out: losses(N) f32, probs(N,V) */
     VR_OP_SOFTMAX_XENT_BWD, /* in: probs, targets                             out: dlogits */
     VR_OP_SUMSQ,          /* in: g                                            out: normsq(1) f32 (+= sum g^2) */

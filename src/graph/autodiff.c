@@ -220,6 +220,44 @@ static void backward_reshape(ad *a, int n)
     g->tensors[x].grad = v;
 }
 
+/* Kernels take one acc flag for a pair of outputs (embedding: dwte and dwpe;
+ * matmul/layernorm: dw and db). When the two differ, output k2 moves to a
+ * second node with the same inputs, so each node is one kernel call. */
+static void split_acc(ad *a, int id, int k1, int k2)
+{
+    vr_graph *g = a->g;
+    if (id < 0 || g->nodes[id].out[k1] < 0 || g->nodes[id].out[k2] < 0 ||
+        g->nodes[id].acc[k1] == g->nodes[id].acc[k2])
+        return;
+    vr_node first = g->nodes[id];
+    int id2 = vr_graph_node(g, first.op, VR_PHASE_BACKWARD, first.name);
+    if (id2 < 0)
+        return;
+    vr_node *second = &g->nodes[id2];
+    memcpy(second->in, first.in, sizeof first.in);
+    second->layer = first.layer;
+    second->src = first.src;
+    second->out[k2] = first.out[k2];
+    second->acc[k2] = first.acc[k2];
+    g->nodes[id].out[k2] = -1;
+    g->nodes[id].acc[k2] = 0;
+}
+
+/* vr_cpu_layernorm_bwd computes dw and db both or neither: when one of w, b is
+ * frozen, the node's scratch (C floats) takes the gradient nobody keeps. */
+static void ln_param_scratch(ad *a, int id)
+{
+    vr_graph *g = a->g;
+    char name[VR_NAME_MAX];
+    snprintf(name, sizeof name, "%.50s.scratch", g->nodes[id].name);
+    int w = g->nodes[g->nodes[id].src].in[1]; /* the forward's weight (C) */
+    int t = vr_graph_tensor_like(a->g, name, w, g->tensors[w].dtype, VR_ROLE_TEMP);
+    if (t >= 0) {
+        g->nodes[id].scratch = t;
+        g->tensors[t].producer = id;
+    }
+}
+
 /* The backward of forward node n (not add/reshape/classifier). */
 static void backward_op(ad *a, int n)
 {
@@ -253,6 +291,7 @@ static void backward_op(ad *a, int n)
     case VR_OP_EMBEDDING:
         set_grad_out(a, id, 0, f.in[1]);
         set_grad_out(a, id, 1, f.in[2]);
+        split_acc(a, id, 0, 1); /* tied wte adds, wpe overwrites: two kernel calls */
         break;
     case VR_OP_LAYERNORM:
     case VR_OP_MATMUL:
@@ -260,6 +299,9 @@ static void backward_op(ad *a, int n)
         set_grad_out(a, id, 1, f.in[1]);
         if (f.in[2] >= 0)
             set_grad_out(a, id, 2, f.in[2]);
+        split_acc(a, id, 1, 2);
+        if (f.op == VR_OP_LAYERNORM && (g->nodes[id].out[1] < 0) != (g->nodes[id].out[2] < 0))
+            ln_param_scratch(a, id);
         break;
     case VR_OP_SOFTMAX_XENT:
         g->nodes[id].loss_scale = 1.0f / (float)((double)vr_tensor_numel(&g->tensors[f.in[1]]) * a->s->accum);

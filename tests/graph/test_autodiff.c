@@ -138,14 +138,22 @@ static void acc_flags_and_shared_buffers(void **state)
     assert_int_equal(cls->acc[2], VR_ACC_OVERWRITE);
     assert_true(cls->out[1] >= 0); /* dx of lnf */
     assert_true(cls->loss_scale == 1.0f / (float)(2 * g->model.T));
-    int emb = -1;
+    /* the embedding's backward is two kernel calls: dwte adds to the classifier's
+     * (tied head), dwpe is written for the first time */
+    int emb = -1, emb_pe = -1;
     for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].op == VR_OP_EMBEDDING_BWD)
-            emb = i;
-    assert_true(emb > g->loss_node);
+        if (g->nodes[i].op == VR_OP_EMBEDDING_BWD) {
+            assert_true(g->nodes[i].out[0] < 0 || g->nodes[i].out[1] < 0);
+            if (g->nodes[i].out[0] >= 0)
+                emb = i;
+            else
+                emb_pe = i;
+        }
+    assert_true(emb > g->loss_node && emb_pe > g->loss_node);
     assert_int_equal(g->nodes[emb].out[0], dwte);
-    assert_int_equal(g->nodes[emb].acc[0], VR_ACC_ADD);  /* tied head: adds to the classifier's */
-    assert_int_equal(g->nodes[emb].acc[1], VR_ACC_OVERWRITE); /* dwpe: first write */
+    assert_int_equal(g->nodes[emb].acc[0], VR_ACC_ADD);
+    assert_int_equal(g->nodes[emb_pe].out[1], g->tensors[vr_graph_find(g, "wpe")].grad);
+    assert_int_equal(g->nodes[emb_pe].acc[1], VR_ACC_OVERWRITE);
     /* the residual stream's gradient is one buffer: written by lnf's backward,
      * added to by every block's two layernorm backwards, read by the embedding's */
     int dres = g->nodes[emb].in[0];
@@ -176,6 +184,18 @@ static void frozen_parts_are_not_differentiated(void **state)
         if (g->nodes[i].op == VR_OP_LAYERNORM_BWD && g->nodes[i].layer == 1 &&
             strstr(g->nodes[i].name, "ln1"))
             assert_int_equal(g->nodes[i].out[0], -1);
+    check_dataflow(g);
+    vr_graph_free(g);
+
+    s.freeze = "h.*.ln_1.w"; /* layernorm's kernel makes dw and db together: the kept db needs a scratch dw */
+    g = gpt("tiny", 2, s);
+    for (int i = g->n_forward; i < g->n_nodes; i++)
+        if (g->nodes[i].op == VR_OP_LAYERNORM_BWD && strstr(g->nodes[i].name, "ln1")) {
+            assert_int_equal(g->nodes[i].out[1], -1);
+            assert_true(g->nodes[i].out[2] >= 0);
+            assert_true(g->nodes[i].scratch >= 0);
+            assert_int_equal(vr_tensor_numel(&g->tensors[g->nodes[i].scratch]), g->model.gpt.C);
+        }
     check_dataflow(g);
     vr_graph_free(g);
 
