@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/model_flags.h"
 #include "vram/device.h"
 #include "vram/graph.h"
 #include "vram/plan.h"
@@ -24,28 +25,18 @@
 /* The library workspace on cuda (cuBLAS: 32 MiB in PyTorch). */
 #define CUDA_WORKSPACE (32 * VR_MiB)
 
+static const vr_model_defaults plan_defaults = {"gpt2", "mnist", 8, 0, VR_OPTIM_ADAMW};
+
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: vram plan [options]\n\n"
             "Plans one training step and says where every byte goes (params, master weights, grads,\n"
-            "optimizer state, inputs, activations, temporaries), the peak, and whether it fits.\n\n"
-            "model\n"
-            "  --model gpt|mlp          model family (gpt)\n"
-            "  --preset NAME            gpt: %s (gpt2); mlp: %s (mnist)\n"
-            "  --layers N --channels N --heads N --vocab N --padded-vocab N --max-seq N   (gpt)\n"
-            "  --sizes A,B,...,Z --act relu|gelu                                          (mlp)\n"
-            "  --layers N --channels N (mlp: hidden layers and width) --vocab N (mlp: classes)\n"
-            "step\n"
-            "  --batch N                micro-batch rows (8)\n"
-            "  --seq N                  sequence length (the preset's)\n"
-            "  --accum N                micro-batches per optimizer step (1)\n"
-            "  --optim sgd|momentum|adam|adamw|none   (adamw)\n"
-            "  --recompute none|block|selective       activation checkpointing (none)\n"
-            "  --freeze GLOBS           comma-separated globs over parameter names ('h.*.attn*,wte')\n"
-            "  --precision fp32|bf16|fp16             (fp32)\n"
-            "  --clip X                 clip gradients to global norm X (adds the norm nodes)\n"
-            "  --eval                   no-grad evaluation step (forward only, nothing saved)\n"
+            "optimizer state, inputs, activations, temporaries), the peak, and whether it fits.\n\n");
+    vr_model_flags_usage(f, &plan_defaults);
+    fprintf(f, "step\n");
+    vr_step_flags_usage(f, &plan_defaults);
+    fprintf(f, "  --eval                   no-grad evaluation step (forward only, nothing saved)\n"
             "memory\n"
             "  --memory planned|dynamic static arena, or also replay through the caching allocator\n"
             "  --policy NAME            allocator policy in dynamic mode (pytorch)\n"
@@ -55,165 +46,55 @@ static void usage(FILE *f)
             "output\n"
             "  --timeline               live bytes per role after each node\n"
             "  --graph                  list the nodes with their tensors' shapes\n"
-            "  --json                   machine-readable output\n",
-            vr_gpt_preset_names(), vr_mlp_preset_names());
+            "  --json                   machine-readable output\n");
 }
 
 typedef struct opts {
-    const char *model, *preset, *sizes, *act, *optim, *recompute, *freeze, *precision, *memory, *policy, *device;
-    long long layers, channels, heads, vocab, padded_vocab, max_seq, seq, batch, accum;
-    double clip;
+    vr_model_flags m;  /* model and step flags (cli/model_flags.h) */
+    const char *memory, *policy, *device;
     uint64_t capacity, context;
-    bool has_capacity, has_context, eval, timeline, json, graph;
+    bool has_capacity, has_context, timeline, json, graph;
 } opts;
 
 static int bad(const char *msg) { return vr_cli_fail("plan", 2, "%s", msg); }
 
-static int parse_ll(const char *flag, const char *v, long long lo, long long hi, long long *out)
-{
-    return vr_parse_int(v, flag, lo, hi, out) == VR_OK ? 0 : bad(vr_last_error());
-}
-
 static int parse_args(int argc, char **argv, opts *o)
 {
-    static const char *str_flags[] = {"--model", "--preset", "--sizes", "--act", "--optim", "--recompute",
-                                      "--freeze", "--precision", "--memory", "--policy", "--device"};
-    static const char *int_flags[] = {"--layers", "--channels", "--heads", "--vocab", "--padded-vocab",
-                                      "--max-seq", "--seq", "--batch", "--accum"};
-    const char **str_dst[] = {&o->model, &o->preset, &o->sizes, &o->act, &o->optim, &o->recompute,
-                              &o->freeze, &o->precision, &o->memory, &o->policy, &o->device};
-    long long *int_dst[] = {&o->layers, &o->channels, &o->heads, &o->vocab, &o->padded_vocab,
-                            &o->max_seq, &o->seq, &o->batch, &o->accum};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 1;
         }
-        if (!strcmp(a, "--eval") || !strcmp(a, "--timeline") || !strcmp(a, "--json") || !strcmp(a, "--graph")) {
-            *(a[2] == 'e' ? &o->eval : a[2] == 't' ? &o->timeline : a[2] == 'j' ? &o->json : &o->graph) = true;
+        int r = vr_model_flags_parse("plan", argc, argv, &i, &o->m);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (!strcmp(a, "--timeline") || !strcmp(a, "--json") || !strcmp(a, "--graph")) {
+            *(a[2] == 't' ? &o->timeline : a[2] == 'j' ? &o->json : &o->graph) = true;
             continue;
         }
-        bool known = false;
-        for (size_t k = 0; k < sizeof str_flags / sizeof *str_flags; k++)
-            known |= !strcmp(a, str_flags[k]);
-        for (size_t k = 0; k < sizeof int_flags / sizeof *int_flags; k++)
-            known |= !strcmp(a, int_flags[k]);
-        known |= !strcmp(a, "--capacity") || !strcmp(a, "--context") || !strcmp(a, "--clip");
+        bool known = !strcmp(a, "--memory") || !strcmp(a, "--policy") || !strcmp(a, "--device") ||
+                     !strcmp(a, "--capacity") || !strcmp(a, "--context");
         if (!known)
             return vr_cli_fail("plan", 2, "unknown flag '%s' (see vram plan --help)", a);
         if (i + 1 >= argc)
             return vr_cli_fail("plan", 2, "%s needs a value", a);
         const char *v = argv[++i];
-        for (size_t k = 0; k < sizeof str_flags / sizeof *str_flags; k++)
-            if (!strcmp(a, str_flags[k]))
-                *str_dst[k] = v;
-        for (size_t k = 0; k < sizeof int_flags / sizeof *int_flags; k++)
-            if (!strcmp(a, int_flags[k]) && parse_ll(a, v, 1, 1 << 30, int_dst[k]))
-                return 2;
-        if (!strcmp(a, "--capacity") || !strcmp(a, "--context")) {
+        if (!strcmp(a, "--memory"))
+            o->memory = v;
+        else if (!strcmp(a, "--policy"))
+            o->policy = v;
+        else if (!strcmp(a, "--device"))
+            o->device = v;
+        else {
             bool cap = a[3] == 'a';
             if (vr_parse_size(v, a, cap ? &o->capacity : &o->context) != VR_OK)
                 return bad(vr_last_error());
             *(cap ? &o->has_capacity : &o->has_context) = true;
         }
-        if (!strcmp(a, "--clip")) {
-            char *end;
-            o->clip = strtod(v, &end);
-            if (end == v || *end || !(o->clip > 0))
-                return vr_cli_fail("plan", 2, "--clip: '%s' is not a positive number", v);
-        }
     }
-    return 0;
-}
-
-static int parse_sizes(const char *s, vr_mlp_config *m)
-{
-    m->n_sizes = 0;
-    for (const char *p = s; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > (1 << 30) || (*end && *end != ',') || m->n_sizes == VR_MLP_MAX_SIZES)
-            return vr_cli_fail("plan", 2, "--sizes: '%s' is not a list of 2..%d positive sizes like 784,256,10", s,
-                               VR_MLP_MAX_SIZES);
-        m->sizes[m->n_sizes++] = (int)v;
-        p = *end ? end + 1 : end;
-    }
-    return m->n_sizes < 2 ? vr_cli_fail("plan", 2, "--sizes: '%s' needs at least 2 sizes", s) : 0;
-}
-
-/* Fills the model and step configs from the options; 2 after a usage error. */
-static int configure(const opts *o, vr_model_config *m, vr_step_config *s)
-{
-    memset(m, 0, sizeof *m);
-    memset(s, 0, sizeof *s);
-    bool gpt = !o->model || !strcmp(o->model, "gpt");
-    if (!gpt && strcmp(o->model, "mlp"))
-        return vr_cli_fail("plan", 2, "--model: '%s' is not one of gpt|mlp", o->model);
-    if (gpt) {
-        m->kind = VR_MODEL_GPT;
-        int T = 0;
-        if (vr_gpt_preset(o->preset ? o->preset : "gpt2", &m->gpt, &T))
-            return bad(vr_last_error());
-        if (o->sizes || o->act)
-            return vr_cli_fail("plan", 2, "%s: only for --model mlp", o->sizes ? "--sizes" : "--act");
-        if (o->layers) m->gpt.L = (int)o->layers;
-        if (o->channels) m->gpt.C = (int)o->channels;
-        if (o->heads) m->gpt.NH = (int)o->heads;
-        if (o->vocab) {
-            m->gpt.V = (int)o->vocab;
-            m->gpt.Vp = 0;
-        }
-        if (o->padded_vocab) m->gpt.Vp = (int)o->padded_vocab;
-        if (o->max_seq) m->gpt.maxT = (int)o->max_seq;
-        m->T = o->seq ? (int)o->seq : T;
-        if (m->T > m->gpt.maxT && !o->max_seq)
-            m->gpt.maxT = m->T;
-    } else {
-        m->kind = VR_MODEL_MLP;
-        if (vr_mlp_preset(o->preset ? o->preset : "mnist", &m->mlp))
-            return bad(vr_last_error());
-        if (o->heads || o->padded_vocab || o->max_seq || o->seq)
-            return vr_cli_fail("plan", 2, "%s: only for --model gpt",
-                               o->heads ? "--heads" : o->padded_vocab ? "--padded-vocab" : o->max_seq ? "--max-seq" : "--seq");
-        if (o->sizes && parse_sizes(o->sizes, &m->mlp))
-            return 2;
-        if (o->layers || o->channels) { /* hidden layers x width, keeping input and classes */
-            int in = m->mlp.sizes[0], out = m->mlp.sizes[m->mlp.n_sizes - 1];
-            int width = o->channels ? (int)o->channels : m->mlp.sizes[1];
-            int hidden = o->layers ? (int)o->layers : m->mlp.n_sizes - 2;
-            if (hidden + 2 > VR_MLP_MAX_SIZES)
-                return vr_cli_fail("plan", 2, "--layers: at most %d hidden layers", VR_MLP_MAX_SIZES - 2);
-            m->mlp.n_sizes = hidden + 2;
-            m->mlp.sizes[0] = in;
-            for (int i = 1; i <= hidden; i++)
-                m->mlp.sizes[i] = width;
-            m->mlp.sizes[hidden + 1] = out;
-        }
-        if (o->vocab)
-            m->mlp.sizes[m->mlp.n_sizes - 1] = (int)o->vocab;
-        if (o->act) {
-            if (!strcmp(o->act, "relu"))
-                m->mlp.act = VR_OP_RELU;
-            else if (!strcmp(o->act, "gelu"))
-                m->mlp.act = VR_OP_GELU;
-            else
-                return vr_cli_fail("plan", 2, "--act: '%s' is not one of relu|gelu", o->act);
-        }
-        m->T = 1;
-    }
-    m->B = o->batch ? (int)o->batch : 8;
-    s->train = !o->eval;
-    s->accum = o->accum ? (int)o->accum : 1;
-    s->optim = VR_OPTIM_ADAMW;
-    if (o->optim && vr_optim_parse(o->optim, "--optim", &s->optim))
-        return bad(vr_last_error());
-    if (o->recompute && vr_recompute_parse(o->recompute, "--recompute", &s->recompute))
-        return bad(vr_last_error());
-    if (o->precision && vr_precision_parse(o->precision, "--precision", &s->precision))
-        return bad(vr_last_error());
-    s->freeze = o->freeze;
-    s->grad_clip = (float)o->clip;
     return 0;
 }
 
@@ -275,7 +156,7 @@ int vr_cmd_plan(int argc, char **argv)
     vr_model_config m;
     vr_step_config s;
     target t;
-    if ((rc = configure(&o, &m, &s)) || (rc = resolve_device(&o, &t)))
+    if ((rc = vr_model_flags_configure("plan", &o.m, &plan_defaults, &m, &s)) || (rc = resolve_device(&o, &t)))
         return rc;
     vr_plan_config pc = {.memory = VR_MEMORY_PLANNED, .alloc_policy = o.policy};
     if (o.memory && !strcmp(o.memory, "dynamic"))

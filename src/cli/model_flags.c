@@ -1,0 +1,193 @@
+/* vram command: parsing the model and step flags (see model_flags.h). */
+#include "cli/model_flags.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "vram/util.h"
+
+static const char *str_flags[] = {"--model", "--preset", "--sizes", "--act", "--optim", "--recompute", "--freeze",
+                                  "--precision"};
+static const char *int_flags[] = {"--layers", "--channels", "--heads", "--vocab", "--padded-vocab",
+                                  "--max-seq", "--seq", "--batch", "--accum"};
+#define NSTR ((int)(sizeof str_flags / sizeof *str_flags))
+#define NINT ((int)(sizeof int_flags / sizeof *int_flags))
+
+int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_model_flags *f)
+{
+    const char *a = argv[*i];
+    const char **str_dst[NSTR] = {&f->model, &f->preset, &f->sizes, &f->act, &f->optim, &f->recompute,
+                                  &f->freeze, &f->precision};
+    long long *int_dst[NINT] = {&f->layers, &f->channels, &f->heads, &f->vocab, &f->padded_vocab,
+                                &f->max_seq, &f->seq, &f->batch, &f->accum};
+    if (!strcmp(a, "--eval")) {
+        f->eval = true;
+        return 1;
+    }
+    int si = -1, ii = -1;
+    for (int k = 0; k < NSTR; k++)
+        if (!strcmp(a, str_flags[k]))
+            si = k;
+    for (int k = 0; k < NINT; k++)
+        if (!strcmp(a, int_flags[k]))
+            ii = k;
+    if (si < 0 && ii < 0 && strcmp(a, "--clip"))
+        return 0;
+    if (*i + 1 >= argc) {
+        vr_cli_fail(cmd, 2, "%s needs a value", a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    if (si >= 0) {
+        *str_dst[si] = v;
+    } else if (ii >= 0) {
+        if (vr_parse_int(v, a, 1, 1 << 30, int_dst[ii]) != VR_OK) {
+            vr_cli_fail(cmd, 2, "%s", vr_last_error());
+            return -1;
+        }
+    } else {
+        char *end;
+        f->clip = strtod(v, &end);
+        if (end == v || *end || !(f->clip > 0)) {
+            vr_cli_fail(cmd, 2, "--clip: '%s' is not a positive number", v);
+            return -1;
+        }
+    }
+    return 1;
+}
+
+bool vr_model_flags_shape_given(const vr_model_flags *f)
+{
+    return f->preset || f->sizes || f->layers || f->channels || f->heads || f->vocab || f->padded_vocab ||
+           f->max_seq;
+}
+
+static int parse_sizes(const char *cmd, const char *s, vr_mlp_config *m)
+{
+    m->n_sizes = 0;
+    for (const char *p = s; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > (1 << 30) || (*end && *end != ',') || m->n_sizes == VR_MLP_MAX_SIZES)
+            return vr_cli_fail(cmd, 2, "--sizes: '%s' is not a list of 2..%d positive sizes like 784,256,10", s,
+                               VR_MLP_MAX_SIZES);
+        m->sizes[m->n_sizes++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return m->n_sizes < 2 ? vr_cli_fail(cmd, 2, "--sizes: '%s' needs at least 2 sizes", s) : 0;
+}
+
+static int configure_gpt(const char *cmd, const vr_model_flags *o, const vr_model_defaults *d, vr_model_config *m)
+{
+    m->kind = VR_MODEL_GPT;
+    int T = 0;
+    if (vr_gpt_preset(o->preset ? o->preset : d->gpt_preset, &m->gpt, &T))
+        return vr_cli_fail(cmd, 2, "%s", vr_last_error());
+    if (o->sizes || o->act)
+        return vr_cli_fail(cmd, 2, "%s: only for --model mlp", o->sizes ? "--sizes" : "--act");
+    if (o->layers) m->gpt.L = (int)o->layers;
+    if (o->channels) m->gpt.C = (int)o->channels;
+    if (o->heads) m->gpt.NH = (int)o->heads;
+    if (o->vocab) {
+        m->gpt.V = (int)o->vocab;
+        m->gpt.Vp = 0;
+    }
+    if (o->padded_vocab) m->gpt.Vp = (int)o->padded_vocab;
+    if (o->max_seq) m->gpt.maxT = (int)o->max_seq;
+    m->T = o->seq ? (int)o->seq : d->seq ? d->seq : T;
+    if (m->T > m->gpt.maxT && !o->max_seq)
+        m->gpt.maxT = m->T;
+    return 0;
+}
+
+static int configure_mlp(const char *cmd, const vr_model_flags *o, const vr_model_defaults *d, vr_model_config *m)
+{
+    m->kind = VR_MODEL_MLP;
+    if (vr_mlp_preset(o->preset ? o->preset : d->mlp_preset, &m->mlp))
+        return vr_cli_fail(cmd, 2, "%s", vr_last_error());
+    if (o->heads || o->padded_vocab || o->max_seq || o->seq)
+        return vr_cli_fail(cmd, 2, "%s: only for --model gpt",
+                           o->heads ? "--heads" : o->padded_vocab ? "--padded-vocab" : o->max_seq ? "--max-seq" : "--seq");
+    if (o->sizes && parse_sizes(cmd, o->sizes, &m->mlp))
+        return 2;
+    if (o->layers || o->channels) { /* hidden layers x width, keeping input and classes */
+        int in = m->mlp.sizes[0], out = m->mlp.sizes[m->mlp.n_sizes - 1];
+        int width = o->channels ? (int)o->channels : m->mlp.sizes[1];
+        int hidden = o->layers ? (int)o->layers : m->mlp.n_sizes - 2;
+        if (hidden + 2 > VR_MLP_MAX_SIZES)
+            return vr_cli_fail(cmd, 2, "--layers: at most %d hidden layers", VR_MLP_MAX_SIZES - 2);
+        m->mlp.n_sizes = hidden + 2;
+        m->mlp.sizes[0] = in;
+        for (int i = 1; i <= hidden; i++)
+            m->mlp.sizes[i] = width;
+        m->mlp.sizes[hidden + 1] = out;
+    }
+    if (o->vocab)
+        m->mlp.sizes[m->mlp.n_sizes - 1] = (int)o->vocab;
+    if (o->act) {
+        if (!strcmp(o->act, "relu"))
+            m->mlp.act = VR_OP_RELU;
+        else if (!strcmp(o->act, "gelu"))
+            m->mlp.act = VR_OP_GELU;
+        else
+            return vr_cli_fail(cmd, 2, "--act: '%s' is not one of relu|gelu", o->act);
+    }
+    m->T = 1;
+    return 0;
+}
+
+int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_model_defaults *d,
+                             vr_model_config *m, vr_step_config *s)
+{
+    memset(m, 0, sizeof *m);
+    memset(s, 0, sizeof *s);
+    bool gpt = !o->model || !strcmp(o->model, "gpt");
+    if (!gpt && strcmp(o->model, "mlp"))
+        return vr_cli_fail(cmd, 2, "--model: '%s' is not one of gpt|mlp", o->model);
+    int rc = gpt ? configure_gpt(cmd, o, d, m) : configure_mlp(cmd, o, d, m);
+    if (rc)
+        return rc;
+    m->B = o->batch ? (int)o->batch : d->batch;
+    s->train = !o->eval;
+    s->accum = o->accum ? (int)o->accum : 1;
+    s->optim = d->optim;
+    if (o->optim && vr_optim_parse(o->optim, "--optim", &s->optim))
+        return vr_cli_fail(cmd, 2, "%s", vr_last_error());
+    if (o->recompute && vr_recompute_parse(o->recompute, "--recompute", &s->recompute))
+        return vr_cli_fail(cmd, 2, "%s", vr_last_error());
+    if (o->precision && vr_precision_parse(o->precision, "--precision", &s->precision))
+        return vr_cli_fail(cmd, 2, "%s", vr_last_error());
+    s->freeze = o->freeze;
+    s->grad_clip = (float)o->clip;
+    return 0;
+}
+
+void vr_model_flags_usage(FILE *f, const vr_model_defaults *d)
+{
+    fprintf(f,
+            "model\n"
+            "  --model gpt|mlp          model family (gpt)\n"
+            "  --preset NAME            gpt: %s (%s); mlp: %s (%s)\n"
+            "  --layers N --channels N --heads N --vocab N --padded-vocab N --max-seq N   (gpt)\n"
+            "  --sizes A,B,...,Z --act relu|gelu                                          (mlp)\n"
+            "  --layers N --channels N (mlp: hidden layers and width) --vocab N (mlp: classes)\n",
+            vr_gpt_preset_names(), d->gpt_preset, vr_mlp_preset_names(), d->mlp_preset);
+}
+
+void vr_step_flags_usage(FILE *f, const vr_model_defaults *d)
+{
+    char seq[32] = "the preset's";
+    if (d->seq)
+        snprintf(seq, sizeof seq, "%d", d->seq);
+    fprintf(f,
+            "  --batch N                micro-batch rows (%d)\n"
+            "  --seq N                  sequence length (%s)\n"
+            "  --accum N                micro-batches per optimizer step (1)\n"
+            "  --optim sgd|momentum|adam|adamw|none   (%s)\n"
+            "  --recompute none|block|selective       activation checkpointing (none)\n"
+            "  --freeze GLOBS           comma-separated globs over parameter names ('h.*.attn*,wte')\n"
+            "  --precision fp32|bf16|fp16             (fp32)\n"
+            "  --clip X                 clip gradients to global norm X\n",
+            d->batch, seq, vr_optim_name(d->optim));
+}

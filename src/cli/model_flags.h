@@ -1,0 +1,46 @@
+/* vram command: the model and step flags shared by the commands that build a
+ * step graph (plan, train, eval): --model --preset --layers --channels --heads
+ * --vocab --padded-vocab --max-seq --sizes --act --seq --batch --accum --optim
+ * --recompute --freeze --precision --clip --eval. */
+#ifndef VRAM_CLI_MODEL_FLAGS_H
+#define VRAM_CLI_MODEL_FLAGS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "vram/graph.h"
+
+typedef struct vr_model_flags {
+    const char *model, *preset, *sizes, *act, *optim, *recompute, *freeze, *precision;
+    long long layers, channels, heads, vocab, padded_vocab, max_seq, seq, batch, accum; /* 0: not given */
+    double clip;     /* 0: not given */
+    bool eval;       /* --eval: the no-grad graph */
+} vr_model_flags;
+
+/* What a command uses when a flag is not given. */
+typedef struct vr_model_defaults {
+    const char *gpt_preset;  /* "gpt2" for plan */
+    const char *mlp_preset;  /* "mnist" */
+    int batch;               /* 8 */
+    int seq;                 /* 0: the preset's */
+    vr_optim optim;          /* VR_OPTIM_ADAMW */
+} vr_model_defaults;
+
+/* If argv[*i] is one of the flags above, consumes it and its value (advancing *i)
+ * and returns 1; returns 0 when it is not one of them; prints a one-line error
+ * "vram <cmd>: ..." naming the flag and returns -1 for a missing or bad value. */
+int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_model_flags *f);
+
+/* Fills the model and step configs from the flags and defaults. Returns 0, or
+ * prints a one-line error naming the flag and returns 2. */
+int vr_model_flags_configure(const char *cmd, const vr_model_flags *f, const vr_model_defaults *d,
+                             vr_model_config *m, vr_step_config *s);
+
+/* True when any flag that sets the model's shape was given. */
+bool vr_model_flags_shape_given(const vr_model_flags *f);
+
+/* The help lines for the model flags (indent 2) / the step flags. */
+void vr_model_flags_usage(FILE *f, const vr_model_defaults *d);
+void vr_step_flags_usage(FILE *f, const vr_model_defaults *d);
+
+#endif
