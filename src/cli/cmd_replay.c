@@ -51,6 +51,8 @@ static void print_json(const char *path, const char *policy, const vr_replay_res
     cJSON_AddNumberToObject(o, "ratio", r->ratio);
     cJSON_AddNumberToObject(o, "alloc_retries", (double)r->alloc_retries);
     cJSON_AddNumberToObject(o, "ooms", (double)r->ooms);
+    cJSON_AddNumberToObject(o, "device_allocs", (double)r->stats.num_device_alloc);
+    cJSON_AddNumberToObject(o, "device_frees", (double)r->stats.num_device_free);
     cJSON_AddNumberToObject(o, "ns_per_op", r->ns_per_op);
     cJSON_AddNumberToObject(o, "device_ns_per_op", r->device_ns_per_op);
     if (r->have_torch) {
