@@ -16,6 +16,9 @@
  *     each at the best-fitting gap among the tensors whose lifetimes overlap
  *     it, as in TFLite's and ggml-alloc's planners). Every offset and size is
  *     a multiple of the alignment, VR_PLAN_ALIGN = 256 bytes (cudaMalloc's);
+ *   - with in-place reuse on (opt-in), the output of a gelu, relu or add
+ *     takes over the bytes of an input of the same size that dies at that
+ *     node (the kernels allow out == in there), as ggml-alloc does;
  *   - in dynamic mode, the same step replayed through the caching allocator
  *     (vram/alloc.h) on a meta device: each tensor allocated when first used
  *     and freed after its last use, as PyTorch's eager mode does. Its peak
@@ -47,6 +50,7 @@ typedef struct vr_plan_config {
     const char *alloc_policy;  /* dynamic: allocator policy (NULL = "pytorch") */
     uint64_t capacity;         /* dynamic: capacity of the simulated device (0 = unlimited) */
     int steps;                 /* dynamic: steps replayed (0 = 2; later steps find a warm cache) */
+    bool inplace;              /* gelu/relu/add outputs reuse a dying input's bytes */
 } vr_plan_config;
 
 /* Where one tensor lives. */
@@ -56,6 +60,9 @@ typedef struct vr_plan_tensor {
     uint64_t bytes;            /* raw bytes of its storage (0 for a view) */
     uint64_t size;             /* bytes reserved in the arena: raw rounded up to the alignment */
     uint64_t offset;           /* byte offset in the arena (a view: its storage's + view offset) */
+    int base;                  /* the tensor whose bytes it occupies: itself, its view's storage, or
+                                * (in place) the input it overwrote; the dynamic mode allocates
+                                * once per base and frees after the last use of any tensor on it */
     bool persistent;           /* placed in the persistent region */
 } vr_plan_tensor;
 
@@ -79,6 +86,7 @@ typedef struct vr_plan {
     uint64_t align;
     int n_tensors, n_nodes;
     vr_plan_tensor *tensors;   /* [n_tensors], by tensor id */
+    int n_inplace;             /* outputs computed in place over a dying input */
 
     /* Totals over storage tensors, per role (raw bytes). */
     int count[VR_ROLE_COUNT];          /* storage tensors used */

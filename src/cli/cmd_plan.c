@@ -39,6 +39,7 @@ static void usage(FILE *f)
     fprintf(f, "  --eval                   no-grad evaluation step (forward only, nothing saved)\n"
             "memory\n"
             "  --memory planned|dynamic static arena, or also replay through the caching allocator\n"
+            "  --inplace                gelu/relu/add write their output over a dying input\n"
             "  --policy NAME            allocator policy in dynamic mode (pytorch)\n"
             "  --device SPEC            meta, meta:SIZE, cpu, cpu:SIZE, cuda, cuda:N (meta)\n"
             "  --capacity SIZE          device memory to fit in (e.g. 80GiB); cuda: the GPU's total\n"
@@ -53,7 +54,7 @@ typedef struct opts {
     vr_model_flags m;  /* model and step flags (cli/model_flags.h) */
     const char *memory, *policy, *device;
     uint64_t capacity, context;
-    bool has_capacity, has_context, timeline, json, graph;
+    bool has_capacity, has_context, timeline, json, graph, inplace;
 } opts;
 
 static int bad(const char *msg) { return vr_cli_fail("plan", 2, "%s", msg); }
@@ -71,8 +72,8 @@ static int parse_args(int argc, char **argv, opts *o)
             return 2;
         if (r > 0)
             continue;
-        if (!strcmp(a, "--timeline") || !strcmp(a, "--json") || !strcmp(a, "--graph")) {
-            *(a[2] == 't' ? &o->timeline : a[2] == 'j' ? &o->json : &o->graph) = true;
+        if (!strcmp(a, "--timeline") || !strcmp(a, "--json") || !strcmp(a, "--graph") || !strcmp(a, "--inplace")) {
+            *(a[2] == 't' ? &o->timeline : a[2] == 'j' ? &o->json : a[2] == 'g' ? &o->graph : &o->inplace) = true;
             continue;
         }
         bool known = !strcmp(a, "--memory") || !strcmp(a, "--policy") || !strcmp(a, "--device") ||
@@ -158,7 +159,7 @@ int vr_cmd_plan(int argc, char **argv)
     target t;
     if ((rc = vr_model_flags_configure("plan", &o.m, &plan_defaults, &m, &s)) || (rc = resolve_device(&o, &t)))
         return rc;
-    vr_plan_config pc = {.memory = VR_MEMORY_PLANNED, .alloc_policy = o.policy};
+    vr_plan_config pc = {.memory = VR_MEMORY_PLANNED, .alloc_policy = o.policy, .inplace = o.inplace};
     if (o.memory && !strcmp(o.memory, "dynamic"))
         pc.memory = VR_MEMORY_DYNAMIC;
     else if (o.memory && strcmp(o.memory, "planned"))

@@ -12,7 +12,9 @@
  *   whose lifetimes do not overlap may share bytes; tensors whose lifetimes
  *   overlap never do. The region is at least the aligned peak of the live
  *   bytes (at the peak node all of them are disjoint); vr_plan_arena_factor
- *   says how close the packing comes to it. */
+ *   says how close the packing comes to it.
+ *   A tensor computed in place occupies its base's bytes: the packing places
+ *   bases, each live from its first use to the last use of any tensor on it. */
 #include <stdlib.h>
 
 #include "plan/plan_internal.h"
@@ -47,6 +49,8 @@ static bool lifetimes_overlap(const vr_plan_tensor *a, const vr_plan_tensor *b)
     return a->first <= b->last && b->first <= a->last;
 }
 
+static bool spans_overlap(int f1, int l1, int f2, int l2) { return f1 <= l2 && f2 <= l1; }
+
 vr_status vr__plan_arena(vr_plan *p)
 {
     const vr_graph *g = p->graph;
@@ -64,24 +68,28 @@ vr_status vr__plan_arena(vr_plan *p)
     key *order = malloc(sizeof(key) * ((size_t)T + 1));
     int *placed = malloc(sizeof(int) * ((size_t)T + 1));
     span *spans = malloc(sizeof(span) * ((size_t)T + 1));
-    if (!order || !placed || !spans) {
+    int *ulast = vr__plan_unit_last(p);
+    if (!order || !placed || !spans || !ulast) {
         free(order);
         free(placed);
         free(spans);
+        free(ulast);
         return vr_error(VR_ERR_OOM, "plan: out of host memory");
     }
     int n = 0, np = 0;
     for (int t = 0; t < T; t++)
-        if (g->tensors[t].view_of < 0 && !p->tensors[t].persistent && p->tensors[t].first >= 0)
+        if (g->tensors[t].view_of < 0 && !p->tensors[t].persistent && p->tensors[t].first >= 0 &&
+            p->tensors[t].base == t)
             order[n++] = (key){p->tensors[t].size, p->tensors[t].first, t};
     qsort(order, (size_t)n, sizeof(key), by_size);
     uint64_t top = 0;
     for (int i = 0; i < n; i++) {
-        vr_plan_tensor *pt = &p->tensors[order[i].id];
+        int id = order[i].id;
+        vr_plan_tensor *pt = &p->tensors[id];
         int ns = 0;
         for (int j = 0; j < np; j++) {
             const vr_plan_tensor *q = &p->tensors[placed[j]];
-            if (lifetimes_overlap(pt, q))
+            if (spans_overlap(pt->first, ulast[id], q->first, ulast[placed[j]]))
                 spans[ns++] = (span){q->offset, q->offset + q->size};
         }
         qsort(spans, (size_t)ns, sizeof(span), by_off);
@@ -105,6 +113,10 @@ vr_status vr__plan_arena(vr_plan *p)
     for (int i = 0; i < n; i++)
         p->tensors[order[i].id].offset += p->persistent_size;
     p->arena_size = p->persistent_size + top;
+    /* in place: on their base's bytes */
+    for (int t = 0; t < T; t++)
+        if (g->tensors[t].view_of < 0 && p->tensors[t].base != t)
+            p->tensors[t].offset = p->tensors[p->tensors[t].base].offset;
     /* views: inside their storage */
     for (int t = 0; t < T; t++) {
         const vr_tensor *x = &g->tensors[t];
@@ -114,6 +126,7 @@ vr_status vr__plan_arena(vr_plan *p)
     free(order);
     free(placed);
     free(spans);
+    free(ulast);
     return VR_OK;
 }
 
@@ -125,6 +138,9 @@ vr_status vr_plan_check(const vr_plan *p)
         const vr_plan_tensor *a = &p->tensors[t];
         if (g->tensors[t].view_of >= 0 || a->first < 0)
             continue;
+        if (a->base != t && (a->offset != p->tensors[a->base].offset || a->bytes != p->tensors[a->base].bytes))
+            return vr_error(VR_ERR_INVALID, "arena: %s is in place over %s but not on its bytes",
+                            g->tensors[t].name, g->tensors[a->base].name);
         if (a->offset % p->align || a->size % p->align || a->size < a->bytes)
             return vr_error(VR_ERR_INVALID, "arena: %s at %llu (%llu bytes) is not %llu-byte aligned",
                             g->tensors[t].name, (unsigned long long)a->offset, (unsigned long long)a->size,
@@ -136,7 +152,7 @@ vr_status vr_plan_check(const vr_plan *p)
             return vr_error(VR_ERR_INVALID, "arena: %s is in the wrong region", g->tensors[t].name);
         for (int u = t + 1; u < T; u++) {
             const vr_plan_tensor *b = &p->tensors[u];
-            if (g->tensors[u].view_of >= 0 || b->first < 0 || !lifetimes_overlap(a, b))
+            if (g->tensors[u].view_of >= 0 || b->first < 0 || !lifetimes_overlap(a, b) || a->base == b->base)
                 continue;
             if (a->offset < b->offset + b->size && b->offset < a->offset + a->size)
                 return vr_error(VR_ERR_INVALID, "arena: %s [%llu,%llu) and %s [%llu,%llu) overlap in memory while "

@@ -20,7 +20,9 @@ typedef struct buckets {
     int *start, *ids;
 } buckets;
 
-static bool bucket(const vr_plan *p, bool by_last, buckets *b)
+/* Bases (in-place outputs share their input's block) by first use, or by the
+ * last use of any tensor on them (ulast). */
+static bool bucket(const vr_plan *p, const int *ulast, bool by_last, buckets *b)
 {
     int N = p->n_nodes, T = p->n_tensors;
     b->start = calloc((size_t)N + 2, sizeof(int));
@@ -29,8 +31,8 @@ static bool bucket(const vr_plan *p, bool by_last, buckets *b)
         return false;
     for (int t = 0; t < T; t++) {
         const vr_plan_tensor *pt = &p->tensors[t];
-        if (p->graph->tensors[t].view_of < 0 && !pt->persistent && pt->first >= 0)
-            b->start[(by_last ? pt->last : pt->first) + 1]++;
+        if (p->graph->tensors[t].view_of < 0 && !pt->persistent && pt->first >= 0 && pt->base == t)
+            b->start[(by_last ? ulast[t] : pt->first) + 1]++;
     }
     for (int i = 0; i < N; i++)
         b->start[i + 1] += b->start[i];
@@ -39,8 +41,8 @@ static bool bucket(const vr_plan *p, bool by_last, buckets *b)
         return false;
     for (int t = 0; t < T; t++) {
         const vr_plan_tensor *pt = &p->tensors[t];
-        if (p->graph->tensors[t].view_of < 0 && !pt->persistent && pt->first >= 0) {
-            int k = by_last ? pt->last : pt->first;
+        if (p->graph->tensors[t].view_of < 0 && !pt->persistent && pt->first >= 0 && pt->base == t) {
+            int k = by_last ? ulast[t] : pt->first;
             b->ids[b->start[k] + fill[k]++] = t;
         }
     }
@@ -67,7 +69,9 @@ vr_status vr__plan_dynamic(vr_plan *p)
     vr_device *dev = NULL;
     vr_alloc *a = NULL;
     vr_status st = VR_OK;
-    if (!d->allocated || !d->reserved || !ptr || !bucket(p, false, &first) || !bucket(p, true, &last)) {
+    int *ulast = vr__plan_unit_last(p);
+    if (!d->allocated || !d->reserved || !ptr || !ulast || !bucket(p, ulast, false, &first) ||
+        !bucket(p, ulast, true, &last)) {
         st = vr_error(VR_ERR_OOM, "plan: out of host memory");
         goto out;
     }
@@ -123,6 +127,7 @@ out:
     if (dev)
         vr_device_close(dev);
     free(ptr);
+    free(ulast);
     free(first.start);
     free(first.ids);
     free(last.start);

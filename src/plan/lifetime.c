@@ -6,7 +6,13 @@
  * during every node, inputs from node 0, outputs up to the last node. So a
  * tensor is allocated just before the node that first needs it and freed
  * right after the node that last needs it, and "live during node i" is exactly
- * what is allocated while node i runs. */
+ * what is allocated while node i runs.
+ *
+ * In place (opt-in): a gelu, relu or add (forward or recompute) whose input
+ * dies at that node and has the output's dtype and size writes its output
+ * over it. The output then sits on the input's base; it is counted from the
+ * node after (during the node the bytes are the input's), so the live bytes
+ * never count the shared bytes twice. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +26,51 @@ static void touch(vr_plan *p, int t, int node)
         pt->first = node;
     if (node > pt->last)
         pt->last = node;
+}
+
+/* May node i write its output over x (an input that dies there)? */
+static bool can_overwrite(const vr_plan *p, int i, int x, int o)
+{
+    const vr_graph *g = p->graph;
+    if (x < 0 || o < 0 || x == o || g->tensors[x].view_of >= 0 || g->tensors[o].view_of >= 0)
+        return false;
+    const vr_tensor *tx = &g->tensors[x], *to = &g->tensors[o];
+    bool scratch_role = tx->role == VR_ROLE_ACT || tx->role == VR_ROLE_TEMP;
+    return scratch_role && !tx->persistent && !tx->output && !to->persistent && !to->output &&
+           tx->dtype == to->dtype && vr_tensor_numel(tx) == vr_tensor_numel(to) && p->tensors[x].last == i &&
+           p->tensors[o].first == i;
+}
+
+static void reuse_in_place(vr_plan *p)
+{
+    const vr_graph *g = p->graph;
+    for (int i = 0; i < p->n_nodes; i++) {
+        const vr_node *n = &g->nodes[i];
+        if ((n->phase != VR_PHASE_FORWARD && n->phase != VR_PHASE_RECOMPUTE) ||
+            (n->op != VR_OP_GELU && n->op != VR_OP_RELU && n->op != VR_OP_ADD))
+            continue;
+        for (int k = 0; k < (n->op == VR_OP_ADD ? 2 : 1); k++)
+            if (can_overwrite(p, i, n->in[k], n->out[0])) {
+                p->tensors[n->out[0]].base = p->tensors[n->in[k]].base;
+                p->n_inplace++;
+                break;
+            }
+    }
+}
+
+int *vr__plan_unit_last(const vr_plan *p)
+{
+    int *last = malloc(sizeof(int) * ((size_t)p->n_tensors + 1));
+    if (!last)
+        return NULL;
+    for (int t = 0; t < p->n_tensors; t++)
+        last[t] = -1;
+    for (int t = 0; t < p->n_tensors; t++) {
+        const vr_plan_tensor *pt = &p->tensors[t];
+        if (p->graph->tensors[t].view_of < 0 && pt->first >= 0 && pt->last > last[pt->base])
+            last[pt->base] = pt->last;
+    }
+    return last;
 }
 
 vr_status vr__plan_lifetimes(vr_plan *p)
@@ -36,6 +87,7 @@ vr_status vr__plan_lifetimes(vr_plan *p)
     for (int t = 0; t < T; t++) {
         p->tensors[t].first = p->tensors[t].last = -1;
         p->tensors[t].role = g->tensors[t].role;
+        p->tensors[t].base = t;
     }
     for (int i = 0; i < N; i++) {
         const vr_node *n = &g->nodes[i];
@@ -52,6 +104,8 @@ vr_status vr__plan_lifetimes(vr_plan *p)
         if (n->scratch >= 0)
             touch(p, n->scratch, i);
     }
+        if (p->config.inplace)
+        reuse_in_place(p);
     /* storage tensors: bytes, the lifetime rules, the resolved role */
     for (int t = 0; t < T; t++) {
         const vr_tensor *x = &g->tensors[t];
@@ -76,7 +130,10 @@ vr_status vr__plan_lifetimes(vr_plan *p)
             continue;
         p->count[pt->role]++;
         p->total[pt->role] += pt->bytes;
-        int64_t *d0 = diff + (size_t)pt->first * (VR_ROLE_COUNT + 1);
+        int from = pt->base == t ? pt->first : pt->first + 1; /* in place: the input's until then */
+        if (from > pt->last)
+            continue;
+        int64_t *d0 = diff + (size_t)from * (VR_ROLE_COUNT + 1);
         int64_t *d1 = diff + (size_t)(pt->last + 1) * (VR_ROLE_COUNT + 1);
         d0[pt->role] += (int64_t)pt->bytes;
         d1[pt->role] -= (int64_t)pt->bytes;
@@ -94,6 +151,7 @@ vr_status vr__plan_lifetimes(vr_plan *p)
         pt->last = s->last;
         pt->role = s->role;
         pt->persistent = s->persistent;
+        pt->base = s->base;
         pt->bytes = pt->size = 0;
     }
     /* timeline and peaks */

@@ -14,6 +14,10 @@ vr_status vr__plan_arena(vr_plan *p);
 /* dynamic.c: the replay through the caching allocator. */
 vr_status vr__plan_dynamic(vr_plan *p);
 
+/* For every base tensor (tensors[t].base == t, owning storage, used): the
+ * last node any tensor on its bytes is live; -1 elsewhere. Caller frees. */
+int *vr__plan_unit_last(const vr_plan *p);
+
 static inline uint64_t vr__align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 #endif

@@ -75,6 +75,8 @@ void vr_plan_print(const vr_plan *p, FILE *f, bool timeline)
     fprintf(f, "arena     %s (%llu B) = persistent %s + packed %s; arena / aligned peak = %.4f\n",
             sz(p->arena_size, a), (unsigned long long)p->arena_size, sz(p->persistent_size, b),
             sz(p->arena_size - p->persistent_size, c), vr_plan_arena_factor(p));
+    if (p->config.inplace)
+        fprintf(f, "in place  %d outputs (gelu, relu, add) written over a dying input\n", p->n_inplace);
     if (p->has_dynamic) {
         const vr_plan_dynamic *d = &p->dynamic;
         fprintf(f, "dynamic   caching allocator (%s) on meta, %d step(s): peak allocated %s, peak reserved %s "
@@ -154,6 +156,8 @@ char *vr_plan_json(const vr_plan *p, bool timeline)
     cJSON_AddNumberToObject(ar, "packed", (double)(p->arena_size - p->persistent_size));
     cJSON_AddNumberToObject(ar, "align", (double)p->align);
     cJSON_AddNumberToObject(ar, "factor", vr_plan_arena_factor(p));
+    cJSON_AddBoolToObject(ar, "inplace", p->config.inplace);
+    cJSON_AddNumberToObject(ar, "inplace_outputs", p->n_inplace);
     if (p->has_dynamic) {
         const vr_plan_dynamic *d = &p->dynamic;
         cJSON *dy = cJSON_AddObjectToObject(root, "dynamic");

@@ -41,6 +41,7 @@ PY
 "$vram" plan --preset tiny --recompute block --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["graph"]["recompute"] > 0'
 "$vram" plan --preset tiny --eval --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["roles"]["acts"]["total"] == 0 and d["roles"]["grads"]["total"] == 0'
 "$vram" plan --model mlp --preset mnist --batch 64 --optim sgd --freeze 'fc0.*' >/dev/null
+"$vram" plan --preset tiny --eval --inplace --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["arena"]["inplace_outputs"] > 0'
 "$vram" plan --preset tiny --precision bf16 --freeze 'h.*.attn*' --accum 4 --clip 1.0 --json >/dev/null
 "$vram" plan --preset tiny --timeline >"$tmp/tl"
 grep -q "<- peak" "$tmp/tl" || { echo "timeline marks no peak"; exit 1; }

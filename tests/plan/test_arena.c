@@ -47,15 +47,20 @@ static void gpt_models(void **state)
     (void)state;
     const char *presets[] = {"tiny", "small"};
     int batches[] = {1, 4};
-    for (int m = 0; m < 2; m++)
-        for (int bi = 0; bi < 2; bi++)
-            for (int s = 0; s < NSTRAT; s++) {
-                built b = plan_gpt(presets[m], batches[bi], 0, strategies[s].s, NULL);
-                char what[64];
-                snprintf(what, sizeof what, "%s B=%d %s", presets[m], batches[bi], strategies[s].name);
-                check(&b, what);
-                built_free(&b);
-            }
+    for (int ip = 0; ip < 2; ip++)
+        for (int m = 0; m < 2; m++)
+            for (int bi = 0; bi < 2; bi++)
+                for (int s = 0; s < NSTRAT; s++) {
+                    vr_plan_config pc = {.inplace = ip};
+                    built b = plan_gpt(presets[m], batches[bi], 0, strategies[s].s, &pc);
+                    char what[64];
+                    snprintf(what, sizeof what, "%s B=%d %s%s", presets[m], batches[bi], strategies[s].name,
+                             ip ? " inplace" : "");
+                    check(&b, what);
+                    if (ip)
+                        assert_true(b.p->n_inplace > 0);
+                    built_free(&b);
+                }
 }
 
 static void gpt2_124m(void **state)
@@ -76,9 +81,11 @@ static void mlp_models(void **state)
     vr_op acts[] = {VR_OP_RELU, VR_OP_GELU};
     for (int a = 0; a < 2; a++)
         for (int s = 0; s < NSTRAT; s++) {
-            built b = plan_mlp("mnist", acts[a], 64, strategies[s].s, NULL);
+            vr_plan_config pc = {.inplace = s % 2};
+            built b = plan_mlp("mnist", acts[a], 64, strategies[s].s, &pc);
             char what[64];
-            snprintf(what, sizeof what, "mnist %s B=64 %s", vr_op_name(acts[a]), strategies[s].name);
+            snprintf(what, sizeof what, "mnist %s B=64 %s%s", vr_op_name(acts[a]), strategies[s].name,
+                     pc.inplace ? " inplace" : "");
             check(&b, what);
             built_free(&b);
         }

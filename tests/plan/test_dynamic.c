@@ -44,6 +44,12 @@ static void eval_and_mlp(void **state)
     built b = plan_gpt("tiny", 2, 0, ev, &pc);
     assert_int_equal(b.p->dynamic.peak_requested, b.p->peak);
     built_free(&b);
+    pc.inplace = true; /* one block per base: the replay follows the plan's in-place decisions */
+    b = plan_gpt("small", 2, 0, ev, &pc);
+    assert_true(b.p->n_inplace > 0);
+    assert_int_equal(b.p->dynamic.peak_requested, b.p->peak);
+    built_free(&b);
+    pc.inplace = false;
     b = plan_mlp("mnist", VR_OP_GELU, 64, adamw, &pc);
     assert_int_equal(b.p->dynamic.peak_requested, b.p->peak);
     built_free(&b);

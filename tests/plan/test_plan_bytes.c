@@ -107,6 +107,13 @@ static void eval_saves_nothing(void **state)
     print_message("  small B=%d: eval peak %llu vs training peak %llu\n", B_, (unsigned long long)ev.p->peak,
                   (unsigned long long)tr.p->peak);
     assert_true(ev.p->peak * 3 < tr.p->peak);
+    /* in place, gelu writes over its input and the adds over their dying operand:
+     * the peak moves to the fc matmul with residual, ln2 output and fch (6 BTC) */
+    vr_plan_config pc = {.inplace = true};
+    built ip = plan_gpt("small", B_, 0, s, &pc);
+    assert_int_equal(ip.p->at_peak[VR_ROLE_TEMP], 4 * 6 * d.B * d.T * d.C);
+    assert_int_equal(ip.p->n_inplace, 3 * (int)d.L); /* per block: the gelu and both adds */
+    built_free(&ip);
     built_free(&ev);
     built_free(&tr);
 }
