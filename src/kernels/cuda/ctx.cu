@@ -1,0 +1,68 @@
+/* vram — CUDA kernels: the context (stream, cuBLASLt handle, workspace) and dtype helpers. */
+#include <cublasLt.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_internal.cuh"
+
+#define VR_CUDA_LT_WORKSPACE ((size_t)32 << 20)
+
+extern "C" size_t vr_cuda_matmul_workspace_bytes(void) { return VR_CUDA_LT_WORKSPACE; }
+
+extern "C" size_t vr_cuda_dtype_size(vr_cuda_dtype dt)
+{
+    switch (dt) {
+    case VR_CUDA_F32: return 4;
+    case VR_CUDA_BF16: return 2;
+    case VR_CUDA_F16: return 2;
+    }
+    return 0;
+}
+
+extern "C" const char *vr_cuda_dtype_name(vr_cuda_dtype dt)
+{
+    switch (dt) {
+    case VR_CUDA_F32: return "f32";
+    case VR_CUDA_BF16: return "bf16";
+    case VR_CUDA_F16: return "f16";
+    }
+    return "?";
+}
+
+extern "C" vr_status vr_cuda_ctx_init(vr_cuda_ctx *ctx, void *stream, void *workspace,
+                                      size_t workspace_bytes)
+{
+    if (!ctx) return vr_cu_bad("ctx_init", "ctx is NULL");
+    memset(ctx, 0, sizeof *ctx);
+    if (!workspace && workspace_bytes) return vr_cu_bad("ctx_init", "workspace is NULL but bytes > 0");
+    int dev = 0;
+    VR_CU_CHECK(cudaGetDevice(&dev), "ctx_init");
+    int sms = 0;
+    VR_CU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "ctx_init");
+    cublasLtHandle_t lt = NULL;
+    cublasStatus_t s = cublasLtCreate(&lt);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return vr_error(VR_ERR_DEVICE, "cuda kernels: ctx_init: cublasLtCreate failed: %s",
+                        cublasLtGetStatusString(s));
+    ctx->stream = stream;
+    ctx->lt = lt;
+    ctx->workspace = workspace;
+    ctx->workspace_bytes = workspace_bytes;
+    ctx->allow_tf32 = 0;
+    ctx->device = dev;
+    ctx->sm_count = sms;
+    return VR_OK;
+}
+
+extern "C" void vr_cuda_ctx_destroy(vr_cuda_ctx *ctx)
+{
+    if (!ctx) return;
+    if (ctx->lt) cublasLtDestroy((cublasLtHandle_t)ctx->lt);
+    ctx->lt = NULL;
+}
+
+extern "C" vr_status vr_cuda_sync(const vr_cuda_ctx *ctx)
+{
+    VR_CU_CTX_OK(ctx, "sync");
+    VR_CU_CHECK(cudaStreamSynchronize(VR_STREAM(ctx)), "sync");
+    return VR_OK;
+}

@@ -1,0 +1,199 @@
+/* vram — CUDA layer normalization over the last dimension (torch.nn.LayerNorm, eps 1e-5).
+ *
+ * Forward: one warp per row; mean, then the variance about it (two passes over the row, which
+ * stays in L1), fp32 statistics saved for backward.
+ * Backward: dinp one warp per row: dinp = rstd (g - mean_c(g) - xhat mean_c(g xhat)), g = dout w.
+ * dw = sum_n dout xhat and db = sum_n dout in two steps: blocks over (64 columns) x (a slice of
+ * rows) write fp32 partial sums to scratch, then one thread per column adds the slices in order
+ * (deterministic, no atomics). */
+#include <math.h>
+
+#include "kernels/cuda/cuda_internal.cuh"
+
+#define VR_LN_EPS 1e-5f
+#define VR_LN_MAX_SLICES 64
+#define VR_LN_ROWS_PER_SLICE 128
+
+static int ln_slices(int N)
+{
+    int s = (N + VR_LN_ROWS_PER_SLICE - 1) / VR_LN_ROWS_PER_SLICE;
+    return s < 1 ? 1 : s > VR_LN_MAX_SLICES ? VR_LN_MAX_SLICES : s;
+}
+
+extern "C" size_t vr_cuda_layernorm_bwd_scratch_bytes(int N, int C)
+{
+    return (size_t)ln_slices(N) * 2 * (size_t)(C > 0 ? C : 0) * sizeof(float);
+}
+
+template <typename T>
+__global__ void k_ln_fwd(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N,
+                         int C)
+{
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const T *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += vr_tof(x[c]);
+    float m = vr_warp_sum(s) / C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float d = vr_tof(x[c]) - m;
+        v += d * d;
+    }
+    float r = rsqrtf(vr_warp_sum(v) / C + VR_LN_EPS);
+    T *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32)
+        o[c] = vr_fromf<T>((vr_tof(x[c]) - m) * r * vr_tof(w[c]) + vr_tof(b[c]));
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+template <typename T>
+static vr_status ln_fwd_t(const vr_cuda_ctx *ctx, void *out, float *mean, float *rstd, const void *inp,
+                          const void *w, const void *b, int N, int C)
+{
+    k_ln_fwd<<<(N + 7) / 8, 256, 0, VR_STREAM(ctx)>>>((T *)out, mean, rstd, (const T *)inp, (const T *)w,
+                                                     (const T *)b, N, C);
+    return vr_cu_launched(ctx, "layernorm_fwd");
+}
+
+extern "C" vr_status vr_cuda_layernorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out,
+                                           float *mean, float *rstd, const void *inp, const void *w,
+                                           const void *b, int N, int C)
+{
+    VR_CU_CTX_OK(ctx, "layernorm_fwd");
+    VR_CU_DT_OK(dt, "layernorm_fwd");
+    if (N < 0 || C <= 0) return vr_cu_bad("layernorm_fwd", "bad shape");
+    if (N == 0) return VR_OK;
+    if (!out || !mean || !rstd || !inp || !w || !b) return vr_cu_bad("layernorm_fwd", "NULL pointer");
+    return VR_CU_DISPATCH(dt, ln_fwd_t, ctx, out, mean, rstd, inp, w, b, N, C);
+}
+
+template <typename T>
+__global__ void k_ln_bwd_dinp(T *dinp, const T *dout, const T *inp, const T *w, const float *mean,
+                              const float *rstd, int N, int C, int acc)
+{
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const T *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
+    float m = mean[row], r = rstd[row];
+    float sg = 0.0f, sgx = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float wg = vr_tof(g[c]) * vr_tof(w[c]);
+        sg += wg;
+        sgx += wg * (vr_tof(x[c]) - m) * r;
+    }
+    sg = vr_warp_sum(sg) / C;
+    sgx = vr_warp_sum(sgx) / C;
+    T *d = dinp + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) {
+        float v = r * (vr_tof(g[c]) * vr_tof(w[c]) - sg - (vr_tof(x[c]) - m) * r * sgx);
+        d[c] = vr_fromf<T>(acc ? vr_tof(d[c]) + v : v);
+    }
+}
+
+/* Block (32, 8): lane owns columns c0 + lane and c0 + 32 + lane; 8 row lanes walk the slice. */
+template <typename T>
+__global__ void k_ln_bwd_partial(float *part, const T *dout, const T *inp, const float *mean,
+                                 const float *rstd, int N, int C, int rows_per_slice)
+{
+    __shared__ float sw[8][64], sb[8][64];
+    int lane = threadIdx.x, ry = threadIdx.y;
+    int c0 = blockIdx.x * 64, slice = blockIdx.y;
+    int r0 = slice * rows_per_slice, r1 = min(N, r0 + rows_per_slice);
+    float aw[2] = {0.0f, 0.0f}, ab[2] = {0.0f, 0.0f};
+    for (int r = r0 + ry; r < r1; r += 8) {
+        float m = mean[r], rs = rstd[r];
+        const T *x = inp + (size_t)r * C, *g = dout + (size_t)r * C;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            int c = c0 + j * 32 + lane;
+            if (c < C) {
+                float gv = vr_tof(g[c]);
+                aw[j] += gv * (vr_tof(x[c]) - m) * rs;
+                ab[j] += gv;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        sw[ry][j * 32 + lane] = aw[j];
+        sb[ry][j * 32 + lane] = ab[j];
+    }
+    __syncthreads();
+    if (ry < 2) {
+        int col = ry * 32 + lane, c = c0 + col;
+        float tw = 0.0f, tb = 0.0f;
+        for (int y = 0; y < 8; y++) {
+            tw += sw[y][col];
+            tb += sb[y][col];
+        }
+        if (c < C) {
+            part[(size_t)slice * 2 * C + c] = tw;
+            part[(size_t)slice * 2 * C + C + c] = tb;
+        }
+    }
+}
+
+template <typename T>
+__global__ void k_ln_bwd_final(T *dw, T *db, const float *part, int slices, int C, int acc)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float tw = 0.0f, tb = 0.0f;
+    for (int s = 0; s < slices; s++) {
+        tw += part[(size_t)s * 2 * C + c];
+        tb += part[(size_t)s * 2 * C + C + c];
+    }
+    dw[c] = vr_fromf<T>(acc ? vr_tof(dw[c]) + tw : tw);
+    db[c] = vr_fromf<T>(acc ? vr_tof(db[c]) + tb : tb);
+}
+
+template <typename T>
+static vr_status ln_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, void *db, const void *dout,
+                          const void *inp, const void *w, const float *mean, const float *rstd, int N, int C,
+                          int acc_dinp, int acc_dparam, void *scratch)
+{
+    cudaStream_t s = VR_STREAM(ctx);
+    if (dinp && N > 0) {
+        k_ln_bwd_dinp<<<(N + 7) / 8, 256, 0, s>>>((T *)dinp, (const T *)dout, (const T *)inp, (const T *)w,
+                                                 mean, rstd, N, C, acc_dinp);
+        VR_CU_LAUNCHED(ctx, "layernorm_bwd");
+    }
+    if (dw) {
+        int slices = ln_slices(N);
+        int rps = N > 0 ? (N + slices - 1) / slices : 0;
+        if (N > 0) {
+            dim3 grid((C + 63) / 64, slices), block(32, 8);
+            k_ln_bwd_partial<<<grid, block, 0, s>>>((float *)scratch, (const T *)dout, (const T *)inp, mean,
+                                                   rstd, N, C, rps);
+            VR_CU_LAUNCHED(ctx, "layernorm_bwd");
+        } else {
+            slices = 0;
+        }
+        k_ln_bwd_final<<<(C + 255) / 256, 256, 0, s>>>((T *)dw, (T *)db, (const float *)scratch, slices, C,
+                                                      acc_dparam);
+        VR_CU_LAUNCHED(ctx, "layernorm_bwd");
+    }
+    return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_layernorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
+                                           void *db, const void *dout, const void *inp, const void *w,
+                                           const float *mean, const float *rstd, int N, int C, int acc_dinp,
+                                           int acc_dparam, void *scratch, size_t scratch_bytes)
+{
+    const char *op = "layernorm_bwd";
+    VR_CU_CTX_OK(ctx, op);
+    VR_CU_DT_OK(dt, op);
+    if (N < 0 || C <= 0) return vr_cu_bad(op, "bad shape");
+    if (!dw != !db) return vr_cu_bad(op, "dw and db must be both given or both NULL");
+    if (N > 0 && (!dout || !inp || !mean || !rstd || (dinp && !w))) return vr_cu_bad(op, "NULL pointer");
+    if (dw && N > 0 && (!scratch || scratch_bytes < vr_cuda_layernorm_bwd_scratch_bytes(N, C)))
+        return vr_error(VR_ERR_INVALID, "cuda kernels: %s: scratch of %zu bytes < %zu needed", op,
+                        scratch_bytes, vr_cuda_layernorm_bwd_scratch_bytes(N, C));
+    return VR_CU_DISPATCH(dt, ln_bwd_t, ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C, acc_dinp,
+                          acc_dparam, scratch);
+}

@@ -1,0 +1,332 @@
+/* vram — CUDA matrix products through cuBLASLt: Linear forward (bias and GELU epilogues), Linear
+ * backward (BGRADB epilogue for the bias gradient), a general row-major gemm, and a column-sum
+ * kernel for the cases the epilogue does not cover.
+ *
+ * Row-major tensors are cuBLASLt's column-major matrices transposed, so out(N,OC) = inp(N,C) w(OC,C)^T
+ * is computed as out^T(OC,N) = op_T(w)(OC,C) inp^T(C,N): A = w (transposed), B = inp.
+ *
+ * Algorithms come from cublasLtMatmulAlgoGetHeuristic, cached per shape/epilogue/alignment (a small
+ * table under a mutex), so a training step pays the heuristic once per distinct product. cuBLASLt
+ * uses the ctx workspace except its last VR_LT_RESERVE bytes, which hold a bias gradient produced
+ * by the BGRADB epilogue before it is added into an accumulating dbias. */
+#include <cublasLt.h>
+#include <mutex>
+#include <string.h>
+
+#include "kernels/cuda/cuda_internal.cuh"
+
+#define VR_LT_RESERVE ((size_t)256 << 10)
+#define VR_LT_CACHE 128
+
+static size_t lt_ws_bytes(const vr_cuda_ctx *ctx)
+{
+    return ctx->workspace_bytes >= 4 * VR_LT_RESERVE ? ctx->workspace_bytes - VR_LT_RESERVE
+                                                      : ctx->workspace_bytes;
+}
+
+/* The reserved tail of the workspace (NULL when the workspace is too small to have one). */
+static void *lt_reserve(const vr_cuda_ctx *ctx)
+{
+    if (ctx->workspace_bytes < 4 * VR_LT_RESERVE) return NULL;
+    return (char *)ctx->workspace + lt_ws_bytes(ctx);
+}
+
+static vr_status lt_status(cublasStatus_t s, const char *op, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS) return VR_OK;
+    return vr_error(VR_ERR_DEVICE, "cuda kernels: %s: %s failed: %s", op, what,
+                    cublasLtGetStatusString(s));
+}
+#define LT_CHECK(call, op)                                          \
+    do {                                                            \
+        vr_status lt__s = lt_status((call), (op), #call);           \
+        if (lt__s != VR_OK) { st = lt__s; goto done; }              \
+    } while (0)
+
+static int align_class(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    int c = 256;
+    while (c > 1 && (a % (uintptr_t)c)) c >>= 1;
+    return c;
+}
+
+struct lt_key {
+    int dt, m, n, k, lda, ldb, ldd, ta, tb, epi, tf32, ldaux, device;
+    int al_a, al_b, al_d, al_bias;
+    size_t ws;
+};
+struct lt_entry {
+    lt_key key;
+    int ok; /* 1: algo valid; 0: cuBLASLt offered none */
+    cublasLtMatmulAlgo_t algo;
+};
+static lt_entry lt_cache[VR_LT_CACHE];
+static int lt_cache_n, lt_cache_next;
+static std::mutex lt_mu;
+
+static cudaDataType_t lt_type(vr_cuda_dtype dt)
+{
+    return dt == VR_CUDA_F32 ? CUDA_R_32F : dt == VR_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+vr_status vr_cu_lt_matmul(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, const void *A,
+                                       const void *Bm, int m, int n, int k, int lda, int ldb, int ldd,
+                                       int transa, int transb, float alpha, float beta, int epilogue,
+                                       const void *bias, void *aux, int ldaux, const char *op)
+{
+    vr_status st = VR_OK;
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cudaDataType_t ty = lt_type(dt);
+    int tf32 = dt == VR_CUDA_F32 && ctx->allow_tf32;
+    cublasComputeType_t ct = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = (cublasLtEpilogue_t)epilogue;
+    cudaDataType_t scale_ty = CUDA_R_32F;
+    size_t ws = lt_ws_bytes(ctx);
+    lt_key key;
+    memset(&key, 0, sizeof key);
+    key.dt = dt, key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd;
+    key.ta = transa, key.tb = transb, key.epi = epilogue, key.tf32 = tf32, key.ldaux = aux ? ldaux : 0;
+    key.device = ctx->device;
+    key.al_a = align_class(A), key.al_b = align_class(Bm), key.al_d = align_class(D);
+    key.al_bias = bias ? align_class(bias) : 0;
+    key.ws = ws;
+    int found = -1;
+    cublasLtMatmulAlgo_t algo;
+
+    if (m <= 0 || n <= 0 || k <= 0) return vr_cu_bad(op, "matmul with a zero or negative dimension");
+    LT_CHECK(cublasLtMatmulDescCreate(&desc, ct, CUDA_R_32F), op);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_SCALE_TYPE, &scale_ty, sizeof scale_ty), op);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), op);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), op);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), op);
+    if (bias) {
+        cudaDataType_t bty = ty;
+        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bty, sizeof bty), op);
+        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
+    }
+    if (aux) {
+        int64_t l = ldaux;
+        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux), op);
+        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &l, sizeof l), op);
+    }
+    LT_CHECK(cublasLtMatrixLayoutCreate(&la, ty, transa ? k : m, transa ? m : k, lda), op);
+    LT_CHECK(cublasLtMatrixLayoutCreate(&lb, ty, transb ? n : k, transb ? k : n, ldb), op);
+    LT_CHECK(cublasLtMatrixLayoutCreate(&ld, ty, m, n, ldd), op);
+
+    {
+        std::lock_guard<std::mutex> g(lt_mu);
+        for (int i = 0; i < lt_cache_n; i++)
+            if (!memcmp(&lt_cache[i].key, &key, sizeof key)) {
+                found = lt_cache[i].ok;
+                algo = lt_cache[i].algo;
+                break;
+            }
+    }
+    if (found < 0) {
+        uint32_t ala = (uint32_t)key.al_a, alb = (uint32_t)key.al_b, ald = (uint32_t)key.al_d;
+        LT_CHECK(cublasLtMatmulPreferenceCreate(&pref), op);
+        LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), op);
+        LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &ala, sizeof ala), op);
+        LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alb, sizeof alb), op);
+        LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ald, sizeof ald), op);
+        LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ald, sizeof ald), op);
+        cublasLtMatmulHeuristicResult_t h;
+        int got = 0;
+        cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)ctx->lt, desc, la, lb, ld, ld,
+                                                           pref, 1, &h, &got);
+        found = (hs == CUBLAS_STATUS_SUCCESS && got > 0) ? 1 : 0;
+        if (found) algo = h.algo;
+        std::lock_guard<std::mutex> g(lt_mu);
+        int slot = lt_cache_n < VR_LT_CACHE ? lt_cache_n++ : (lt_cache_next++ % VR_LT_CACHE);
+        lt_cache[slot].key = key;
+        lt_cache[slot].ok = found;
+        if (found) lt_cache[slot].algo = algo;
+    }
+    if (!found) {
+        st = vr_error(VR_ERR_UNSUPPORTED,
+                      "cuda kernels: %s: cuBLASLt has no algorithm for m %d n %d k %d (%s, epilogue %d)",
+                      op, m, n, k, vr_cuda_dtype_name(dt), epilogue);
+        goto done;
+    }
+    LT_CHECK(cublasLtMatmul((cublasLtHandle_t)ctx->lt, desc, &alpha, A, la, Bm, lb, &beta, D, ld, D, ld, &algo,
+                            ws ? ctx->workspace : NULL, ws, VR_STREAM(ctx)),
+             op);
+#ifdef VRAM_CUDA_SYNC_CHECK
+    st = vr_cu_status(cudaStreamSynchronize(VR_STREAM(ctx)), op, "cublasLtMatmul (debug sync)");
+#endif
+done:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    return st;
+}
+
+/* ---------------------------------------------------------------- column sums (bias gradient) */
+
+/* Block: 32 lanes x 32 row lanes; each lane owns 2 adjacent columns of the block's 64. One block per
+ * 64 columns walks all rows: no atomics, a fixed order. */
+template <typename T>
+__global__ void k_colsum(T *dbias, const T *dout, int N, int OC, int acc)
+{
+    __shared__ float sh[32][65];
+    int lane = threadIdx.x, ry = threadIdx.y;
+    int c = blockIdx.x * 64 + lane * 2;
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int r = ry; r < N; r += 32) {
+        const T *row = dout + (size_t)r * OC;
+        if (c < OC) s0 += vr_tof(row[c]);
+        if (c + 1 < OC) s1 += vr_tof(row[c + 1]);
+    }
+    sh[ry][lane * 2] = s0;
+    sh[ry][lane * 2 + 1] = s1;
+    __syncthreads();
+    if (ry == 0) {
+        for (int j = 0; j < 2; j++) {
+            int col = lane * 2 + j;
+            float s = 0.0f;
+            for (int y = 0; y < 32; y++) s += sh[y][col];
+            int gc = blockIdx.x * 64 + col;
+            if (gc < OC) dbias[gc] = vr_fromf<T>(acc ? vr_tof(dbias[gc]) + s : s);
+        }
+    }
+}
+
+template <typename T>
+static vr_status colsum_t(const vr_cuda_ctx *ctx, void *dbias, const void *dout, int N, int OC, int acc,
+                          const char *op)
+{
+    dim3 block(32, 32);
+    k_colsum<<<(OC + 63) / 64, block, 0, VR_STREAM(ctx)>>>((T *)dbias, (const T *)dout, N, OC, acc);
+    return vr_cu_launched(ctx, op);
+}
+
+vr_status vr_cu_colsum(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dbias, const void *dout, int N,
+                       int OC, int acc, const char *op)
+{
+    return VR_CU_DISPATCH(dt, colsum_t, ctx, dbias, dout, N, OC, acc, op);
+}
+
+/* out(N,OC) += bias(OC) per row: the fallback where cuBLASLt has no bias epilogue for a shape. */
+template <typename T>
+__global__ void k_add_bias(T *out, const T *bias, int N, int OC)
+{
+    size_t n = (size_t)N * OC, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        out[i] = vr_fromf<T>(vr_tof(out[i]) + vr_tof(bias[i % (size_t)OC]));
+}
+
+template <typename T>
+static vr_status add_bias_t(const vr_cuda_ctx *ctx, void *out, const void *bias, int N, int OC)
+{
+    k_add_bias<<<vr_grid_for((size_t)N * OC, 256, ctx), 256, 0, VR_STREAM(ctx)>>>((T *)out, (const T *)bias,
+                                                                                N, OC);
+    return vr_cu_launched(ctx, "matmul_fwd (bias)");
+}
+
+/* ---------------------------------------------------------------- entry points */
+
+static vr_status check_mm(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, int N, int C, int OC, const char *op)
+{
+    VR_CU_CTX_OK(ctx, op);
+    VR_CU_DT_OK(dt, op);
+    if (!ctx->lt) return vr_cu_bad(op, "ctx has no cuBLASLt handle (vr_cuda_ctx_init)");
+    if (N < 0 || C <= 0 || OC <= 0) return vr_cu_bad(op, "bad shape");
+    return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_matmul_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out,
+                                        const void *inp, const void *w, const void *bias, int N, int C,
+                                        int OC)
+{
+    VR_CU_TRY(check_mm(ctx, dt, N, C, OC, "matmul_fwd"));
+    if (N == 0) return VR_OK;
+    if (!out || !inp || !w) return vr_cu_bad("matmul_fwd", "NULL pointer");
+    vr_status st = vr_cu_lt_matmul(ctx, dt, out, w, inp, OC, N, C, C, C, OC, 1, 0, 1.0f, 0.0f,
+                                   bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, 0,
+                                   "matmul_fwd");
+    if (st != VR_ERR_UNSUPPORTED || !bias) return st;
+    /* no bias epilogue for this shape: plain product, then add the bias row to every row */
+    VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, out, w, inp, OC, N, C, C, C, OC, 1, 0, 1.0f, 0.0f,
+                              CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, "matmul_fwd"));
+    return VR_CU_DISPATCH(dt, add_bias_t, ctx, out, bias, N, OC);
+}
+
+extern "C" vr_status vr_cuda_matmul_gelu_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out,
+                                             void *pre, const void *inp, const void *w, const void *bias,
+                                             int N, int C, int OC)
+{
+    VR_CU_TRY(check_mm(ctx, dt, N, C, OC, "matmul_gelu_fwd"));
+    if (N == 0) return VR_OK;
+    if (!out || !pre || !inp || !w) return vr_cu_bad("matmul_gelu_fwd", "NULL pointer");
+    if (out == pre) return vr_cu_bad("matmul_gelu_fwd", "out aliases pre");
+    vr_status st = VR_ERR_UNSUPPORTED;
+    if (OC % 8 == 0)
+        st = vr_cu_lt_matmul(ctx, dt, out, w, inp, OC, N, C, C, C, OC, 1, 0, 1.0f, 0.0f,
+                             bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, pre, OC,
+                             "matmul_gelu_fwd");
+    if (st != VR_ERR_UNSUPPORTED) return st;
+    vr_clear_error();
+    VR_CU_TRY(vr_cuda_matmul_fwd(ctx, dt, pre, inp, w, bias, N, C, OC));
+    return vr_cuda_gelu_fwd(ctx, dt, out, pre, (size_t)N * OC);
+}
+
+extern "C" vr_status vr_cuda_matmul_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
+                                        void *dbias, const void *dout, const void *inp, const void *w,
+                                        int N, int C, int OC, int acc_dinp, int acc_dparam)
+{
+    const char *op = "matmul_bwd";
+    VR_CU_TRY(check_mm(ctx, dt, N, C, OC, op));
+    if (!dout || (dinp && !w) || (dw && !inp)) return vr_cu_bad(op, "NULL pointer");
+    if (N == 0) {
+        if (dw && !acc_dparam) VR_CU_TRY(vr_cuda_zero(ctx, dt, dw, (size_t)OC * C));
+        if (dbias && !acc_dparam) VR_CU_TRY(vr_cuda_zero(ctx, dt, dbias, (size_t)OC));
+        if (dinp && !acc_dinp) VR_CU_TRY(vr_cuda_zero(ctx, dt, dinp, (size_t)N * C));
+        return VR_OK;
+    }
+    if (dinp) // dinp^T(C,N) = w^T(C,OC) dout^T(OC,N)
+        VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, dinp, w, dout, C, N, OC, C, OC, C, 0, 0, 1.0f,
+                                  acc_dinp ? 1.0f : 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, op));
+    int bias_done = 0;
+    if (dw) { // dw^T(C,OC) = inp^T(C,N) dout(N,OC); BGRADB sums op(B) = dout over N
+        void *bgrad = NULL;
+        size_t esz = vr_cuda_dtype_size(dt);
+        if (dbias && !acc_dparam) bgrad = dbias;
+        else if (dbias && lt_reserve(ctx) && (size_t)OC * esz <= VR_LT_RESERVE) bgrad = lt_reserve(ctx);
+        vr_status st = VR_ERR_UNSUPPORTED;
+        if (bgrad)
+            st = vr_cu_lt_matmul(ctx, dt, dw, inp, dout, C, OC, N, C, OC, C, 0, 1, 1.0f,
+                                 acc_dparam ? 1.0f : 0.0f, CUBLASLT_EPILOGUE_BGRADB, bgrad, NULL, 0, op);
+        if (st == VR_OK) {
+            bias_done = 1;
+            if (bgrad != dbias) VR_CU_TRY(vr_cuda_acc(ctx, dt, dbias, bgrad, (size_t)OC, 1));
+        } else if (st == VR_ERR_UNSUPPORTED) {
+            vr_clear_error();
+            VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, dw, inp, dout, C, OC, N, C, OC, C, 0, 1, 1.0f,
+                                      acc_dparam ? 1.0f : 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, op));
+        } else {
+            return st;
+        }
+    }
+    if (dbias && !bias_done) VR_CU_TRY(vr_cu_colsum(ctx, dt, dbias, dout, N, OC, acc_dparam, op));
+    return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_gemm(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, const void *A,
+                                  const void *Bm, int m, int n, int k, int lda, int ldb, int ldd, int transa,
+                                  int transb, float alpha, int acc)
+{
+    const char *op = "gemm";
+    VR_CU_CTX_OK(ctx, op);
+    VR_CU_DT_OK(dt, op);
+    if (!D || !A || !Bm) return vr_cu_bad(op, "NULL pointer");
+    if (m == 0 || n == 0) return VR_OK;
+    // row-major D(m,n) = op(A) op(B)  <=>  column-major D^T(n,m) = op(B)^T op(A)^T
+    return vr_cu_lt_matmul(ctx, dt, D, Bm, A, n, m, k, ldb, lda, ldd, transb, transa, alpha,
+                           acc ? 1.0f : 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, op);
+}

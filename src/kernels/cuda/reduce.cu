@@ -1,0 +1,138 @@
+/* vram — CUDA reductions: sum of squares (global gradient norm), sum, mean and its backward, and the
+ * device-side clipping factor. Sums are in fp32: per thread, then a tree over the block, then one
+ * fp32 atomic per block into the result. */
+#include <math.h>
+
+#include "kernels/cuda/cuda_internal.cuh"
+
+template <typename T, int SQ>
+__global__ void k_sum(float *out, const T *x, size_t n)
+{
+    __shared__ float sh[32];
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    float s = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float v = vr_tof(x[i]);
+        s += SQ ? v * v : v;
+    }
+    s = vr_block_sum(s, sh);
+    if (threadIdx.x == 0) atomicAdd(out, s);
+}
+
+template <typename T, int SQ>
+static vr_status sum_t(const vr_cuda_ctx *ctx, float *out, const void *x, size_t n)
+{
+    size_t blocks = (n + 511) / 512, cap = (size_t)(ctx->sm_count > 0 ? ctx->sm_count : 132) * 4;
+    k_sum<T, SQ><<<(unsigned)(blocks < cap ? blocks : cap), 512, 0, VR_STREAM(ctx)>>>(out, (const T *)x, n);
+    return vr_cu_launched(ctx, SQ ? "sumsq" : "sum");
+}
+template <typename T>
+static vr_status sumsq_t(const vr_cuda_ctx *ctx, float *out, const void *x, size_t n)
+{
+    return sum_t<T, 1>(ctx, out, x, n);
+}
+template <typename T>
+static vr_status sum1_t(const vr_cuda_ctx *ctx, float *out, const void *x, size_t n)
+{
+    return sum_t<T, 0>(ctx, out, x, n);
+}
+
+static vr_status sum_any(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, float *out, const void *x, size_t n,
+                         int acc, int sq)
+{
+    const char *op = sq ? "sumsq" : "sum";
+    VR_CU_CTX_OK(ctx, op);
+    VR_CU_DT_OK(dt, op);
+    if (!out || (n && !x)) return vr_cu_bad(op, "NULL pointer");
+    if (!acc) VR_CU_CHECK(cudaMemsetAsync(out, 0, sizeof(float), VR_STREAM(ctx)), op);
+    if (n == 0) return VR_OK;
+    if (sq) return VR_CU_DISPATCH(dt, sumsq_t, ctx, out, x, n);
+    return VR_CU_DISPATCH(dt, sum1_t, ctx, out, x, n);
+}
+
+extern "C" vr_status vr_cuda_sumsq(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, float *out, const void *x,
+                                   size_t n, int acc)
+{
+    return sum_any(ctx, dt, out, x, n, acc, 1);
+}
+
+extern "C" vr_status vr_cuda_sum(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, float *out, const void *x,
+                                 size_t n, int acc)
+{
+    return sum_any(ctx, dt, out, x, n, acc, 0);
+}
+
+/* One block: deterministic. */
+template <typename T>
+__global__ void k_mean(T *out, const T *x, size_t n)
+{
+    __shared__ float sh[32];
+    float s = 0.0f;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += vr_tof(x[i]);
+    s = vr_block_sum(s, sh);
+    if (threadIdx.x == 0) out[0] = vr_fromf<T>(s / (float)n);
+}
+
+template <typename T>
+static vr_status mean_t(const vr_cuda_ctx *ctx, void *out, const void *x, size_t n)
+{
+    k_mean<<<1, 1024, 0, VR_STREAM(ctx)>>>((T *)out, (const T *)x, n);
+    return vr_cu_launched(ctx, "mean_fwd");
+}
+
+extern "C" vr_status vr_cuda_mean_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out,
+                                      const void *inp, size_t n)
+{
+    VR_CU_CTX_OK(ctx, "mean_fwd");
+    VR_CU_DT_OK(dt, "mean_fwd");
+    if (!out || !inp) return vr_cu_bad("mean_fwd", "NULL pointer");
+    if (n == 0) return vr_cu_bad("mean_fwd", "mean of 0 elements");
+    return VR_CU_DISPATCH(dt, mean_t, ctx, out, inp, n);
+}
+
+template <typename T>
+__global__ void k_mean_bwd(T *dinp, const T *dout, size_t n, int acc)
+{
+    float g = vr_tof(dout[0]) / (float)n;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dinp[i] = vr_fromf<T>(acc ? vr_tof(dinp[i]) + g : g);
+}
+
+template <typename T>
+static vr_status mean_bwd_t(const vr_cuda_ctx *ctx, void *dinp, const void *dout, size_t n, int acc)
+{
+    k_mean_bwd<<<vr_grid_for(n, 256, ctx), 256, 0, VR_STREAM(ctx)>>>((T *)dinp, (const T *)dout, n, acc);
+    return vr_cu_launched(ctx, "mean_bwd");
+}
+
+extern "C" vr_status vr_cuda_mean_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp,
+                                      const void *dout, size_t n, int acc)
+{
+    VR_CU_CTX_OK(ctx, "mean_bwd");
+    VR_CU_DT_OK(dt, "mean_bwd");
+    if (n == 0) return VR_OK;
+    if (!dinp || !dout) return vr_cu_bad("mean_bwd", "NULL pointer");
+    return VR_CU_DISPATCH(dt, mean_bwd_t, ctx, dinp, dout, n, acc);
+}
+
+__global__ void k_clip_scale(float *scale, float *norm, const float *sumsq, float max_norm, float extra)
+{
+    float nrm = sqrtf(*sumsq);
+    if (norm) *norm = nrm;
+    float c = 1.0f;
+    if (max_norm > 0.0f) {
+        c = max_norm / (nrm + 1e-6f);
+        c = c < 1.0f ? c : 1.0f;
+    }
+    *scale = extra * c;
+}
+
+extern "C" vr_status vr_cuda_clip_scale(const vr_cuda_ctx *ctx, float *scale, float *norm,
+                                        const float *sumsq, float max_norm, float extra)
+{
+    VR_CU_CTX_OK(ctx, "clip_scale");
+    if (!scale || !sumsq) return vr_cu_bad("clip_scale", "NULL pointer");
+    k_clip_scale<<<1, 1, 0, VR_STREAM(ctx)>>>(scale, norm, sumsq, max_norm, extra);
+    return vr_cu_launched(ctx, "clip_scale");
+}

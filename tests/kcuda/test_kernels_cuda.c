@@ -1,0 +1,893 @@
+/* The CUDA kernels against the CPU kernels (the CPU contract is the oracle).
+ *
+ * Without a GPU (cudaGetDeviceCount finds none) every test is skipped. With one, every op runs on
+ * fresh random inputs, in fp32 and bf16 (fp16 where cheap), and its outputs are compared with the
+ * CPU kernel's on the same inputs (for bf16/fp16, the CPU sees the inputs rounded to that dtype):
+ *   relative error  ||out - ref||_2 / ||ref||_2  within TOL_F32 (1e-5; 1e-4 for long sums: attention,
+ *   the classifier, reductions over many rows) or TOL_LOW (1e-2: bf16 and fp16 storage).
+ * Outputs are filled with NaN before each run so that an element the kernel forgets to write shows
+ * up as NaN (the error is then NaN and fails). acc = 1 is checked against prior + (the acc = 0 result).
+ * Shapes: GPT-2 124M sizes (B=4, T=1024, C=768, NH=12, V=50257) and small odd ones.
+ * Every measured error is printed. */
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cpu/kernels_cpu.h"
+#include "kernels/cuda/kernels_cuda.h"
+
+#define TOL_F32 1e-5
+#define TOL_F32_LONG 1e-4
+#define TOL_LOW 1e-2
+
+static vr_cuda_ctx ctx;
+static void *workspace;
+static int have_gpu = -1;
+static uint64_t rng = 0x9E3779B97F4A7C15ULL;
+
+/* ------------------------------------------------------------------ helpers */
+
+#define OK(expr)                                                                   \
+    do {                                                                           \
+        vr_status s_ = (expr);                                                     \
+        if (s_ != VR_OK) fail_msg("%s -> %s: %s", #expr, vr_status_name(s_), vr_last_error()); \
+    } while (0)
+
+#define CU(expr)                                                                   \
+    do {                                                                           \
+        cudaError_t e_ = (expr);                                                   \
+        if (e_ != cudaSuccess) fail_msg("%s -> %s", #expr, cudaGetErrorString(e_)); \
+    } while (0)
+
+static int gpu_present(void)
+{
+    if (have_gpu < 0) {
+        int n = 0;
+        have_gpu = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+        if (!have_gpu) cudaGetLastError();
+    }
+    return have_gpu;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (!gpu_present()) return 0;
+    size_t ws = vr_cuda_matmul_workspace_bytes();
+    if (cudaMalloc(&workspace, ws) != cudaSuccess) return -1;
+    if (vr_cuda_ctx_init(&ctx, NULL, workspace, ws) != VR_OK) return -1;
+    struct cudaDeviceProp p;
+    cudaGetDeviceProperties(&p, 0);
+    print_message("GPU: %s, %d SMs, compute %d.%d\n", p.name, ctx.sm_count, p.major, p.minor);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (!gpu_present()) return 0;
+    vr_cuda_ctx_destroy(&ctx);
+    cudaFree(workspace);
+    return 0;
+}
+
+#define NEED_GPU()                   \
+    do {                             \
+        if (!gpu_present()) skip();  \
+    } while (0)
+
+static float urand(float lo, float hi)
+{
+    uint64_t x = rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng = x;
+    return lo + (hi - lo) * (float)(((x * 0x2545F4914F6CDD1DULL) >> 40) * (1.0 / 16777216.0));
+}
+
+static float *hrand(size_t n, float lo, float hi)
+{
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++) p[i] = urand(lo, hi);
+    return p;
+}
+
+static float *hzero(size_t n)
+{
+    float *p = calloc(n ? n : 1, sizeof(float));
+    assert_non_null(p);
+    return p;
+}
+
+static float *hcopy(const float *x, size_t n)
+{
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    assert_non_null(p);
+    memcpy(p, x, n * sizeof(float));
+    return p;
+}
+
+static void *dalloc(size_t bytes)
+{
+    void *p = NULL;
+    CU(cudaMalloc(&p, bytes ? bytes : 16));
+    return p;
+}
+
+/* Device buffer of dt holding h (h is rounded in place to dt, so the CPU reference sees what the GPU
+ * sees). */
+static void *up(vr_cuda_dtype dt, float *h, size_t n)
+{
+    void *f = dalloc(n * 4);
+    CU(cudaMemcpy(f, h, n * 4, cudaMemcpyHostToDevice));
+    if (dt == VR_CUDA_F32) return f;
+    void *d = dalloc(n * vr_cuda_dtype_size(dt));
+    OK(vr_cuda_convert(&ctx, dt, d, VR_CUDA_F32, f, n));
+    OK(vr_cuda_convert(&ctx, VR_CUDA_F32, f, dt, d, n));
+    CU(cudaMemcpy(h, f, n * 4, cudaMemcpyDeviceToHost));
+    cudaFree(f);
+    return d;
+}
+
+/* Device buffer of n elements of dt filled with NaN. */
+static void *dnan(vr_cuda_dtype dt, size_t n)
+{
+    void *d = dalloc(n * vr_cuda_dtype_size(dt));
+    OK(vr_cuda_fill(&ctx, dt, d, n, NAN));
+    return d;
+}
+
+static void poison(vr_cuda_dtype dt, void *d, size_t n) { OK(vr_cuda_fill(&ctx, dt, d, n, NAN)); }
+
+static float *down(vr_cuda_dtype dt, const void *d, size_t n)
+{
+    float *h = hzero(n);
+    if (dt == VR_CUDA_F32) {
+        CU(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
+        return h;
+    }
+    void *f = dalloc(n * 4);
+    OK(vr_cuda_convert(&ctx, VR_CUDA_F32, f, dt, d, n));
+    CU(cudaMemcpy(h, f, n * 4, cudaMemcpyDeviceToHost));
+    cudaFree(f);
+    return h;
+}
+
+static double relerr(const float *out, const float *ref, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)out[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    if (den == 0.0) return sqrt(num);
+    return sqrt(num / den);
+}
+
+static double tol_for(vr_cuda_dtype dt, double f32tol) { return dt == VR_CUDA_F32 ? f32tol : TOL_LOW; }
+
+/* Compares device tensor d (dt) with host reference ref; prints and asserts. */
+static void expect_close(const char *what, vr_cuda_dtype dt, const void *d, const float *ref, size_t n,
+                         double tol)
+{
+    CU(cudaDeviceSynchronize());
+    float *h = down(dt, d, n);
+    double e = relerr(h, ref, n);
+    print_message("    %-44s %-4s n=%-10zu rel err %.2e (tol %.0e)\n", what, vr_cuda_dtype_name(dt), n, e, tol);
+    free(h);
+    if (!(e <= tol)) fail_msg("%s (%s): rel err %.3e > %.0e", what, vr_cuda_dtype_name(dt), e, tol);
+}
+
+/* acc = 1 check: device d (after an acc = 1 run over prior) against prior + fresh. */
+static void expect_acc(const char *what, vr_cuda_dtype dt, const void *d, const float *prior, const float *fresh,
+                       size_t n)
+{
+    float *sum = hzero(n);
+    for (size_t i = 0; i < n; i++) sum[i] = prior[i] + fresh[i];
+    char buf[96];
+    snprintf(buf, sizeof buf, "%s acc=1", what);
+    expect_close(buf, dt, d, sum, n, dt == VR_CUDA_F32 ? TOL_F32 : TOL_LOW);
+    free(sum);
+}
+
+static const vr_cuda_dtype DTS[] = {VR_CUDA_F32, VR_CUDA_BF16, VR_CUDA_F16};
+
+/* ------------------------------------------------------------------ elementwise */
+
+static void test_elementwise(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    size_t sizes[] = {1, 7, 1000, 4 * 1024 * 768 + 3};
+    for (int di = 0; di < 3; di++) {
+        vr_cuda_dtype dt = DTS[di];
+        for (int si = 0; si < 4; si++) {
+            size_t n = sizes[si];
+            float *a = hrand(n, -3, 3), *b = hrand(n, -3, 3), *prior = hrand(n, -1, 1);
+            void *da = up(dt, a, n), *db = up(dt, b, n), *dp = up(dt, prior, n);
+            void *out = dnan(dt, n);
+            float *ref = hzero(n);
+
+            OK(vr_cuda_add_fwd(&ctx, dt, out, da, db, n));
+            vr_cpu_add_fwd(ref, a, b, n);
+            expect_close("add_fwd", dt, out, ref, n, tol_for(dt, TOL_F32));
+
+            poison(dt, out, n);
+            OK(vr_cuda_acc(&ctx, dt, out, da, n, 0));
+            expect_close("acc acc=0", dt, out, a, n, tol_for(dt, TOL_F32));
+            CU(cudaMemcpy(out, dp, n * vr_cuda_dtype_size(dt), cudaMemcpyDeviceToDevice));
+            OK(vr_cuda_acc(&ctx, dt, out, da, n, 1));
+            expect_acc("acc", dt, out, prior, a, n);
+
+            CU(cudaMemcpy(out, da, n * vr_cuda_dtype_size(dt), cudaMemcpyDeviceToDevice));
+            OK(vr_cuda_scale(&ctx, dt, out, n, 0.37f));
+            memcpy(ref, a, n * 4);
+            vr_cpu_scale(ref, n, 0.37f);
+            expect_close("scale", dt, out, ref, n, tol_for(dt, TOL_F32));
+
+            poison(dt, out, n);
+            OK(vr_cuda_gelu_fwd(&ctx, dt, out, da, n));
+            vr_cpu_gelu_fwd(ref, a, n);
+            expect_close("gelu_fwd", dt, out, ref, n, tol_for(dt, TOL_F32));
+
+            poison(dt, out, n);
+            OK(vr_cuda_gelu_bwd(&ctx, dt, out, da, db, n, 0));
+            vr_cpu_gelu_bwd(ref, a, b, n, 0);
+            expect_close("gelu_bwd", dt, out, ref, n, tol_for(dt, TOL_F32));
+            CU(cudaMemcpy(out, dp, n * vr_cuda_dtype_size(dt), cudaMemcpyDeviceToDevice));
+            OK(vr_cuda_gelu_bwd(&ctx, dt, out, da, db, n, 1));
+            expect_acc("gelu_bwd", dt, out, prior, ref, n);
+
+            poison(dt, out, n);
+            OK(vr_cuda_relu_fwd(&ctx, dt, out, da, n));
+            vr_cpu_relu_fwd(ref, a, n);
+            expect_close("relu_fwd", dt, out, ref, n, tol_for(dt, TOL_F32));
+
+            poison(dt, out, n);
+            OK(vr_cuda_relu_bwd(&ctx, dt, out, da, db, n, 0));
+            vr_cpu_relu_bwd(ref, a, b, n, 0);
+            expect_close("relu_bwd", dt, out, ref, n, tol_for(dt, TOL_F32));
+            CU(cudaMemcpy(out, dp, n * vr_cuda_dtype_size(dt), cudaMemcpyDeviceToDevice));
+            OK(vr_cuda_relu_bwd(&ctx, dt, out, da, db, n, 1));
+            expect_acc("relu_bwd", dt, out, prior, ref, n);
+
+            // in place: gelu_bwd with dinp aliasing dout
+            CU(cudaMemcpy(out, db, n * vr_cuda_dtype_size(dt), cudaMemcpyDeviceToDevice));
+            OK(vr_cuda_gelu_bwd(&ctx, dt, out, da, out, n, 0));
+            vr_cpu_gelu_bwd(ref, a, b, n, 0);
+            expect_close("gelu_bwd in place", dt, out, ref, n, tol_for(dt, TOL_F32));
+
+            poison(dt, out, n);
+            OK(vr_cuda_fill(&ctx, dt, out, n, 1.5f));
+            for (size_t i = 0; i < n; i++) ref[i] = 1.5f;
+            expect_close("fill", dt, out, ref, n, 0.0);
+            OK(vr_cuda_zero(&ctx, dt, out, n));
+            float *z = down(dt, out, n);
+            for (size_t i = 0; i < n; i++) assert_true(z[i] == 0.0f);
+            free(z);
+
+            free(a), free(b), free(prior), free(ref);
+            cudaFree(da), cudaFree(db), cudaFree(dp), cudaFree(out);
+        }
+    }
+}
+
+/* Conversions against host-side rounding of a few known values. */
+static void test_convert(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    float h[6] = {1.0f, 1.00390625f /* 1 + 2^-8: bf16 tie, rounds to even (1.0) */, 1.01171875f, -2.5f, 3.0e38f,
+                  1e-3f};
+    float want_bf16[6] = {1.0f, 1.0f, 1.015625f, -2.5f, 2.9988e38f, 0.00099945068f};
+    void *f = up(VR_CUDA_F32, h, 6);
+    void *b = dnan(VR_CUDA_BF16, 6);
+    OK(vr_cuda_convert(&ctx, VR_CUDA_BF16, b, VR_CUDA_F32, f, 6));
+    float *back = down(VR_CUDA_BF16, b, 6);
+    for (int i = 0; i < 6; i++) {
+        print_message("    bf16(%.9g) = %.9g (want %.9g)\n", h[i], back[i], want_bf16[i]);
+        assert_true(fabsf(back[i] - want_bf16[i]) <= 1e-3f * fabsf(want_bf16[i]));
+    }
+    // bf16 <-> fp16 through fp32 values that both represent exactly
+    float e[4] = {0.5f, -1.25f, 2.0f, 0.0f};
+    void *eb = up(VR_CUDA_BF16, e, 4), *eh = dnan(VR_CUDA_F16, 4);
+    OK(vr_cuda_convert(&ctx, VR_CUDA_F16, eh, VR_CUDA_BF16, eb, 4));
+    float *eback = down(VR_CUDA_F16, eh, 4);
+    for (int i = 0; i < 4; i++) assert_true(eback[i] == e[i]);
+    free(back), free(eback);
+    cudaFree(f), cudaFree(b), cudaFree(eb), cudaFree(eh);
+}
+
+/* ------------------------------------------------------------------ reductions */
+
+static void test_reductions(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    size_t sizes[] = {1, 333, 124439808 / 16};
+    float *d_out = dalloc(4 * 4);
+    for (int di = 0; di < 3; di++) {
+        vr_cuda_dtype dt = DTS[di];
+        for (int si = 0; si < 3; si++) {
+            size_t n = sizes[si];
+            float *x = hrand(n, -1, 1), *y = hrand(n, -1, 1);
+            void *dx = up(dt, x, n), *dy = up(dt, y, n);
+            OK(vr_cuda_sumsq(&ctx, dt, d_out, dx, n, 0));
+            OK(vr_cuda_sumsq(&ctx, dt, d_out, dy, n, 1));
+            float ref = (float)(vr_cpu_sumsq(x, n) + vr_cpu_sumsq(y, n));
+            expect_close("sumsq (acc over two tensors)", dt, d_out, &ref, 1, TOL_F32_LONG);
+            OK(vr_cuda_sum(&ctx, dt, d_out, dx, n, 0));
+            ref = (float)vr_cpu_sum(x, n);
+            // a sum of +-1 values cancels: compare against the sum of |x| as the scale
+            CU(cudaDeviceSynchronize());
+            float got;
+            CU(cudaMemcpy(&got, d_out, 4, cudaMemcpyDeviceToHost));
+            double scale = 0;
+            for (size_t i = 0; i < n; i++) scale += fabs(x[i]);
+            double e = fabs(got - ref) / scale;
+            print_message("    %-44s %-4s n=%-10zu rel err %.2e (of sum |x|)\n", "sum", vr_cuda_dtype_name(dt), n, e);
+            assert_true(e <= TOL_F32_LONG);
+
+            void *dm = dnan(dt, 1);
+            OK(vr_cuda_mean_fwd(&ctx, dt, dm, dx, n));
+            float mref;
+            vr_cpu_mean_fwd(&mref, x, n);
+            float *mg = down(dt, dm, 1);
+            double me = fabs(mg[0] - mref) * (double)n / scale;
+            print_message("    %-44s %-4s n=%-10zu rel err %.2e (of mean |x|)\n", "mean_fwd", vr_cuda_dtype_name(dt),
+                          n, me);
+            assert_true(me <= (dt == VR_CUDA_F32 ? TOL_F32_LONG : TOL_LOW));
+            free(mg);
+
+            float g = 0.75f;
+            void *dg = up(dt, &g, 1), *dd = dnan(dt, n);
+            float *ref_d = hzero(n), *prior = hrand(n, -1, 1);
+            OK(vr_cuda_mean_bwd(&ctx, dt, dd, dg, n, 0));
+            vr_cpu_mean_bwd(ref_d, &g, n, 0);
+            expect_close("mean_bwd", dt, dd, ref_d, n, tol_for(dt, TOL_F32));
+            void *dp = up(dt, prior, n);
+            OK(vr_cuda_mean_bwd(&ctx, dt, dp, dg, n, 1));
+            expect_acc("mean_bwd", dt, dp, prior, ref_d, n);
+            free(x), free(y), free(ref_d), free(prior);
+            cudaFree(dx), cudaFree(dy), cudaFree(dm), cudaFree(dg), cudaFree(dd), cudaFree(dp);
+        }
+    }
+    // clip factor: norm 5 with max 1 -> scale extra/5; max 10 -> extra
+    float ss = 25.0f, res[2];
+    float *d_ss = up(VR_CUDA_F32, &ss, 1);
+    OK(vr_cuda_clip_scale(&ctx, d_out, d_out + 1, d_ss, 1.0f, 0.5f));
+    CU(cudaMemcpy(res, d_out, 8, cudaMemcpyDeviceToHost));
+    print_message("    clip_scale: scale %.7g (want %.7g), norm %.7g\n", res[0], 0.5 / (5 + 1e-6), res[1]);
+    assert_true(fabs(res[0] - 0.5 / (5.0 + 1e-6)) < 1e-6 && res[1] == 5.0f);
+    OK(vr_cuda_clip_scale(&ctx, d_out, NULL, d_ss, 10.0f, 0.5f));
+    CU(cudaMemcpy(res, d_out, 4, cudaMemcpyDeviceToHost));
+    assert_true(res[0] == 0.5f);
+    cudaFree(d_ss);
+    cudaFree(d_out);
+}
+
+/* ------------------------------------------------------------------ loss scaling */
+
+static void test_loss_scaling(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    size_t n = 100003;
+    for (int di = 0; di < 3; di++) {
+        vr_cuda_dtype dt = DTS[di];
+        float *x = hrand(n, -1, 1);
+        void *dx = up(dt, x, n);
+        int32_t *found = dalloc(4), hf;
+        OK(vr_cuda_zero(&ctx, VR_CUDA_F32, found, 1));
+        OK(vr_cuda_check_finite(&ctx, dt, found, dx, n));
+        CU(cudaMemcpy(&hf, found, 4, cudaMemcpyDeviceToHost));
+        assert_int_equal(hf, 0);
+        float bad[2] = {INFINITY, NAN};
+        for (int k = 0; k < 2; k++) {
+            x[n - 1 - k * 5000] = bad[k];
+            cudaFree(dx);
+            dx = up(dt, x, n);
+            OK(vr_cuda_zero(&ctx, VR_CUDA_F32, found, 1));
+            OK(vr_cuda_check_finite(&ctx, dt, found, dx, n));
+            CU(cudaMemcpy(&hf, found, 4, cudaMemcpyDeviceToHost));
+            assert_int_equal(hf, 1);
+        }
+        print_message("    check_finite %-4s: clean 0, inf 1, nan 1\n", vr_cuda_dtype_name(dt));
+        free(x);
+        cudaFree(dx);
+        cudaFree(found);
+    }
+    // GradScaler update: growth after `interval` clean steps, backoff on overflow
+    float *scale = dalloc(4), *inv = dalloc(4), hs = 65536.0f, hinv;
+    int32_t *tracker = dalloc(4), *found = dalloc(4), zero = 0, one = 1;
+    CU(cudaMemcpy(scale, &hs, 4, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(tracker, &zero, 4, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(found, &zero, 4, cudaMemcpyHostToDevice));
+    for (int i = 0; i < 3; i++) OK(vr_cuda_loss_scale_update(&ctx, scale, tracker, found, 2.0f, 0.5f, 3));
+    CU(cudaMemcpy(&hs, scale, 4, cudaMemcpyDeviceToHost));
+    assert_true(hs == 131072.0f);
+    CU(cudaMemcpy(found, &one, 4, cudaMemcpyHostToDevice));
+    OK(vr_cuda_loss_scale_update(&ctx, scale, tracker, found, 2.0f, 0.5f, 3));
+    CU(cudaMemcpy(&hs, scale, 4, cudaMemcpyDeviceToHost));
+    assert_true(hs == 65536.0f);
+    OK(vr_cuda_reciprocal(&ctx, inv, scale, 2.0f));
+    CU(cudaMemcpy(&hinv, inv, 4, cudaMemcpyDeviceToHost));
+    assert_true(hinv == 2.0f / 65536.0f);
+    print_message("    loss_scale_update: grow x2 after 3 clean steps, back off x0.5 on overflow; reciprocal ok\n");
+    cudaFree(scale), cudaFree(inv), cudaFree(tracker), cudaFree(found);
+}
+
+/* ------------------------------------------------------------------ embedding */
+
+static void run_embedding(vr_cuda_dtype dt, int B, int T, int C, int V, int repeat_tokens)
+{
+    size_t BT = (size_t)B * T;
+    int32_t *tok = malloc(BT * 4);
+    for (size_t i = 0; i < BT; i++) tok[i] = repeat_tokens ? (int32_t)(i % 5) * (V / 5) : (int32_t)(urand(0, 1) * V) % V;
+    float *wte = hrand((size_t)V * C, -1, 1), *wpe = hrand((size_t)T * C, -1, 1), *dout = hrand(BT * C, -1, 1);
+    void *dwte_in = up(dt, wte, (size_t)V * C), *dwpe_in = up(dt, wpe, (size_t)T * C), *ddout = up(dt, dout, BT * C);
+    int32_t *dtok = dalloc(BT * 4);
+    CU(cudaMemcpy(dtok, tok, BT * 4, cudaMemcpyHostToDevice));
+    void *out = dnan(dt, BT * C);
+    float *ref = hzero(BT * C);
+    char what[80];
+    snprintf(what, sizeof what, "embedding_fwd B%d T%d C%d V%d", B, T, C, V);
+    OK(vr_cuda_embedding_fwd(&ctx, dt, out, dtok, dwte_in, dwpe_in, B, T, C));
+    vr_cpu_embedding_fwd(ref, tok, wte, wpe, B, T, C);
+    expect_close(what, dt, out, ref, BT * C, tol_for(dt, TOL_F32));
+
+    size_t sb = vr_cuda_embedding_bwd_scratch_bytes(B, T, V);
+    void *scratch = dalloc(sb);
+    void *gwte = dnan(dt, (size_t)V * C), *gwpe = dnan(dt, (size_t)T * C);
+    float *rwte = hzero((size_t)V * C), *rwpe = hzero((size_t)T * C);
+    OK(vr_cuda_embedding_bwd(&ctx, dt, gwte, gwpe, ddout, dtok, B, T, C, V, 0, scratch, sb));
+    vr_cpu_embedding_bwd(rwte, rwpe, dout, tok, B, T, C, V, 0);
+    snprintf(what, sizeof what, "embedding_bwd dwte%s", repeat_tokens ? " (5 tokens)" : "");
+    expect_close(what, dt, gwte, rwte, (size_t)V * C, tol_for(dt, TOL_F32_LONG));
+    expect_close("embedding_bwd dwpe", dt, gwpe, rwpe, (size_t)T * C, tol_for(dt, TOL_F32));
+    // deterministic: a second run gives the same bits
+    float *first = down(dt, gwte, (size_t)V * C);
+    poison(dt, gwte, (size_t)V * C);
+    OK(vr_cuda_embedding_bwd(&ctx, dt, gwte, NULL, ddout, dtok, B, T, C, V, 0, scratch, sb));
+    float *second = down(dt, gwte, (size_t)V * C);
+    assert_memory_equal(first, second, (size_t)V * C * 4);
+    // acc = 1 on top of random priors
+    float *pwte = hrand((size_t)V * C, -1, 1), *pwpe = hrand((size_t)T * C, -1, 1);
+    void *awte = up(dt, pwte, (size_t)V * C), *awpe = up(dt, pwpe, (size_t)T * C);
+    OK(vr_cuda_embedding_bwd(&ctx, dt, awte, awpe, ddout, dtok, B, T, C, V, 1, scratch, sb));
+    expect_acc("embedding_bwd dwte", dt, awte, pwte, rwte, (size_t)V * C);
+    expect_acc("embedding_bwd dwpe", dt, awpe, pwpe, rwpe, (size_t)T * C);
+    free(tok), free(wte), free(wpe), free(dout), free(ref), free(rwte), free(rwpe), free(first), free(second);
+    free(pwte), free(pwpe);
+    cudaFree(dwte_in), cudaFree(dwpe_in), cudaFree(ddout), cudaFree(dtok), cudaFree(out), cudaFree(scratch);
+    cudaFree(gwte), cudaFree(gwpe), cudaFree(awte), cudaFree(awpe);
+}
+
+static void test_embedding(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    for (int di = 0; di < 2; di++) {
+        run_embedding(DTS[di], 3, 7, 13, 29, 0);
+        run_embedding(DTS[di], 2, 33, 48, 1000, 1);
+        run_embedding(DTS[di], 4, 1024, 768, 50257, 0);
+    }
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+static void run_matmul(vr_cuda_dtype dt, int N, int C, int OC, int with_bias)
+{
+    float *inp = hrand((size_t)N * C, -1, 1), *w = hrand((size_t)OC * C, -0.2f, 0.2f),
+          *bias = with_bias ? hrand(OC, -1, 1) : NULL, *dout = hrand((size_t)N * OC, -1, 1);
+    void *dinp_in = up(dt, inp, (size_t)N * C), *dw_in = up(dt, w, (size_t)OC * C),
+         *db_in = with_bias ? up(dt, bias, OC) : NULL, *ddout = up(dt, dout, (size_t)N * OC);
+    double tol = tol_for(dt, TOL_F32_LONG);
+    char what[96];
+    void *out = dnan(dt, (size_t)N * OC);
+    float *ref = hzero((size_t)N * OC);
+    snprintf(what, sizeof what, "matmul_fwd N%d C%d OC%d%s", N, C, OC, with_bias ? " +bias" : "");
+    OK(vr_cuda_matmul_fwd(&ctx, dt, out, dinp_in, dw_in, db_in, N, C, OC));
+    vr_cpu_matmul_fwd(ref, inp, w, bias, N, C, OC);
+    expect_close(what, dt, out, ref, (size_t)N * OC, tol);
+
+    // fused GELU: pre equals the plain product, out = gelu(pre)
+    void *pre = dnan(dt, (size_t)N * OC);
+    poison(dt, out, (size_t)N * OC);
+    OK(vr_cuda_matmul_gelu_fwd(&ctx, dt, out, pre, dinp_in, dw_in, db_in, N, C, OC));
+    float *gref = hzero((size_t)N * OC);
+    vr_cpu_gelu_fwd(gref, ref, (size_t)N * OC);
+    expect_close("matmul_gelu_fwd pre", dt, pre, ref, (size_t)N * OC, tol);
+    expect_close("matmul_gelu_fwd out", dt, out, gref, (size_t)N * OC, dt == VR_CUDA_F32 ? 1e-3 : TOL_LOW);
+
+    float *rdinp = hzero((size_t)N * C), *rdw = hzero((size_t)OC * C), *rdb = hzero(OC);
+    vr_cpu_matmul_bwd(rdinp, rdw, with_bias ? rdb : NULL, dout, inp, w, N, C, OC, 0, 0);
+    void *gdinp = dnan(dt, (size_t)N * C), *gdw = dnan(dt, (size_t)OC * C), *gdb = with_bias ? dnan(dt, OC) : NULL;
+    OK(vr_cuda_matmul_bwd(&ctx, dt, gdinp, gdw, gdb, ddout, dinp_in, dw_in, N, C, OC, 0, 0));
+    expect_close("matmul_bwd dinp", dt, gdinp, rdinp, (size_t)N * C, tol);
+    expect_close("matmul_bwd dw", dt, gdw, rdw, (size_t)OC * C, tol);
+    if (with_bias) expect_close("matmul_bwd dbias", dt, gdb, rdb, OC, tol);
+    // dbias alone (no dw): the column-sum kernel
+    if (with_bias) {
+        poison(dt, gdb, OC);
+        OK(vr_cuda_matmul_bwd(&ctx, dt, NULL, NULL, gdb, ddout, dinp_in, dw_in, N, C, OC, 0, 0));
+        expect_close("matmul_bwd dbias (colsum)", dt, gdb, rdb, OC, tol);
+    }
+    // acc = 1
+    float *p1 = hrand((size_t)N * C, -1, 1), *p2 = hrand((size_t)OC * C, -1, 1), *p3 = hrand(OC, -1, 1);
+    void *a1 = up(dt, p1, (size_t)N * C), *a2 = up(dt, p2, (size_t)OC * C), *a3 = with_bias ? up(dt, p3, OC) : NULL;
+    OK(vr_cuda_matmul_bwd(&ctx, dt, a1, a2, a3, ddout, dinp_in, dw_in, N, C, OC, 1, 1));
+    expect_acc("matmul_bwd dinp", dt, a1, p1, rdinp, (size_t)N * C);
+    expect_acc("matmul_bwd dw", dt, a2, p2, rdw, (size_t)OC * C);
+    if (with_bias) expect_acc("matmul_bwd dbias", dt, a3, p3, rdb, OC);
+
+    // general gemm: D(N,OC) = inp(N,C) w(OC,C)^T through the row-major entry point
+    poison(dt, out, (size_t)N * OC);
+    OK(vr_cuda_gemm(&ctx, dt, out, dinp_in, dw_in, N, OC, C, C, C, OC, 0, 1, 1.0f, 0));
+    float *ref2 = hzero((size_t)N * OC);
+    vr_cpu_matmul_fwd(ref2, inp, w, NULL, N, C, OC);
+    expect_close("gemm (A B^T)", dt, out, ref2, (size_t)N * OC, tol);
+
+    free(inp), free(w), free(bias), free(dout), free(ref), free(gref), free(rdinp), free(rdw), free(rdb);
+    free(p1), free(p2), free(p3), free(ref2);
+    cudaFree(dinp_in), cudaFree(dw_in), cudaFree(db_in), cudaFree(ddout), cudaFree(out), cudaFree(pre);
+    cudaFree(gdinp), cudaFree(gdw), cudaFree(gdb), cudaFree(a1), cudaFree(a2), cudaFree(a3);
+}
+
+static void test_matmul(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    for (int di = 0; di < 3; di++) {
+        vr_cuda_dtype dt = DTS[di];
+        run_matmul(dt, 1, 8, 8, 1);
+        run_matmul(dt, 37, 24, 40, 1);
+        run_matmul(dt, 37, 24, 40, 0);
+        if (dt == VR_CUDA_F16) continue;
+        run_matmul(dt, 4096, 768, 2304, 1);  // qkv
+        run_matmul(dt, 4096, 768, 3072, 1);  // fc
+        run_matmul(dt, 4096, 3072, 768, 1);  // proj
+    }
+}
+
+/* ------------------------------------------------------------------ layernorm */
+
+static void run_layernorm(vr_cuda_dtype dt, int N, int C)
+{
+    size_t n = (size_t)N * C;
+    float *inp = hrand(n, -2, 2), *w = hrand(C, 0.5f, 1.5f), *b = hrand(C, -0.5f, 0.5f), *dout = hrand(n, -1, 1);
+    void *di = up(dt, inp, n), *dw = up(dt, w, C), *dbb = up(dt, b, C), *dd = up(dt, dout, n);
+    void *out = dnan(dt, n);
+    float *mean = dnan(VR_CUDA_F32, N), *rstd = dnan(VR_CUDA_F32, N);
+    float *ref = hzero(n), *rm = hzero(N), *rr = hzero(N);
+    char what[80];
+    snprintf(what, sizeof what, "layernorm_fwd N%d C%d", N, C);
+    OK(vr_cuda_layernorm_fwd(&ctx, dt, out, mean, rstd, di, dw, dbb, N, C));
+    vr_cpu_layernorm_fwd(ref, rm, rr, inp, w, b, N, C);
+    expect_close(what, dt, out, ref, n, tol_for(dt, TOL_F32));
+    expect_close("layernorm_fwd mean", VR_CUDA_F32, mean, rm, N, TOL_F32);
+    expect_close("layernorm_fwd rstd", VR_CUDA_F32, rstd, rr, N, TOL_F32);
+
+    float *rdi = hzero(n), *rdw = hzero(C), *rdb = hzero(C);
+    vr_cpu_layernorm_bwd(rdi, rdw, rdb, dout, inp, w, rm, rr, N, C, 0, 0);
+    size_t sb = vr_cuda_layernorm_bwd_scratch_bytes(N, C);
+    void *scratch = dalloc(sb);
+    void *gdi = dnan(dt, n), *gdw = dnan(dt, C), *gdb = dnan(dt, C);
+    OK(vr_cuda_layernorm_bwd(&ctx, dt, gdi, gdw, gdb, dd, di, dw, mean, rstd, N, C, 0, 0, scratch, sb));
+    expect_close("layernorm_bwd dinp", dt, gdi, rdi, n, tol_for(dt, TOL_F32_LONG));
+    expect_close("layernorm_bwd dw", dt, gdw, rdw, C, tol_for(dt, TOL_F32_LONG));
+    expect_close("layernorm_bwd db", dt, gdb, rdb, C, tol_for(dt, TOL_F32_LONG));
+    float *p1 = hrand(n, -1, 1), *p2 = hrand(C, -1, 1), *p3 = hrand(C, -1, 1);
+    void *a1 = up(dt, p1, n), *a2 = up(dt, p2, C), *a3 = up(dt, p3, C);
+    OK(vr_cuda_layernorm_bwd(&ctx, dt, a1, a2, a3, dd, di, dw, mean, rstd, N, C, 1, 1, scratch, sb));
+    expect_acc("layernorm_bwd dinp", dt, a1, p1, rdi, n);
+    expect_acc("layernorm_bwd dw", dt, a2, p2, rdw, C);
+    expect_acc("layernorm_bwd db", dt, a3, p3, rdb, C);
+    // the ctx workspace may serve as the scratch
+    if (sb <= ctx.workspace_bytes) {
+        poison(dt, gdw, C);
+        OK(vr_cuda_layernorm_bwd(&ctx, dt, NULL, gdw, gdb, dd, di, dw, mean, rstd, N, C, 0, 0, ctx.workspace,
+                                 ctx.workspace_bytes));
+        expect_close("layernorm_bwd dw (workspace scratch)", dt, gdw, rdw, C, tol_for(dt, TOL_F32_LONG));
+    }
+    free(inp), free(w), free(b), free(dout), free(ref), free(rm), free(rr), free(rdi), free(rdw), free(rdb);
+    free(p1), free(p2), free(p3);
+    cudaFree(di), cudaFree(dw), cudaFree(dbb), cudaFree(dd), cudaFree(out), cudaFree(mean), cudaFree(rstd);
+    cudaFree(scratch), cudaFree(gdi), cudaFree(gdw), cudaFree(gdb), cudaFree(a1), cudaFree(a2), cudaFree(a3);
+}
+
+static void test_layernorm(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    for (int di = 0; di < 3; di++) {
+        run_layernorm(DTS[di], 1, 5);
+        run_layernorm(DTS[di], 37, 100);
+        if (DTS[di] != VR_CUDA_F16) run_layernorm(DTS[di], 4096, 768);
+    }
+}
+
+/* ------------------------------------------------------------------ attention */
+
+static void run_attention(vr_cuda_dtype dt, int B, int T, int C, int NH)
+{
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = hrand(nqkv, -1.5f, 1.5f), *dout = hrand(nout, -1, 1);
+    void *dq = up(dt, qkv, nqkv), *dd = up(dt, dout, nout);
+    void *out = dnan(dt, nout);
+    float *lse = dnan(VR_CUDA_F32, nl);
+    float *ref = hzero(nout), *rl = hzero(nl);
+    double tol = tol_for(dt, TOL_F32_LONG);
+    char what[96];
+    snprintf(what, sizeof what, "attention_fwd B%d T%d C%d NH%d%s", B, T, C, NH,
+             dt != VR_CUDA_F32 && C / NH == 64 ? " (tensor cores)" : "");
+    OK(vr_cuda_attention_fwd(&ctx, dt, out, lse, dq, B, T, C, NH));
+    vr_cpu_attention_fwd(ref, rl, qkv, B, T, C, NH);
+    expect_close(what, dt, out, ref, nout, tol);
+    expect_close("attention_fwd lse", VR_CUDA_F32, lse, rl, nl, dt == VR_CUDA_F32 ? TOL_F32_LONG : 1e-3);
+
+    // backward from the CPU's own out/lse (rounded to dt) so both see the same saved tensors
+    float *ref_out = hcopy(ref, nout);
+    void *dout_saved = up(dt, ref_out, nout);
+    float *rdq = hzero(nqkv);
+    vr_cpu_attention_bwd(rdq, dout, qkv, ref_out, rl, B, T, C, NH, 0);
+    size_t sb = vr_cuda_attention_scratch_bytes(B, T, C, NH);
+    void *scratch = dalloc(sb);
+    void *gq = dnan(dt, nqkv);
+    OK(vr_cuda_attention_bwd(&ctx, dt, gq, dd, dq, dout_saved, lse, B, T, C, NH, 0, scratch, sb));
+    // per part (q, k, v) so that a failure says which
+    float *g = down(dt, gq, nqkv);
+    const char *names[3] = {"attention_bwd dq", "attention_bwd dk", "attention_bwd dv"};
+    for (int part = 0; part < 3; part++) {
+        float *a = hzero(nout), *r = hzero(nout);
+        for (size_t bt = 0; bt < (size_t)B * T; bt++) {
+            memcpy(a + bt * C, g + bt * 3 * C + (size_t)part * C, C * 4);
+            memcpy(r + bt * C, rdq + bt * 3 * C + (size_t)part * C, C * 4);
+        }
+        double e = relerr(a, r, nout);
+        print_message("    %-44s %-4s n=%-10zu rel err %.2e (tol %.0e)\n", names[part], vr_cuda_dtype_name(dt), nout,
+                      e, tol);
+        if (!(e <= tol)) fail_msg("%s (%s): rel err %.3e > %.0e", names[part], vr_cuda_dtype_name(dt), e, tol);
+        free(a), free(r);
+    }
+    free(g);
+    float *prior = hrand(nqkv, -1, 1);
+    void *ap = up(dt, prior, nqkv);
+    OK(vr_cuda_attention_bwd(&ctx, dt, ap, dd, dq, dout_saved, lse, B, T, C, NH, 1, scratch, sb));
+    float *fresh = down(dt, gq, nqkv);
+    expect_acc("attention_bwd dqkv", dt, ap, prior, fresh, nqkv);
+    free(qkv), free(dout), free(ref), free(rl), free(ref_out), free(rdq), free(prior), free(fresh);
+    cudaFree(dq), cudaFree(dd), cudaFree(out), cudaFree(lse), cudaFree(dout_saved), cudaFree(scratch);
+    cudaFree(gq), cudaFree(ap);
+}
+
+static void test_attention(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    for (int di = 0; di < 3; di++) {
+        vr_cuda_dtype dt = DTS[di];
+        run_attention(dt, 1, 1, 64, 1);
+        run_attention(dt, 2, 65, 128, 2);   // one key block plus one row
+        run_attention(dt, 2, 200, 192, 3);  // T not a multiple of 64
+        run_attention(dt, 1, 77, 96, 3);    // head size 32: scalar path in every dtype
+        if (dt == VR_CUDA_F16) continue;
+        run_attention(dt, 4, 1024, 768, 12);
+    }
+}
+
+/* ------------------------------------------------------------------ classifier */
+
+static void run_classifier(vr_cuda_dtype dt, int N, int C, int V, size_t chunk_rows, int ignore_some)
+{
+    float *x = hrand((size_t)N * C, -1, 1), *wte = hrand((size_t)V * C, -0.3f, 0.3f);
+    int32_t *tg = malloc((size_t)N * 4);
+    for (int i = 0; i < N; i++) tg[i] = (ignore_some && i % 7 == 3) ? -1 : (int32_t)(urand(0, 1) * V) % V;
+    void *dx_in = up(dt, x, (size_t)N * C), *dwte_in = up(dt, wte, (size_t)V * C);
+    int32_t *dtg = dalloc((size_t)N * 4);
+    CU(cudaMemcpy(dtg, tg, (size_t)N * 4, cudaMemcpyHostToDevice));
+    float scale = 1.0f / N;
+    float *rl = hzero(N), *rdx = hzero((size_t)N * C), *rdw = hzero((size_t)V * C);
+    size_t cs = vr_cpu_classifier_scratch_bytes(N, V);
+    float *cscratch = hzero(cs / 4);
+    vr_cpu_classifier(rl, rdx, rdw, x, wte, tg, N, C, V, scale, cscratch, cs, 0, 0);
+    size_t esz = vr_cuda_dtype_size(dt);
+    size_t sb = vr_cuda_classifier_scratch_bytes((int)chunk_rows, V, dt);
+    void *scratch = dalloc(sb);
+    assert_int_equal(vr_cuda_classifier_chunk_rows(sb, V, dt), (int)chunk_rows);
+    float *losses = dnan(VR_CUDA_F32, N);
+    void *gdx = dnan(dt, (size_t)N * C), *gdw = dnan(dt, (size_t)V * C);
+    double tol = tol_for(dt, TOL_F32_LONG);
+    char what[96];
+    snprintf(what, sizeof what, "classifier losses N%d C%d V%d chunk %zu", N, C, V, chunk_rows);
+    OK(vr_cuda_classifier(&ctx, dt, losses, gdx, gdw, dx_in, dwte_in, dtg, N, C, V, scale, scratch, sb, 0, 0));
+    expect_close(what, VR_CUDA_F32, losses, rl, N, dt == VR_CUDA_F32 ? TOL_F32_LONG : 1e-3);
+    expect_close("classifier dx", dt, gdx, rdx, (size_t)N * C, tol);
+    expect_close("classifier dwte", dt, gdw, rdw, (size_t)V * C, tol);
+    // evaluation: losses only
+    poison(VR_CUDA_F32, losses, N);
+    OK(vr_cuda_classifier(&ctx, dt, losses, NULL, NULL, dx_in, dwte_in, dtg, N, C, V, scale, scratch, sb, 0, 0));
+    expect_close("classifier losses (no grad)", VR_CUDA_F32, losses, rl, N, dt == VR_CUDA_F32 ? TOL_F32_LONG : 1e-3);
+    // acc = 1
+    float *p1 = hrand((size_t)N * C, -1, 1), *p2 = hrand((size_t)V * C, -1, 1);
+    void *a1 = up(dt, p1, (size_t)N * C), *a2 = up(dt, p2, (size_t)V * C);
+    OK(vr_cuda_classifier(&ctx, dt, losses, a1, a2, dx_in, dwte_in, dtg, N, C, V, scale, scratch, sb, 1, 1));
+    float *f1 = down(dt, gdx, (size_t)N * C), *f2 = down(dt, gdw, (size_t)V * C);
+    expect_acc("classifier dx", dt, a1, p1, f1, (size_t)N * C);
+    expect_acc("classifier dwte", dt, a2, p2, f2, (size_t)V * C);
+    (void)esz;
+    free(x), free(wte), free(tg), free(rl), free(rdx), free(rdw), free(cscratch), free(p1), free(p2), free(f1), free(f2);
+    cudaFree(dx_in), cudaFree(dwte_in), cudaFree(dtg), cudaFree(scratch), cudaFree(losses), cudaFree(gdx);
+    cudaFree(gdw), cudaFree(a1), cudaFree(a2);
+}
+
+static void test_classifier(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    for (int di = 0; di < 3; di++) {
+        vr_cuda_dtype dt = DTS[di];
+        run_classifier(dt, 1, 8, 5, 1, 0);
+        run_classifier(dt, 37, 48, 103, 10, 1);
+        if (dt == VR_CUDA_F16) continue;
+        run_classifier(dt, 1024, 768, 50257, 300, 1);
+    }
+}
+
+static void test_softmax_xent(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    int shapes[][2] = {{1, 3}, {37, 10}, {64, 2000}};
+    for (int di = 0; di < 3; di++) {
+        vr_cuda_dtype dt = DTS[di];
+        for (int s = 0; s < 3; s++) {
+            int N = shapes[s][0], V = shapes[s][1];
+            float *z = hrand((size_t)N * V, -4, 4), *dl = hrand(N, 0.5f, 1.5f);
+            int32_t *tg = malloc((size_t)N * 4);
+            for (int i = 0; i < N; i++) tg[i] = i % 5 == 2 ? -1 : (int32_t)(urand(0, 1) * V) % V;
+            void *dz = up(dt, z, (size_t)N * V);
+            float *ddl = up(VR_CUDA_F32, dl, N);
+            int32_t *dtg = dalloc((size_t)N * 4);
+            CU(cudaMemcpy(dtg, tg, (size_t)N * 4, cudaMemcpyHostToDevice));
+            float *rl = hzero(N), *rp = hzero((size_t)N * V), *rd = hzero((size_t)N * V);
+            vr_cpu_softmax_xent_fwd(rl, rp, z, tg, N, V);
+            float *losses = dnan(VR_CUDA_F32, N);
+            void *probs = dnan(dt, (size_t)N * V);
+            OK(vr_cuda_softmax_xent_fwd(&ctx, dt, losses, probs, dz, dtg, N, V));
+            expect_close("softmax_xent_fwd losses", VR_CUDA_F32, losses, rl, N, dt == VR_CUDA_F32 ? TOL_F32 : 1e-3);
+            expect_close("softmax_xent_fwd probs", dt, probs, rp, (size_t)N * V, tol_for(dt, TOL_F32));
+            // backward from the CPU probs rounded to dt
+            void *dp = up(dt, rp, (size_t)N * V);
+            vr_cpu_softmax_xent_bwd(rd, dl, 0.1f, rp, tg, N, V, 0);
+            void *gd = dnan(dt, (size_t)N * V);
+            OK(vr_cuda_softmax_xent_bwd(&ctx, dt, gd, ddl, 0.1f, dp, dtg, N, V, 0));
+            expect_close("softmax_xent_bwd", dt, gd, rd, (size_t)N * V, tol_for(dt, TOL_F32));
+            float *prior = hrand((size_t)N * V, -1, 1);
+            void *ap = up(dt, prior, (size_t)N * V);
+            OK(vr_cuda_softmax_xent_bwd(&ctx, dt, ap, ddl, 0.1f, dp, dtg, N, V, 1));
+            expect_acc("softmax_xent_bwd", dt, ap, prior, rd, (size_t)N * V);
+            free(z), free(dl), free(tg), free(rl), free(rp), free(rd), free(prior);
+            cudaFree(dz), cudaFree(ddl), cudaFree(dtg), cudaFree(losses), cudaFree(probs), cudaFree(dp), cudaFree(gd);
+            cudaFree(ap);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ optimizers */
+
+enum { O_SGD, O_MOM, O_ADAM, O_ADAMW };
+
+static void run_optim(int kind, vr_cuda_dtype pdt, vr_cuda_dtype gdt, size_t n, int use_dev_scale)
+{
+    const char *names[] = {"sgd", "sgd_momentum", "adam", "adamw"};
+    float *p = hrand(n, -1, 1), *g = hrand(n, -1, 1), *m = hzero(n), *v = hzero(n);
+    // gradient as stored in gdt
+    void *dg = up(gdt, g, n);
+    float *master = up(VR_CUDA_F32, p, n);
+    void *dp = pdt == VR_CUDA_F32 ? (void *)master : up(pdt, hcopy(p, n), n);
+    float *useMaster = pdt == VR_CUDA_F32 ? NULL : master;
+    float *dm = up(VR_CUDA_F32, m, n), *dv = up(VR_CUDA_F32, v, n);
+    float *dscale = NULL, hscale = 0.5f;
+    if (use_dev_scale) dscale = up(VR_CUDA_F32, &hscale, 1);
+    float gs = 0.8f, eff = gs * (use_dev_scale ? hscale : 1.0f);
+    for (int step = 1; step <= 3; step++) {
+        switch (kind) {
+        case O_SGD:
+            OK(vr_cuda_sgd(&ctx, pdt, dp, useMaster, gdt, dg, n, 0.1f, 0.01f, gs, dscale, NULL));
+            vr_cpu_sgd(p, g, n, 0.1f, 0.01f, eff);
+            break;
+        case O_MOM:
+            OK(vr_cuda_sgd_momentum(&ctx, pdt, dp, useMaster, gdt, dg, dm, n, 0.1f, 0.9f, 0.1f, 0.01f, step == 2, step,
+                                    gs, dscale, NULL));
+            vr_cpu_sgd_momentum(p, g, m, n, 0.1f, 0.9f, 0.1f, 0.01f, step == 2, step, eff);
+            break;
+        case O_ADAM:
+            OK(vr_cuda_adam(&ctx, pdt, dp, useMaster, gdt, dg, dm, dv, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, gs,
+                            dscale, NULL));
+            vr_cpu_adam(p, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, eff);
+            break;
+        default:
+            OK(vr_cuda_adamw(&ctx, pdt, dp, useMaster, gdt, dg, dm, dv, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, gs,
+                             dscale, NULL));
+            vr_cpu_adamw(p, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, eff);
+            break;
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%s param %s grad %s master", names[kind], vr_cuda_dtype_name(pdt),
+             vr_cuda_dtype_name(gdt));
+    expect_close(what, VR_CUDA_F32, master, p, n, TOL_F32);
+    if (pdt != VR_CUDA_F32) expect_close("  rounded param", pdt, dp, p, n, TOL_LOW);
+    if (kind != O_SGD) expect_close("  state m", VR_CUDA_F32, dm, m, n, TOL_F32);
+    if (kind >= O_ADAM) expect_close("  state v", VR_CUDA_F32, dv, v, n, TOL_F32);
+    // dev_skip set: nothing moves
+    int32_t one = 1, *dskip = dalloc(4);
+    CU(cudaMemcpy(dskip, &one, 4, cudaMemcpyHostToDevice));
+    OK(vr_cuda_adamw(&ctx, pdt, dp, useMaster, gdt, dg, dm, dv, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, gs, dscale,
+                     dskip));
+    expect_close("  skipped step leaves master", VR_CUDA_F32, master, p, n, TOL_F32);
+    free(p), free(g), free(m), free(v);
+    if (dp != master) cudaFree(dp);
+    cudaFree(dg), cudaFree(master), cudaFree(dm), cudaFree(dv), cudaFree(dscale), cudaFree(dskip);
+}
+
+static void test_optimizers(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    for (int kind = 0; kind < 4; kind++) {
+        run_optim(kind, VR_CUDA_F32, VR_CUDA_F32, 1001, 0);
+        run_optim(kind, VR_CUDA_BF16, VR_CUDA_BF16, 100003, 1);
+        run_optim(kind, VR_CUDA_F16, VR_CUDA_F16, 1001, 1);
+    }
+    run_optim(O_ADAMW, VR_CUDA_BF16, VR_CUDA_BF16, 124439808, 1); // GPT-2 124M parameter count
+}
+
+/* ------------------------------------------------------------------ argument checks */
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    assert_int_equal(vr_cuda_attention_fwd(&ctx, VR_CUDA_BF16, (void *)16, (float *)16, (void *)16, 1, 4, 100, 3),
+                     VR_ERR_INVALID);
+    print_message("    (%s)\n", vr_last_error());
+    assert_int_equal(vr_cuda_layernorm_bwd(&ctx, VR_CUDA_F32, NULL, (void *)16, (void *)16, (void *)16, (void *)16,
+                                           (void *)16, (float *)16, (float *)16, 100, 8, 0, 0, NULL, 0),
+                     VR_ERR_INVALID);
+    print_message("    (%s)\n", vr_last_error());
+    assert_int_equal(vr_cuda_classifier(&ctx, VR_CUDA_F32, (float *)16, NULL, NULL, (void *)16, (void *)16,
+                                        (int32_t *)16, 4, 8, 1000, 1.0f, (void *)16, 100, 0, 0),
+                     VR_ERR_INVALID);
+    print_message("    (%s)\n", vr_last_error());
+    assert_int_equal(vr_cuda_adamw(&ctx, VR_CUDA_BF16, (void *)16, NULL, VR_CUDA_BF16, (void *)16, (float *)16,
+                                   (float *)16, 10, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 1.0f, NULL, NULL),
+                     VR_ERR_INVALID);
+    print_message("    (%s)\n", vr_last_error());
+    assert_int_equal(vr_cuda_add_fwd(&ctx, (vr_cuda_dtype)7, (void *)16, (void *)16, (void *)16, 4), VR_ERR_INVALID);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_elementwise),  cmocka_unit_test(test_convert),
+        cmocka_unit_test(test_reductions),   cmocka_unit_test(test_loss_scaling),
+        cmocka_unit_test(test_embedding),    cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_classifier),   cmocka_unit_test(test_softmax_xent),
+        cmocka_unit_test(test_optimizers),   cmocka_unit_test(test_bad_arguments),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
