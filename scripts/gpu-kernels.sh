@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# On the lent GPU machine: build vram for Hopper, run the CUDA kernel tests (against the CPU kernels)
+# and the per-kernel profile at GPT-2 124M shapes. Logs go to $OUT (default ./out).
+#   bash scripts/gpu-kernels.sh            # build + test + bench
+#   SKIP_BENCH=1 bash scripts/gpu-kernels.sh
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+. scripts/gpu-setup.sh
+export PATH=/usr/local/cuda/bin:$PATH
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 \
+  || { tail -30 "$OUT/cmake.log"; exit 1; }
+cmake --build build-gpu -j16 --target test_kernels_cuda vram > "$OUT/build.log" 2>&1 \
+  || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
+echo "== build ok"
+rc=0
+./build-gpu/test_kernels_cuda 2>&1 | tee "$OUT/test_kernels_cuda.log" || rc=1
+echo "== test_kernels_cuda rc=$rc"
+if [ -z "${SKIP_BENCH:-}" ]; then
+  cc -O2 -std=c11 -Wall -Wextra -Iinclude -Isrc -I/usr/local/cuda/include bench/kernels/bench_kernels_cuda.c \
+     -Lbuild-gpu -lvram -L/usr/local/cuda/lib64 -lcudart -Wl,-rpath,"$PWD/build-gpu" \
+     -o build-gpu/bench_kernels_cuda 2>&1 | tee "$OUT/bench_build.log"
+  ./build-gpu/bench_kernels_cuda 2>&1 | tee "$OUT/bench_kernels_cuda.log" || rc=1
+fi
+exit $rc
