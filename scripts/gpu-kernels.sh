@@ -12,15 +12,17 @@ export PATH=/usr/local/cuda/bin:$PATH
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 \
   || { tail -30 "$OUT/cmake.log"; exit 1; }
-cmake --build build-gpu -j16 --target test_kernels_cuda vram > "$OUT/build.log" 2>&1 \
+cmake --build build-gpu -j16 --target test_kernels_cuda > "$OUT/build.log" 2>&1 \
   || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
 echo "== build ok"
 rc=0
 ./build-gpu/test_kernels_cuda 2>&1 | tee "$OUT/test_kernels_cuda.log" || rc=1
 echo "== test_kernels_cuda rc=$rc"
 if [ -z "${SKIP_BENCH:-}" ]; then
+  # linked with the util and kcuda objects only, so other layers' state does not matter here
+  objs=$(find build-gpu/CMakeFiles/vram_util.dir build-gpu/CMakeFiles/vram_kcuda.dir -name '*.o')
   cc -O2 -std=c11 -Wall -Wextra -Iinclude -Isrc -I/usr/local/cuda/include bench/kernels/bench_kernels_cuda.c \
-     -Lbuild-gpu -lvram -L/usr/local/cuda/lib64 -lcudart -Wl,-rpath,"$PWD/build-gpu" \
+     $objs -L/usr/local/cuda/lib64 -lcublasLt -lcublas -lcudart -lstdc++ -lm -lpthread \
      -o build-gpu/bench_kernels_cuda 2>&1 | tee "$OUT/bench_build.log"
   ./build-gpu/bench_kernels_cuda 2>&1 | tee "$OUT/bench_kernels_cuda.log" || rc=1
 fi
