@@ -31,6 +31,12 @@ int vr_recomp_get(vr_recomp *r, int t);
 /* Called before the backward nodes of forward node n are emitted. */
 void vr_recomp_before(vr_recomp *r, int n);
 
+/* optimizer.c: the flat master/optimizer buffers and their per-parameter views
+ * (before the backward), and the clipping and update nodes (after it; n0 = the
+ * tensors that existed before the backward). */
+void vr_optimizer_state(vr_graph *g, const vr_step_config *s);
+void vr_optimizer_nodes(vr_graph *g, const vr_step_config *s, int n0);
+
 /* The forward tensors the backward of forward node n reads (slot order of the
  * backward op; -1 where not needed), given which inputs need a gradient. */
 void vr_backward_reads(const vr_graph *g, int n, const bool *in_needs_grad, int reads[VR_NODE_MAX_IN]);
