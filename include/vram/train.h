@@ -1,0 +1,142 @@
+/* vram — the training loop.
+ *
+ * A trainer owns one training step (graph, plan, executor) and, when asked
+ * to evaluate, a second no-grad graph of the same model that shares the
+ * training executor's parameter buffer. Each optimizer step takes `accum`
+ * micro-batches from the training split, runs them through the executor
+ * (losses normalised by B*T*accum, so the update equals the large batch's),
+ * and applies the optimizer with the learning rate of the schedule and,
+ * with --clip, the global-norm clipping factor folded into the update.
+ *
+ * Parameters start from GPT-2's initialisation (normal(0, 0.02), residual
+ * projections 0.02/sqrt(2L), biases 0, LayerNorm weights 1, as llm.c and
+ * nanoGPT; MLPs: PyTorch's nn.Linear uniform), deterministic from the seed,
+ * or from an llm.c checkpoint (--init), or from a vram state file (--resume),
+ * which restores parameters, optimizer state, step, RNG and data position so
+ * that the run continues bit-exactly.
+ *
+ * Data: GPT models read token batches (vram/data.h: the generated corpus, a
+ * text file or an llm.c token file), with the tail held out for evaluation;
+ * MLPs train on a generated classification task (features from a seeded
+ * normal, labels from a fixed random teacher), held-out batches drawn from a
+ * separate stream. */
+#ifndef VRAM_TRAIN_H
+#define VRAM_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "vram/data.h"
+#include "vram/exec.h"
+#include "vram/graph.h"
+#include "vram/plan.h"
+#include "vram/progress.h"
+#include "vram/schedule.h"
+#include "vram/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vr_train_config {
+    vr_model_config model;        /* the model and the micro-batch (B rows of T tokens) */
+    vr_step_config step;          /* accum, optim, recompute, freeze, grad_clip (train is forced on) */
+    vr_optim_hparams hp;          /* peak lr, betas, eps, weight decay, momentum (step is the loop's) */
+    vr_lr_kind lr_kind;           /* constant or cosine */
+    int64_t warmup;               /* linear warmup steps */
+    double min_lr_frac;           /* cosine: final lr / peak lr */
+    int64_t steps;                /* optimizer steps of the whole run (a resumed run continues to it) */
+    uint64_t seed;                /* initialisation and data seed */
+    const char *device;           /* device spec: "cpu", "cpu:2GiB", "cuda"... (NULL = "cpu") */
+    vr_memory_mode memory;        /* planned arena or dynamic caching allocator */
+    const char *alloc_policy;     /* dynamic mode's allocator policy (NULL = pytorch) */
+    const char *data;             /* --data: NULL/"generated", a text file, or an llm.c .bin token file */
+    vr_data_order data_order;
+    int eval_batches;             /* held-out batches per evaluation (0 = 8) */
+    const char *init;             /* llm.c checkpoint to start from, or NULL */
+    const char *resume;           /* vram state to continue, or NULL */
+    bool poison;                  /* executor poisoning (tests) */
+} vr_train_config;
+
+/* Defaults: a GPT "tiny", B 8, adamw lr 1e-3, cosine to 10% after `steps`, seed 1337, cpu, planned. */
+vr_train_config vr_train_config_default(void);
+
+typedef struct vr_trainer vr_trainer;
+
+/* What one optimizer step did. */
+typedef struct vr_train_step_info {
+    int64_t step;                 /* optimizer steps completed, 1-based */
+    double loss;                  /* mean training loss of the step's micro-batches */
+    double lr;
+    double grad_norm;             /* with clipping: the norm before clipping; else NAN */
+    double ms;                    /* wall time */
+    uint64_t tokens;              /* B*T*accum */
+} vr_train_step_info;
+
+/* Builds graph, plan and executor, loads the data, fills the parameters
+ * (seeded init, --init checkpoint, or --resume state). Errors name the flag,
+ * file or field at fault. */
+vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out);
+
+void vr_trainer_free(vr_trainer *t);
+
+/* Runs one optimizer step (accum micro-batches from the training split). */
+vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info);
+
+/* Mean loss of the no-grad graph over the first eval_batches held-out batches
+ * (the eval graph and its memory are set up on the first call). */
+vr_status vr_trainer_eval(vr_trainer *t, double *val_loss);
+
+/* Saves parameters in llm.c's format (GPT only), atomically. */
+vr_status vr_trainer_save_llmc(vr_trainer *t, const char *path);
+
+/* Saves the resumable state (params, optimizer state, step, RNG, data position), atomically. */
+vr_status vr_trainer_save_state(vr_trainer *t, const char *path);
+
+/* Copies the n_params parameters (llm.c / flat order) to host memory. */
+vr_status vr_trainer_read_params(vr_trainer *t, float *host, int64_t n);
+
+/* Optimizer steps completed so far (after --resume: the state's). */
+int64_t vr_trainer_steps_done(const vr_trainer *t);
+
+/* The pieces, for reports and tests. The eval ones are NULL before the first eval. */
+const vr_graph *vr_trainer_graph(const vr_trainer *t);
+const vr_plan *vr_trainer_plan(const vr_trainer *t);
+vr_exec *vr_trainer_exec(vr_trainer *t);
+const vr_plan *vr_trainer_eval_plan(const vr_trainer *t);
+vr_exec *vr_trainer_eval_exec(vr_trainer *t);
+
+/* Fills params[0..n_params) with the initialisation described above (seeded). */
+void vr_train_init_params(const vr_graph *g, uint64_t seed, float *params);
+
+/* --------------------------------------------------------------- the whole run */
+
+typedef struct vr_train_run_opts {
+    vr_progress_mode progress;    /* AUTO, LINES, JSON, QUIET ... */
+    int64_t eval_every;           /* evaluate every N steps and at the end (0 = only at the end; -1 never) */
+    int64_t save_every;           /* also save every N steps (0 = only at the end) */
+    const char *save;             /* llm.c checkpoint to write, or NULL */
+    const char *save_state;       /* vram state to write, or NULL */
+    bool print_plan;              /* print the plan's memory table first */
+} vr_train_run_opts;
+
+typedef struct vr_train_summary {
+    int64_t steps;                /* steps run by this call */
+    double loss_first, loss_last; /* training loss of the first and last step run */
+    double val_loss;              /* the last evaluation (NAN if none) */
+    double tokens_per_s;          /* training tokens per second over the steps run */
+    double seconds;
+} vr_train_summary;
+
+/* What `vram train` does: the memory table, progress per step, evaluations,
+ * saves, and a final summary (loss first -> last, tokens/s, and planned vs
+ * really allocated bytes per role), written to `out`. */
+vr_status vr_train_run(const vr_train_config *c, const vr_train_run_opts *o, FILE *out, vr_train_summary *sum);
+
+/* Prints the planned-vs-measured table of a trainer's executor. */
+void vr_train_print_memory(vr_trainer *t, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

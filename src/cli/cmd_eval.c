@@ -1,0 +1,192 @@
+/* vram eval: the mean loss of a checkpoint on a data file, with the no-grad graph.
+ *
+ *   vram eval --init CKPT [--data FILE] [--batch N] [--seq N] [--batches N] [--device cpu]
+ *             [--memory planned|dynamic] [--split val|all] [--json]
+ *
+ * The model's shape comes from the llm.c checkpoint. The loss is averaged over
+ * the first --batches batches (all of the split when --batches 0). */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "vram/checkpoint.h"
+#include "vram/data.h"
+#include "vram/exec.h"
+#include "vram/util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: vram eval --init CKPT [options]\n\n"
+               "Mean cross-entropy of an llm.c GPT-2 checkpoint on data, with the no-grad graph (nothing\n"
+               "saved for a backward pass).\n\n"
+               "  --init CKPT              the llm.c checkpoint (required)\n"
+               "  --data FILE              text file, llm.c .bin token file or 'generated' (generated)\n"
+               "  --split val|all          the held-out tail (10%%) or every token (val)\n"
+               "  --batch N                rows per batch (8)\n"
+               "  --seq N                  sequence length (min(64, the checkpoint's))\n"
+               "  --batches N              batches to average (0: the whole split) (0)\n"
+               "  --device cpu             (cpu)\n"
+               "  --memory planned|dynamic (planned)\n"
+               "  --json                   one JSON object\n");
+}
+
+typedef struct eopts {
+    const char *init, *data, *split, *device, *memory;
+    long long batch, seq, batches;
+    bool json;
+} eopts;
+
+static int parse_args(int argc, char **argv, eopts *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 1;
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        }
+        const char **sv = !strcmp(a, "--init")     ? &o->init
+                          : !strcmp(a, "--data")   ? &o->data
+                          : !strcmp(a, "--split")  ? &o->split
+                          : !strcmp(a, "--device") ? &o->device
+                          : !strcmp(a, "--memory") ? &o->memory
+                                                   : NULL;
+        long long *iv = !strcmp(a, "--batch") ? &o->batch : !strcmp(a, "--seq") ? &o->seq
+                        : !strcmp(a, "--batches")                               ? &o->batches
+                                                                                : NULL;
+        if (!sv && !iv)
+            return vr_cli_fail("eval", 2, "unknown flag '%s' (see vram eval --help)", a);
+        if (i + 1 >= argc)
+            return vr_cli_fail("eval", 2, "%s needs a value", a);
+        const char *v = argv[++i];
+        if (sv)
+            *sv = v;
+        else if (vr_parse_int(v, a, iv == &o->batches ? 0 : 1, 1 << 30, iv) != VR_OK)
+            return vr_cli_fail("eval", 2, "%s", vr_last_error());
+    }
+    if (!o->init)
+        return vr_cli_fail("eval", 2, "--init: a checkpoint is required (vram eval --init model.bin)");
+    if (o->split && strcmp(o->split, "val") && strcmp(o->split, "all"))
+        return vr_cli_fail("eval", 2, "--split: '%s' is not one of val|all", o->split);
+    if (o->memory && strcmp(o->memory, "planned") && strcmp(o->memory, "dynamic"))
+        return vr_cli_fail("eval", 2, "--memory: '%s' is not one of planned|dynamic", o->memory);
+    if (o->device && strncmp(o->device, "cpu", 3) && strncmp(o->device, "cuda", 4))
+        return vr_cli_fail("eval", 2, "--device: '%s' is not one of cpu, cpu:SIZE, cuda, cuda:N", o->device);
+    return 0;
+}
+
+typedef struct eval_run {
+    vr_device *dev;
+    vr_graph *g;
+    vr_plan *p;
+    vr_exec *e;
+    vr_data *d;
+    float *params;
+    int32_t *tok, *tgt;
+} eval_run;
+
+static void eval_free(eval_run *r)
+{
+    vr_exec_free(r->e);
+    vr_plan_free(r->p);
+    vr_graph_free(r->g);
+    vr_data_close(r->d);
+    if (r->dev)
+        vr_device_close(r->dev);
+    free(r->params);
+    free(r->tok);
+    free(r->tgt);
+}
+
+/* Runs the evaluation; VR_OK with *loss and *n batches, or an error with the message set. */
+static vr_status run(const eopts *o, eval_run *r, double *loss, int64_t *nb)
+{
+    vr_llmc_config lc;
+    vr_status st = vr_llmc_read_header(o->init, &lc);
+    if (st)
+        return st;
+    vr_model_config m = {.kind = VR_MODEL_GPT};
+    m.gpt = (vr_gpt_config){lc.num_layers, lc.channels, lc.num_heads, lc.vocab_size, lc.padded_vocab_size,
+                            lc.max_seq_len};
+    m.B = o->batch ? (int)o->batch : 8;
+    m.T = o->seq ? (int)o->seq : lc.max_seq_len < 64 ? lc.max_seq_len : 64;
+    if (m.T > lc.max_seq_len)
+        return vr_error(VR_ERR_INVALID, "--seq: %d is longer than the checkpoint's %d positions", m.T, lc.max_seq_len);
+    vr_step_config s = {0};
+    vr_memory_mode mode = o->memory && !strcmp(o->memory, "dynamic") ? VR_MEMORY_DYNAMIC : VR_MEMORY_PLANNED;
+    vr_plan_config pc = {.memory = mode};
+    vr_exec_config ec = {.memory = mode};
+    if ((st = vr_graph_build(&m, &s, &r->g)) || (st = vr_plan_create(r->g, &pc, &r->p)) ||
+        (st = vr_device_open(o->device ? o->device : "cpu", &r->dev)) || (st = vr_exec_create(r->p, r->dev, &ec, &r->e)))
+        return st;
+    r->params = malloc(sizeof(float) * (size_t)r->g->n_params);
+    r->tok = malloc(sizeof(int32_t) * (size_t)m.B * (size_t)m.T);
+    r->tgt = malloc(sizeof(int32_t) * (size_t)m.B * (size_t)m.T);
+    if (!r->params || !r->tok || !r->tgt)
+        return vr_error(VR_ERR_OOM, "eval: out of host memory");
+    if ((st = vr_llmc_load(o->init, &lc, r->params, (size_t)r->g->n_params)) ||
+        (st = vr_exec_write(r->e, r->g->params, r->params, sizeof(float) * (uint64_t)r->g->n_params)))
+        return st;
+    vr_data_config dc = vr_data_config_default(m.B, m.T);
+    dc.kind = vr_data_kind_for(o->data);
+    dc.path = o->data;
+    dc.vocab = m.gpt.V;
+    dc.split = o->split && !strcmp(o->split, "all") ? VR_SPLIT_ALL : VR_SPLIT_VAL;
+    if ((st = vr_data_open(&dc, &r->d)))
+        return st;
+    int64_t per = (int64_t)vr_data_batches_per_epoch(r->d);
+    *nb = o->batches && o->batches < per ? o->batches : per;
+    double sum = 0;
+    for (int64_t k = 0; k < *nb; k++) {
+        vr_exec_batch b = {r->tok, r->tgt};
+        vr_exec_result res;
+        if ((st = vr_data_next(r->d, r->tok, r->tgt)) || (st = vr_exec_step(r->e, &b, NULL, &res)))
+            return st;
+        sum += res.loss;
+    }
+    *loss = sum / (double)*nb;
+    return VR_OK;
+}
+
+int vr_cmd_eval(int argc, char **argv)
+{
+    eopts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    eval_run r;
+    memset(&r, 0, sizeof r);
+    double loss = NAN;
+    int64_t nb = 0;
+    vr_status st = run(&o, &r, &loss, &nb);
+    if (st) {
+        rc = vr_cli_fail("eval", st == VR_ERR_INVALID ? 2 : 1, "%s", vr_last_error());
+        eval_free(&r);
+        return rc;
+    }
+    vr_exec_memory mem;
+    vr_exec_get_memory(r.e, &mem);
+    char a[32], b[32];
+    if (o.json) {
+        printf("{\"loss\": %.6f, \"batches\": %lld, \"batch\": %lld, \"seq\": %lld, \"plan_peak\": %llu, "
+               "\"run_peak\": %llu, \"arena\": %llu}\n",
+               loss, (long long)nb, (long long)r.g->model.B, (long long)r.g->model.T,
+               (unsigned long long)r.p->peak, (unsigned long long)mem.peak, (unsigned long long)mem.arena);
+    } else {
+        printf("eval      %s on %s (%s split): %lld batches of %d x %d tokens\n", o.init,
+               o.data ? o.data : "the generated corpus", o.split ? o.split : "val", (long long)nb, r.g->model.B,
+               r.g->model.T);
+        printf("loss      %.6f\n", loss);
+        printf("memory    no-grad step: planned peak %s, really live at peak %s\n", vr_format_size(r.p->peak, a, 32),
+               vr_format_size(mem.peak, b, 32));
+    }
+    eval_free(&r);
+    return 0;
+}

@@ -1,0 +1,262 @@
+/* vram train — the trainer: setting up a run, one optimizer step, evaluation. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/loop_internal.h"
+#include "vram/util.h"
+
+vr_train_config vr_train_config_default(void)
+{
+    vr_train_config c;
+    memset(&c, 0, sizeof c);
+    c.model.kind = VR_MODEL_GPT;
+    int T = 64;
+    vr_gpt_preset("tiny", &c.model.gpt, &T);
+    c.model.B = 8;
+    c.model.T = T;
+    c.step.train = true;
+    c.step.accum = 1;
+    c.step.optim = VR_OPTIM_ADAMW;
+    c.hp = vr_optim_hparams_default(VR_OPTIM_ADAMW);
+    c.hp.lr = 1e-3f;
+    c.lr_kind = VR_LR_COSINE;
+    c.min_lr_frac = 0.1;
+    c.steps = 100;
+    c.seed = 1337;
+    c.memory = VR_MEMORY_PLANNED;
+    return c;
+}
+
+/* ------------------------------------------------------------------ create */
+
+static vr_status open_data(vr_trainer *t)
+{
+    const vr_train_config *c = &t->cfg;
+    const vr_model_config *m = &c->model;
+    if (m->kind == VR_MODEL_MLP) {
+        if (c->data && *c->data && strcmp(c->data, "generated"))
+            return vr_error(VR_ERR_INVALID, "--data: an MLP trains on the built-in generated task only (got '%s')",
+                            c->data);
+        return vr__mlp_task_init(&t->task, m->mlp.sizes[0], m->mlp.sizes[m->mlp.n_sizes - 1], m->B, c->seed);
+    }
+    vr_data_config dc = vr_data_config_default(m->B, m->T);
+    dc.kind = vr_data_kind_for(c->data);
+    dc.path = c->data;
+    dc.vocab = m->gpt.V;
+    dc.order = c->data_order;
+    dc.seed = c->seed;
+    dc.split = VR_SPLIT_TRAIN;
+    return vr_data_open(&dc, &t->train);
+}
+
+static vr_status host_batches(vr_trainer *t)
+{
+    const vr_graph *g = t->g;
+    t->inputs = calloc((size_t)t->accum, sizeof(void *));
+    t->targets = calloc((size_t)t->accum, sizeof(int32_t *));
+    t->mb = calloc((size_t)t->accum, sizeof(vr_exec_batch));
+    if (!t->inputs || !t->targets || !t->mb)
+        return vr_error(VR_ERR_OOM, "train: out of host memory");
+    for (int k = 0; k < t->accum; k++) {
+        t->inputs[k] = malloc(vr_tensor_bytes(&g->tensors[g->tokens]));
+        t->targets[k] = malloc(vr_tensor_bytes(&g->tensors[g->targets]));
+        if (!t->inputs[k] || !t->targets[k])
+            return vr_error(VR_ERR_OOM, "train: out of host memory");
+        t->mb[k] = (vr_exec_batch){t->inputs[k], t->targets[k]};
+    }
+    return VR_OK;
+}
+
+vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
+{
+    *out = NULL;
+    vr_trainer *t = calloc(1, sizeof *t);
+    if (!t)
+        return vr_error(VR_ERR_OOM, "train: out of host memory");
+    t->cfg = *c;
+    t->cfg.step.train = true;
+    t->accum = c->step.accum > 1 ? c->step.accum : 1;
+    vr_status st = VR_OK;
+    if (t->accum > VR_TRAIN_MAX_ACCUM)
+        st = vr_error(VR_ERR_INVALID, "--accum: at most %d (got %d)", VR_TRAIN_MAX_ACCUM, t->accum);
+    if (!st && c->steps < 1)
+        st = vr_error(VR_ERR_INVALID, "--steps: must be >= 1 (got %lld)", (long long)c->steps);
+    if (!st && !(c->hp.lr > 0))
+        st = vr_error(VR_ERR_INVALID, "--lr: must be > 0 (got %g)", (double)c->hp.lr);
+    t->sched = (vr_lr_schedule){c->lr_kind, c->hp.lr, c->warmup, c->steps, c->min_lr_frac};
+    if (!st && vr_lr_check(&t->sched))
+        st = vr_error(VR_ERR_INVALID, "--warmup/--lr: %s", vr_last_error());
+    if (!st)
+        st = vr_device_open(c->device ? c->device : "cpu", &t->dev);
+    if (!st)
+        st = vr_graph_build(&t->cfg.model, &t->cfg.step, &t->g);
+    vr_plan_config pc = {.memory = c->memory, .alloc_policy = c->alloc_policy};
+    if (!st)
+        st = vr_plan_create(t->g, &pc, &t->plan);
+    vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison};
+    if (!st)
+        st = vr_exec_create(t->plan, t->dev, &ec, &t->exec);
+    if (!st)
+        st = open_data(t);
+    if (!st)
+        st = host_batches(t);
+    if (!st)
+        st = vr__trainer_load_start(t);
+    if (st) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", vr_last_error());
+        vr_trainer_free(t);
+        return vr_error(st, "%s", msg);
+    }
+    *out = t;
+    return VR_OK;
+}
+
+void vr_trainer_free(vr_trainer *t)
+{
+    if (!t)
+        return;
+    vr_exec_free(t->eexec); /* before the training executor whose parameters it borrows */
+    vr_plan_free(t->eplan);
+    vr_graph_free(t->eg);
+    vr_data_close(t->val);
+    vr_exec_free(t->exec);
+    vr_plan_free(t->plan);
+    vr_graph_free(t->g);
+    vr_data_close(t->train);
+    vr__mlp_task_free(&t->task);
+    for (int k = 0; t->inputs && k < t->accum; k++) {
+        free(t->inputs[k]);
+        free(t->targets[k]);
+    }
+    free(t->inputs);
+    free(t->targets);
+    free(t->mb);
+    if (t->dev)
+        vr_device_close(t->dev);
+    free(t);
+}
+
+/* ------------------------------------------------------------------ step */
+
+static vr_status next_train_batch(vr_trainer *t, int k)
+{
+    if (t->train)
+        return vr_data_next(t->train, t->inputs[k], t->targets[k]);
+    vr__mlp_task_batch(&t->task, 0, t->task.next++, t->inputs[k], t->targets[k]);
+    return VR_OK;
+}
+
+vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
+{
+    uint64_t t0 = vr_now_ns();
+    vr_status st = VR_OK;
+    for (int k = 0; k < t->accum && !st; k++)
+        st = next_train_batch(t, k);
+    vr_optim_hparams h = t->cfg.hp;
+    h.step = t->step + 1;
+    h.lr = (float)vr_lr_at(&t->sched, t->step);
+    vr_exec_result res;
+    if (!st)
+        st = vr_exec_step(t->exec, t->mb, &h, &res);
+    if (st)
+        return st;
+    t->step++;
+    uint64_t tokens = (uint64_t)t->cfg.model.B * (uint64_t)t->cfg.model.T * (uint64_t)t->accum;
+    t->tokens_seen += tokens;
+    if (info) {
+        info->step = t->step;
+        info->loss = res.loss;
+        info->lr = h.lr;
+        info->grad_norm = res.grad_norm;
+        info->ms = (double)(vr_now_ns() - t0) / 1e6;
+        info->tokens = tokens;
+    }
+    return VR_OK;
+}
+
+/* ------------------------------------------------------------------ evaluation */
+
+vr_status vr__trainer_eval_setup(vr_trainer *t)
+{
+    if (t->eexec)
+        return VR_OK;
+    const vr_train_config *c = &t->cfg;
+    vr_step_config s;
+    memset(&s, 0, sizeof s);
+    s.precision = c->step.precision;
+    vr_status st = vr_graph_build(&c->model, &s, &t->eg);
+    vr_plan_config pc = {.memory = c->memory, .alloc_policy = c->alloc_policy};
+    if (!st)
+        st = vr_plan_create(t->eg, &pc, &t->eplan);
+    vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison,
+                         .params_from = t->exec};
+    if (!st)
+        st = vr_exec_create(t->eplan, t->dev, &ec, &t->eexec);
+    if (!st && c->model.kind == VR_MODEL_GPT) {
+        vr_data_config dc = vr_data_config_default(c->model.B, c->model.T);
+        dc.kind = vr_data_kind_for(c->data);
+        dc.path = c->data;
+        dc.vocab = c->model.gpt.V;
+        dc.seed = c->seed;
+        dc.split = VR_SPLIT_VAL;
+        st = vr_data_open(&dc, &t->val);
+    }
+    if (st) { /* leave no half-made evaluation behind */
+        vr_exec_free(t->eexec);
+        vr_plan_free(t->eplan);
+        vr_graph_free(t->eg);
+        t->eexec = NULL;
+        t->eplan = NULL;
+        t->eg = NULL;
+        t->val = NULL;
+    }
+    return st;
+}
+
+vr_status vr_trainer_eval(vr_trainer *t, double *val_loss)
+{
+    vr_status st = vr__trainer_eval_setup(t);
+    if (st)
+        return st;
+    int64_t nb = t->cfg.eval_batches > 0 ? t->cfg.eval_batches : 8;
+    if (t->val) {
+        int64_t per = (int64_t)vr_data_batches_per_epoch(t->val);
+        nb = nb < per ? nb : per;
+        if ((st = vr_data_seek(t->val, (vr_data_pos){0, 0})))
+            return st;
+    }
+    double sum = 0;
+    for (int64_t k = 0; k < nb; k++) {
+        if (t->val)
+            st = vr_data_next(t->val, t->inputs[0], t->targets[0]);
+        else
+            vr__mlp_task_batch(&t->task, 1, (uint64_t)k, t->inputs[0], t->targets[0]);
+        vr_exec_result res;
+        if (!st)
+            st = vr_exec_step(t->eexec, &t->mb[0], NULL, &res);
+        if (st)
+            return st;
+        sum += res.loss;
+    }
+    *val_loss = sum / (double)nb;
+    return VR_OK;
+}
+
+/* ------------------------------------------------------------------ accessors */
+
+int64_t vr_trainer_steps_done(const vr_trainer *t) { return t->step; }
+const vr_graph *vr_trainer_graph(const vr_trainer *t) { return t->g; }
+const vr_plan *vr_trainer_plan(const vr_trainer *t) { return t->plan; }
+vr_exec *vr_trainer_exec(vr_trainer *t) { return t->exec; }
+const vr_plan *vr_trainer_eval_plan(const vr_trainer *t) { return t->eplan; }
+vr_exec *vr_trainer_eval_exec(vr_trainer *t) { return t->eexec; }
+
+vr_status vr_trainer_read_params(vr_trainer *t, float *host, int64_t n)
+{
+    if (n != t->g->n_params)
+        return vr_error(VR_ERR_INVALID, "train: the model has %lld parameters, not %lld", (long long)t->g->n_params,
+                        (long long)n);
+    return vr_exec_read(t->exec, t->g->params, host, (uint64_t)n * sizeof(float));
+}

@@ -1,0 +1,174 @@
+/* vram train — where a run starts and what it leaves: the seeded
+ * initialisation, llm.c checkpoints (--init, --save) and vram's resumable
+ * state (--save-state, --resume), moved between host files and the device
+ * through the executor. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/loop_internal.h"
+#include "vram/train_state.h"
+
+vr_llmc_config vr__llmc_config_of(const vr_gpt_config *c)
+{
+    vr_llmc_config l = {c->maxT, c->V, c->Vp ? c->Vp : (c->V + 127) / 128 * 128, c->L, c->NH, c->C};
+    return l;
+}
+
+/* The config integers a state must match, and its buffers (host arrays the caller frees). */
+static vr_status describe(vr_trainer *t, vr_train_state *s, float **bufs)
+{
+    const vr_graph *g = t->g;
+    const vr_model_config *m = &t->cfg.model;
+    memset(s, 0, sizeof *s);
+    snprintf(s->model, sizeof s->model, "%s", m->kind == VR_MODEL_GPT ? "gpt" : "mlp");
+    snprintf(s->optimizer, sizeof s->optimizer, "%s", vr_optim_name(t->cfg.step.optim));
+    if (m->kind == VR_MODEL_GPT) {
+        vr_state_set_config(s, "layers", m->gpt.L);
+        vr_state_set_config(s, "channels", m->gpt.C);
+        vr_state_set_config(s, "heads", m->gpt.NH);
+        vr_state_set_config(s, "vocab", m->gpt.V);
+        vr_state_set_config(s, "padded_vocab", g->model.gpt.Vp);
+        vr_state_set_config(s, "max_seq", m->gpt.maxT);
+        vr_state_set_config(s, "seq", m->T);
+    } else {
+        vr_state_set_config(s, "mlp_sizes", m->mlp.n_sizes);
+        for (int i = 0; i < m->mlp.n_sizes && i < 16; i++) {
+            char nm[24];
+            snprintf(nm, sizeof nm, "mlp_size_%d", i);
+            vr_state_set_config(s, nm, m->mlp.sizes[i]);
+        }
+        vr_state_set_config(s, "mlp_act", m->mlp.act);
+    }
+    vr_state_set_config(s, "batch", m->B);
+    vr_state_set_config(s, "accum", t->accum);
+    vr_state_set_config(s, "params", g->n_params);
+    vr_state_set_config(s, "trainable", g->n_trainable);
+    vr_state_set_config(s, "precision", t->cfg.step.precision);
+    int ids[3] = {g->params, g->optim[0], g->optim[1]};
+    for (int k = 0; k < 3; k++) {
+        bufs[k] = NULL;
+        if (ids[k] < 0)
+            continue;
+        uint64_t bytes = vr_tensor_bytes(&g->tensors[ids[k]]);
+        bufs[k] = malloc(bytes ? bytes : 1);
+        if (!bufs[k])
+            return vr_error(VR_ERR_OOM, "train: out of host memory");
+        vr_status st = vr_state_add_buffer(s, g->tensors[ids[k]].name, bufs[k], bytes);
+        if (st)
+            return st;
+    }
+    return VR_OK;
+}
+
+static void free_bufs(float **bufs)
+{
+    for (int k = 0; k < 3; k++)
+        free(bufs[k]);
+}
+
+vr_status vr_trainer_save_state(vr_trainer *t, const char *path)
+{
+    vr_train_state *s = malloc(sizeof *s);
+    float *bufs[3] = {0};
+    if (!s)
+        return vr_error(VR_ERR_OOM, "train: out of host memory");
+    vr_status st = describe(t, s, bufs);
+    for (int k = 0; k < s->nbuffers && !st; k++) { /* buffers in order: params, optim[0], optim[1] */
+        int id = vr_graph_find(t->g, s->buffers[k].name);
+        st = vr_exec_read(t->exec, id, s->buffers[k].data, s->buffers[k].bytes);
+    }
+    if (!st) {
+        s->step = t->step;
+        s->tokens_seen = t->tokens_seen;
+        s->rng[0] = t->rng;
+        s->data_seed = t->cfg.seed;
+        s->data_pos = t->train ? vr_data_tell(t->train) : (vr_data_pos){0, t->task.next};
+        s->loss_scale = 1.0f;
+        st = vr_state_save(path, s);
+    }
+    free_bufs(bufs);
+    free(s);
+    return st;
+}
+
+static vr_status resume(vr_trainer *t, const char *path)
+{
+    vr_train_state *want = malloc(sizeof *want), *file = malloc(sizeof *file);
+    float *bufs[3] = {0};
+    vr_status st = !want || !file ? vr_error(VR_ERR_OOM, "train: out of host memory") : VR_OK;
+    if (!st)
+        st = describe(t, want, bufs);
+    if (!st)
+        st = vr_state_read_meta(path, file);
+    if (!st && strcmp(file->model, want->model))
+        st = vr_error(VR_ERR_FORMAT, "%s: the state holds a %s model, not a %s", path, file->model, want->model);
+    if (!st && strcmp(file->optimizer, want->optimizer))
+        st = vr_error(VR_ERR_FORMAT, "%s: the state was saved with --optim %s, not %s", path, file->optimizer,
+                      want->optimizer);
+    if (!st)
+        st = vr_state_config_match(path, file, want);
+    if (!st && file->data_seed != t->cfg.seed)
+        st = vr_error(VR_ERR_FORMAT, "%s: the state was saved with --seed %llu, not %llu", path,
+                      (unsigned long long)file->data_seed, (unsigned long long)t->cfg.seed);
+    if (!st)
+        st = vr_state_load(path, want);
+    for (int k = 0; k < want->nbuffers && !st; k++)
+        st = vr_exec_write(t->exec, vr_graph_find(t->g, want->buffers[k].name), want->buffers[k].data,
+                           want->buffers[k].bytes);
+    if (!st) {
+        t->step = want->step;
+        t->tokens_seen = want->tokens_seen;
+        t->rng = want->rng[0];
+        if (t->train)
+            st = vr_data_seek(t->train, want->data_pos);
+        else
+            t->task.next = want->data_pos.batch;
+    }
+    free_bufs(bufs);
+    free(want);
+    free(file);
+    return st;
+}
+
+vr_status vr__trainer_load_start(vr_trainer *t)
+{
+    const vr_train_config *c = &t->cfg;
+    const vr_graph *g = t->g;
+    if (c->init && c->resume)
+        return vr_error(VR_ERR_INVALID, "--init and --resume: give one (a state already holds the weights)");
+    if (c->resume)
+        return resume(t, c->resume);
+    if (c->init && g->model.kind != VR_MODEL_GPT)
+        return vr_error(VR_ERR_INVALID, "--init: llm.c checkpoints hold GPT-2 models, not an MLP");
+    float *p = malloc(sizeof(float) * (size_t)g->n_params);
+    if (!p)
+        return vr_error(VR_ERR_OOM, "train: out of host memory");
+    vr_status st = VR_OK;
+    if (c->init) {
+        vr_llmc_config lc = vr__llmc_config_of(&g->model.gpt);
+        st = vr_llmc_load(c->init, &lc, p, (size_t)g->n_params);
+    } else {
+        vr_train_init_params(g, c->seed, p);
+    }
+    t->rng = c->seed;
+    if (!st)
+        st = vr_exec_write(t->exec, g->params, p, sizeof(float) * (uint64_t)g->n_params);
+    free(p);
+    return st;
+}
+
+vr_status vr_trainer_save_llmc(vr_trainer *t, const char *path)
+{
+    const vr_graph *g = t->g;
+    if (g->model.kind != VR_MODEL_GPT)
+        return vr_error(VR_ERR_INVALID, "--save: llm.c checkpoints hold GPT-2 models; save an MLP with --save-state");
+    float *p = malloc(sizeof(float) * (size_t)g->n_params);
+    if (!p)
+        return vr_error(VR_ERR_OOM, "train: out of host memory");
+    vr_status st = vr_trainer_read_params(t, p, g->n_params);
+    vr_llmc_config lc = vr__llmc_config_of(&g->model.gpt);
+    if (!st)
+        st = vr_llmc_save(path, &lc, p, (size_t)g->n_params);
+    free(p);
+    return st;
+}

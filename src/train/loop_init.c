@@ -1,0 +1,103 @@
+/* vram train — parameter initialisation and the MLP's generated task.
+ *
+ * GPT-2 (llm.c / nanoGPT): every weight matrix and both embeddings normal(0, 0.02),
+ * the two residual projections of each block (attn.c_proj, mlp.c_proj)
+ * normal(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1; rows V..Vp-1 of
+ * wte (vocabulary padding) 0. MLP: nn.Linear's uniform(-1/sqrt(in), 1/sqrt(in)).
+ * The graph's parameter tensors carry these as init hints; values are drawn
+ * in parameter-buffer order from one splitmix64 stream (Box-Muller for the
+ * normals, in double), so a seed gives the same weights on every machine. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/loop_internal.h"
+#include "train/rng.h"
+
+static double uniform01(vr_rng *r) { return ((double)(vr_rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+static double normal01(vr_rng *r)
+{
+    double u1 = uniform01(r), u2 = uniform01(r);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* Parameter views in buffer order: the next one starting at `offset`, or -1. */
+static int param_at(const vr_graph *g, int64_t offset)
+{
+    for (int t = 0; t < g->n_tensors; t++)
+        if (g->tensors[t].view_of == g->params && g->tensors[t].param_offset == offset)
+            return t;
+    return -1;
+}
+
+void vr_train_init_params(const vr_graph *g, uint64_t seed, float *params)
+{
+    vr_rng r = vr_rng_seed(seed);
+    memset(params, 0, sizeof(float) * (size_t)g->n_params);
+    for (int64_t off = 0; off < g->n_params;) {
+        int t = param_at(g, off);
+        if (t < 0)
+            break;
+        const vr_tensor *x = &g->tensors[t];
+        int64_t n = vr_tensor_numel(x);
+        float *p = params + off;
+        if (g->model.kind == VR_MODEL_GPT && !strcmp(x->name, "wte"))
+            n = (int64_t)g->model.gpt.V * g->model.gpt.C; /* padded rows stay 0 */
+        for (int64_t i = 0; i < n; i++) {
+            switch (x->init) {
+            case VR_INIT_ONES: p[i] = 1.0f; break;
+            case VR_INIT_NORMAL: p[i] = (float)(normal01(&r) * x->init_scale); break;
+            case VR_INIT_UNIFORM: p[i] = (float)((2.0 * uniform01(&r) - 1.0) * x->init_scale); break;
+            default: p[i] = 0.0f; break;
+            }
+        }
+        off += vr_tensor_numel(x);
+    }
+}
+
+/* ------------------------------------------------------------------ the MLP task */
+
+vr_status vr__mlp_task_init(vr_mlp_task *t, int D, int K, int B, uint64_t seed)
+{
+    memset(t, 0, sizeof *t);
+    t->D = D;
+    t->K = K;
+    t->B = B;
+    t->seed = seed;
+    t->teacher = malloc(sizeof(float) * (size_t)D * (size_t)K);
+    if (!t->teacher)
+        return vr_error(VR_ERR_OOM, "mlp task: out of host memory");
+    vr_rng r = vr_rng_seed(seed ^ 0x7EAC4E5ull);
+    for (size_t i = 0; i < (size_t)D * (size_t)K; i++)
+        t->teacher[i] = (float)normal01(&r);
+    return VR_OK;
+}
+
+void vr__mlp_task_free(vr_mlp_task *t)
+{
+    free(t->teacher);
+    t->teacher = NULL;
+}
+
+void vr__mlp_task_batch(const vr_mlp_task *t, int stream, uint64_t index, float *features, int32_t *labels)
+{
+    vr_rng r = vr_rng_seed(t->seed * 0x100000001B3ull + index * 2 + (uint64_t)stream + 1);
+    for (int b = 0; b < t->B; b++) {
+        float *x = features + (size_t)b * t->D;
+        for (int d = 0; d < t->D; d++)
+            x[d] = (float)normal01(&r);
+        int best = 0;
+        double best_v = -INFINITY;
+        for (int k = 0; k < t->K; k++) {
+            double v = 0;
+            for (int d = 0; d < t->D; d++)
+                v += (double)t->teacher[(size_t)k * t->D + d] * x[d];
+            if (v > best_v) {
+                best_v = v;
+                best = k;
+            }
+        }
+        labels[b] = best;
+    }
+}

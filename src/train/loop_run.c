@@ -1,0 +1,202 @@
+/* vram train — a whole run as `vram train` does it: the memory plan first,
+ * progress per step (with memory figures), evaluations and saves, then a
+ * summary of the loss, the speed, and the planned against the really
+ * allocated bytes per role. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/loop_internal.h"
+#include "vram/util.h"
+
+static const char *sz(uint64_t b, char *buf) { return vr_format_size(b, buf, 32); }
+
+void vr_train_print_memory(vr_trainer *t, FILE *out)
+{
+    const vr_plan *p = t->plan;
+    vr_exec_memory m;
+    vr_exec_get_memory(t->exec, &m);
+    char a[32], b[32], c[32], d[32], e[32];
+    bool planned = t->cfg.memory == VR_MEMORY_PLANNED;
+    fprintf(out, "memory    planned vs really allocated, training step on %s (%s)\n", vr_device_name(t->dev),
+            planned ? "planned arena" : "dynamic: caching allocator");
+    fprintf(out, "%-8s %14s %14s %14s %14s\n", "role", "plan at peak", "run at peak", "plan max", "run max");
+    for (int r = 0; r < VR_ROLE_COUNT; r++)
+        fprintf(out, "%-8s %14s %14s %14s %14s%s\n", vr_role_name((vr_role)r), sz(p->at_peak[r], a),
+                sz(m.at_peak[r], b), sz(p->max_live[r], c), sz(m.max_live[r], d),
+                p->at_peak[r] == m.at_peak[r] && p->max_live[r] == m.max_live[r] ? "" : "   DIFFERS");
+    fprintf(out, "%-8s %14s %14s %14s %14s%s\n", "peak", sz(p->peak, a), sz(m.peak, b), "", "",
+            p->peak == m.peak ? "   (equal, bytes)" : "   DIFFERS");
+    if (planned)
+        fprintf(out, "device    arena %s planned, %s allocated once; device used at most %s\n", sz(p->arena_size, a),
+                sz(m.arena, b), sz(m.device_peak, c));
+    else
+        fprintf(out, "device    allocator peak allocated %s (plan %s), peak reserved %s (plan %s); device used at most "
+                "%s\n", sz(m.peak_allocated, a), sz(p->dynamic.peak_allocated, b), sz(m.peak_reserved, c),
+                sz(p->dynamic.peak_reserved, d), sz(m.device_peak, e));
+}
+
+static cJSON *memory_json(vr_trainer *t)
+{
+    const vr_plan *p = t->plan;
+    vr_exec_memory m;
+    vr_exec_get_memory(t->exec, &m);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *roles = cJSON_AddObjectToObject(o, "roles");
+    for (int r = 0; r < VR_ROLE_COUNT; r++) {
+        cJSON *x = cJSON_AddObjectToObject(roles, vr_role_name((vr_role)r));
+        cJSON_AddNumberToObject(x, "plan_at_peak", (double)p->at_peak[r]);
+        cJSON_AddNumberToObject(x, "run_at_peak", (double)m.at_peak[r]);
+        cJSON_AddNumberToObject(x, "plan_max", (double)p->max_live[r]);
+        cJSON_AddNumberToObject(x, "run_max", (double)m.max_live[r]);
+    }
+    cJSON_AddNumberToObject(o, "plan_peak", (double)p->peak);
+    cJSON_AddNumberToObject(o, "run_peak", (double)m.peak);
+    cJSON_AddStringToObject(o, "mode", t->cfg.memory == VR_MEMORY_PLANNED ? "planned" : "dynamic");
+    cJSON_AddNumberToObject(o, "plan_arena", (double)p->arena_size);
+    cJSON_AddNumberToObject(o, "run_arena", (double)m.arena);
+    cJSON_AddNumberToObject(o, "device_peak", (double)m.device_peak);
+    if (p->has_dynamic) {
+        cJSON_AddNumberToObject(o, "plan_peak_reserved", (double)p->dynamic.peak_reserved);
+        cJSON_AddNumberToObject(o, "run_peak_reserved", (double)m.peak_reserved);
+        cJSON_AddNumberToObject(o, "plan_peak_allocated", (double)p->dynamic.peak_allocated);
+        cJSON_AddNumberToObject(o, "run_peak_allocated", (double)m.peak_allocated);
+    }
+    return o;
+}
+
+static void emit_json(FILE *out, cJSON *o)
+{
+    char *s = cJSON_PrintUnformatted(o);
+    if (s)
+        fprintf(out, "%s\n", s);
+    free(s);
+    cJSON_Delete(o);
+    fflush(out);
+}
+
+static vr_status saves(vr_trainer *t, const vr_train_run_opts *o)
+{
+    vr_status st = VR_OK;
+    if (o->save)
+        st = vr_trainer_save_llmc(t, o->save);
+    if (!st && o->save_state)
+        st = vr_trainer_save_state(t, o->save_state);
+    return st;
+}
+
+static vr_status eval_report(vr_trainer *t, vr_progress *pr, double *val)
+{
+    vr_status st = vr_trainer_eval(t, val);
+    if (!st)
+        vr_progress_eval(pr, t->step, *val);
+    return st;
+}
+
+static void print_summary(vr_trainer *t, const vr_train_summary *s, bool json, FILE *out)
+{
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "event", "summary");
+        cJSON_AddNumberToObject(o, "steps", (double)s->steps);
+        cJSON_AddNumberToObject(o, "loss_first", s->loss_first);
+        cJSON_AddNumberToObject(o, "loss_last", s->loss_last);
+        if (isfinite(s->val_loss))
+            cJSON_AddNumberToObject(o, "val_loss", s->val_loss);
+        cJSON_AddNumberToObject(o, "tokens_per_s", s->tokens_per_s);
+        cJSON_AddNumberToObject(o, "seconds", s->seconds);
+        cJSON_AddItemToObject(o, "memory", memory_json(t));
+        emit_json(out, o);
+        return;
+    }
+    fprintf(out, "\nsummary   %lld steps in %.1f s: loss %.4f -> %.4f", (long long)s->steps, s->seconds, s->loss_first,
+            s->loss_last);
+    if (isfinite(s->val_loss))
+        fprintf(out, ", val loss %.4f", s->val_loss);
+    fprintf(out, ", %.0f tokens/s\n\n", s->tokens_per_s);
+    vr_train_print_memory(t, out);
+}
+
+vr_status vr_train_run(const vr_train_config *c, const vr_train_run_opts *o, FILE *out, vr_train_summary *sum)
+{
+    vr_train_summary s = {.val_loss = NAN, .loss_first = NAN, .loss_last = NAN};
+    vr_trainer *t = NULL;
+    vr_status st = vr_trainer_create(c, &t);
+    if (st)
+        return st;
+    bool json = o->progress == VR_PROGRESS_JSON, quiet = o->progress == VR_PROGRESS_QUIET;
+    if (o->eval_every >= 0 && (st = vr__trainer_eval_setup(t)))
+        goto done;
+    if (o->print_plan && !json && !quiet) {
+        vr_plan_print(t->plan, out, false);
+        fprintf(out, "\n");
+    } else if (o->print_plan && json) {
+        char *js = vr_plan_json(t->plan, false);
+        cJSON *p = js ? cJSON_Parse(js) : NULL;
+        free(js);
+        if (p) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "event", "plan");
+            cJSON_AddItemToObject(e, "plan", p);
+            emit_json(out, e);
+        }
+    }
+    int64_t todo = c->steps - t->step;
+    vr_progress_opts po = {o->progress, c->steps, todo > 25 ? todo / 25 : 1};
+    vr_progress *pr = NULL;
+    if ((st = vr_progress_open(out, &po, &pr)))
+        goto done;
+    if (t->step > 0)
+        vr_progress_note(pr, "resumed at step %lld", (long long)t->step);
+    uint64_t t0 = vr_now_ns(), tokens = 0;
+    bool evaluated = false;
+    while (t->step < c->steps) {
+        vr_train_step_info info;
+        if ((st = vr_trainer_step(t, &info)))
+            break;
+        vr_exec_memory m;
+        vr_exec_get_memory(t->exec, &m);
+        vr_progress_mem mem[2] = {{"live_peak", m.peak}, {"device", m.device_peak}};
+        vr_step_report r = {info.step, info.loss, info.lr, info.ms, info.tokens, info.grad_norm, 2, mem};
+        vr_progress_step(pr, &r);
+        if (!isfinite(info.loss)) {
+            st = vr_error(VR_ERR_INVALID, "train: the loss became %g at step %lld (try a lower --lr or --clip 1.0)",
+                          info.loss, (long long)info.step);
+            break;
+        }
+        if (s.steps++ == 0)
+            s.loss_first = info.loss;
+        s.loss_last = info.loss;
+        tokens += info.tokens;
+        evaluated = false;
+        if (o->eval_every > 0 && t->step % o->eval_every == 0) {
+            if ((st = eval_report(t, pr, &s.val_loss)))
+                break;
+            evaluated = true;
+        }
+        if (o->save_every > 0 && t->step % o->save_every == 0 && t->step < c->steps && (st = saves(t, o)))
+            break;
+    }
+    s.seconds = (double)(vr_now_ns() - t0) / 1e9;
+    s.tokens_per_s = s.seconds > 0 ? (double)tokens / s.seconds : 0;
+    if (!st && o->eval_every >= 0 && !evaluated)
+        st = eval_report(t, pr, &s.val_loss);
+    if (!st)
+        st = saves(t, o);
+    vr_progress_close(pr);
+    if (!st && !quiet)
+        print_summary(t, &s, json, out);
+done:
+    if (st) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", vr_last_error());
+        vr_trainer_free(t);
+        st = vr_error(st, "%s", msg);
+    } else {
+        vr_trainer_free(t);
+    }
+    if (sum)
+        *sum = s;
+    return st;
+}
