@@ -56,20 +56,59 @@ static void load_transposed(float *kt, const float *base, size_t C3, int C, int 
     }
 }
 
-/* s(BK) = a(hs) . kt(hs,BK) columns, times scale. */
-static inline void row_times_tile(float *s, const float *a, const float *kt, int hs, float scale)
+/* The products between tiles: c(M,N) (+)= a(M,K) b(K,N), with a(m,k) = a[m*ars + k*aks],
+ * b(k,n) = b[k*bks + n], c(m,n) = c[m*ldc + n]; zero = 1 overwrites c instead of adding into it.
+ * Blocks of 4 rows x 16 columns keep their 8 accumulators in vector registers (GCC/Clang vector
+ * types, 8 floats: one AVX register, or two SSE ones in the baseline build) while k runs; the
+ * edges take plain loops. Always inlined, so it is compiled for each clone of its caller. */
+typedef float vr_f8 __attribute__((vector_size(32)));
+
+static inline __attribute__((always_inline)) void
+tile_gemm(float *c, size_t ldc, const float *a, size_t ars, size_t aks, const float *b, size_t bks,
+          int M, int N, int K, int zero)
 {
-    float acc[VR_ATT_BK];
-#pragma omp simd
-    for (int jj = 0; jj < VR_ATT_BK; jj++) acc[jj] = 0.0f;
-    for (int d = 0; d < hs; d++) {
-        float ad = a[d];
-        const float *kr = kt + d * VR_ATT_BK;
-#pragma omp simd
-        for (int jj = 0; jj < VR_ATT_BK; jj++) acc[jj] += ad * kr[jj];
+    int m = 0, n16 = N / 16 * 16;
+    for (; m + 4 <= M; m += 4) {
+        for (int n = 0; n < n16; n += 16) {
+            float *cp = c + (size_t)m * ldc + n;
+            vr_f8 acc[8] = {{0}}; // rows 0..3 x (columns 0..7, 8..15); memcpy = unaligned load/store
+            if (!zero)
+                for (int r = 0; r < 4; r++) memcpy(&acc[2 * r], cp + r * ldc, 2 * sizeof(vr_f8));
+            vr_f8 c00 = acc[0], c01 = acc[1], c10 = acc[2], c11 = acc[3];
+            vr_f8 c20 = acc[4], c21 = acc[5], c30 = acc[6], c31 = acc[7];
+            const float *ap = a + (size_t)m * ars;
+            for (int k = 0; k < K; k++) {
+                const float *br = b + (size_t)k * bks + n, *ak = ap + (size_t)k * aks;
+                vr_f8 b0, b1;
+                memcpy(&b0, br, sizeof b0);
+                memcpy(&b1, br + 8, sizeof b1);
+                float x0 = ak[0], x1 = ak[ars], x2 = ak[2 * ars], x3 = ak[3 * ars];
+                c00 += x0 * b0, c01 += x0 * b1;
+                c10 += x1 * b0, c11 += x1 * b1;
+                c20 += x2 * b0, c21 += x2 * b1;
+                c30 += x3 * b0, c31 += x3 * b1;
+            }
+            acc[0] = c00, acc[1] = c01, acc[2] = c10, acc[3] = c11;
+            acc[4] = c20, acc[5] = c21, acc[6] = c30, acc[7] = c31;
+            for (int r = 0; r < 4; r++) memcpy(cp + r * ldc, &acc[2 * r], 2 * sizeof(vr_f8));
+        }
     }
+    // edges: the rows below the last block of 4 (all columns), and the columns right of the last
+    // block of 16 (in the rows of the blocks)
+    for (int r = 0; r < M; r++) {
+        int n0 = r < m ? n16 : 0;
+        if (n0 >= N) continue;
+        float *cr = c + (size_t)r * ldc;
+        if (zero)
+            for (int n = n0; n < N; n++) cr[n] = 0.0f;
+        const float *ar = a + (size_t)r * ars;
+        for (int k = 0; k < K; k++) {
+            float x = ar[(size_t)k * aks];
+            const float *br = b + (size_t)k * bks;
 #pragma omp simd
-    for (int jj = 0; jj < VR_ATT_BK; jj++) s[jj] = acc[jj] * scale;
+            for (int n = n0; n < N; n++) cr[n] += x * br[n];
+        }
+    }
 }
 
 /* ------------------------------------------------------------------ forward */
@@ -81,25 +120,24 @@ static void fwd_tile(float *obase, float *lrow, const float *base, int i0, int i
                      float scale)
 {
     size_t C3 = (size_t)3 * C;
-    float kt[VR_ATT_HSMAX * VR_ATT_BK], o[VR_ATT_BQ * VR_ATT_HSMAX], s[VR_ATT_BK];
+    float kt[VR_ATT_HSMAX * VR_ATT_BK], o[VR_ATT_BQ * VR_ATT_HSMAX], s[VR_ATT_BQ * VR_ATT_BK];
     float m[VR_ATT_BQ], l[VR_ATT_BQ];
-    for (int ii = 0; ii < iq; ii++) {
-        m[ii] = -INFINITY;
-        l[ii] = 0.0f;
-        memset(o + ii * hs, 0, (size_t)hs * sizeof(float));
-    }
+    for (int ii = 0; ii < iq; ii++) m[ii] = -INFINITY, l[ii] = 0.0f;
+    memset(o, 0, sizeof(float) * (size_t)iq * hs);
+    const float *q = base + (size_t)i0 * C3;
     int iend = i0 + iq; // keys j < iend can be seen by some query of the tile
     for (int j0 = 0; j0 < iend; j0 += VR_ATT_BK) {
         int jn = iend - j0 < VR_ATT_BK ? iend - j0 : VR_ATT_BK;
         load_transposed(kt, base, C3, C, 1, j0, jn, hs);
+        tile_gemm(s, VR_ATT_BK, q, C3, 1, kt, VR_ATT_BK, iq, VR_ATT_BK, hs, 1); // q_i . k_j
         for (int ii = 0; ii < iq; ii++) {
-            int i = i0 + ii;
-            int nv = i - j0 + 1 < jn ? i - j0 + 1 : jn; // keys j0..j0+nv-1 are <= i
-            if (nv <= 0) continue;
-            row_times_tile(s, base + (size_t)i * C3, kt, hs, scale);
+            float *sr = s + ii * VR_ATT_BK, *orow = o + ii * hs;
+            int nv = i0 + ii - j0 + 1 < jn ? i0 + ii - j0 + 1 : jn; // keys j0..j0+nv-1 are <= i
             float bm = -INFINITY;
-            for (int jj = 0; jj < nv; jj++) bm = s[jj] > bm ? s[jj] : bm;
-            float *orow = o + ii * hs;
+            for (int jj = 0; jj < nv; jj++) {
+                sr[jj] *= scale;
+                bm = sr[jj] > bm ? sr[jj] : bm;
+            }
             if (bm > m[ii]) { // the running maximum grows: rescale what was summed so far
                 if (m[ii] != -INFINITY) {
                     float corr = vr_expf(m[ii] - bm);
@@ -111,18 +149,15 @@ static void fwd_tile(float *obase, float *lrow, const float *base, int i0, int i
             }
             float mi = m[ii], bl = 0.0f;
 #pragma omp simd reduction(+ : bl)
-            for (int jj = 0; jj < nv; jj++) {
-                s[jj] = vr_expf(s[jj] - mi);
-                bl += s[jj];
+            for (int jj = 0; jj < jn; jj++) {
+                float pj = jj < nv ? vr_expf(sr[jj] - mi) : 0.0f; // masked keys weigh 0
+                sr[jj] = pj;
+                bl += pj;
             }
             l[ii] += bl;
-            for (int jj = 0; jj < nv; jj++) {
-                const float *v = base + (size_t)(j0 + jj) * C3 + 2 * (size_t)C;
-                float p = s[jj];
-#pragma omp simd
-                for (int d = 0; d < hs; d++) orow[d] += p * v[d];
-            }
         }
+        // o(iq,hs) += p(iq,jn) v(jn,hs)
+        tile_gemm(o, hs, s, VR_ATT_BK, 1, base + (size_t)j0 * C3 + 2 * (size_t)C, C3, iq, hs, jn, 0);
     }
     for (int ii = 0; ii < iq; ii++) {
         float inv = 1.0f / l[ii], *dst = obase + (size_t)(i0 + ii) * C;
@@ -219,63 +254,37 @@ static void bwd_head(float *dbase, const float *gbase, const float *base, const 
     float kt[VR_ATT_HSMAX * VR_ATT_BK], vt[VR_ATT_HSMAX * VR_ATT_BK];
     float dk[VR_ATT_BK * VR_ATT_HSMAX], dv[VR_ATT_BK * VR_ATT_HSMAX];
     float p[VR_ATT_BQ * VR_ATT_BK], ds[VR_ATT_BQ * VR_ATT_BK];
-    int nvr[VR_ATT_BQ];
     if (!acc)
         for (int t = 0; t < T; t++) memset(dbase + (size_t)t * C3, 0, (size_t)hs * sizeof(float));
     for (int j0 = 0; j0 < T; j0 += VR_ATT_BK) {
         int jn = T - j0 < VR_ATT_BK ? T - j0 : VR_ATT_BK;
+        const float *kb = base + (size_t)j0 * C3 + C; // k rows of the key tile
         load_transposed(kt, base, C3, C, 1, j0, jn, hs);
         load_transposed(vt, base, C3, C, 2, j0, jn, hs);
         memset(dk, 0, sizeof(float) * (size_t)jn * hs);
         memset(dv, 0, sizeof(float) * (size_t)jn * hs);
         for (int i0 = j0 / VR_ATT_BQ * VR_ATT_BQ; i0 < T; i0 += VR_ATT_BQ) {
             int iq = T - i0 < VR_ATT_BQ ? T - i0 : VR_ATT_BQ;
-            // p and ds for the (iq, jn) block
+            const float *q = base + (size_t)i0 * C3, *go = gbase + (size_t)i0 * C;
+            tile_gemm(p, VR_ATT_BK, q, C3, 1, kt, VR_ATT_BK, iq, VR_ATT_BK, hs, 1);  // q_i . k_j
+            tile_gemm(ds, VR_ATT_BK, go, C, 1, vt, VR_ATT_BK, iq, VR_ATT_BK, hs, 1); // dout_i . v_j
             for (int ii = 0; ii < iq; ii++) {
                 int i = i0 + ii;
                 int nv = i - j0 + 1 < jn ? i - j0 + 1 : jn;
-                nvr[ii] = nv;
-                if (nv <= 0) continue;
-                const float *q = base + (size_t)i * C3;
-                const float *go = gbase + (size_t)i * C, *o = obase + (size_t)i * C;
-                float delta = dot(go, o, hs), L = lrow[i];
                 float *pr = p + ii * VR_ATT_BK, *dr = ds + ii * VR_ATT_BK;
-                row_times_tile(pr, q, kt, hs, scale); // scores
-                row_times_tile(dr, go, vt, hs, 1.0f); // dout_i . v_j
+                float delta = nv > 0 ? dot(go + (size_t)ii * C, obase + (size_t)i * C, hs) : 0.0f;
+                float L = lrow[i];
 #pragma omp simd
                 for (int jj = 0; jj < VR_ATT_BK; jj++) {
-                    float pj = jj < nv ? vr_expf(pr[jj] - L) : 0.0f;
+                    float pj = jj < nv ? vr_expf(pr[jj] * scale - L) : 0.0f;
                     pr[jj] = pj;
                     dr[jj] = pj * (dr[jj] - delta) * scale;
                 }
             }
-            // dv_j += p_ij dout_i, dk_j += ds_ij q_i
-            for (int ii = 0; ii < iq; ii++) {
-                int i = i0 + ii, nv = nvr[ii];
-                const float *q = base + (size_t)i * C3, *go = gbase + (size_t)i * C;
-                const float *pr = p + ii * VR_ATT_BK, *dr = ds + ii * VR_ATT_BK;
-                for (int jj = 0; jj < nv; jj++) {
-                    float pj = pr[jj], dj = dr[jj];
-                    float *dvr = dv + jj * hs, *dkr = dk + jj * hs;
-#pragma omp simd
-                    for (int d = 0; d < hs; d++) {
-                        dvr[d] += pj * go[d];
-                        dkr[d] += dj * q[d];
-                    }
-                }
-            }
-            // dq_i += ds_ij k_j
-            for (int ii = 0; ii < iq; ii++) {
-                int nv = nvr[ii];
-                float *dq = dbase + (size_t)(i0 + ii) * C3;
-                const float *dr = ds + ii * VR_ATT_BK;
-                for (int jj = 0; jj < nv; jj++) {
-                    const float *k = base + (size_t)(j0 + jj) * C3 + C;
-                    float dj = dr[jj];
-#pragma omp simd
-                    for (int d = 0; d < hs; d++) dq[d] += dj * k[d];
-                }
-            }
+            // dv(jn,hs) += p^T dout, dk(jn,hs) += ds^T q, dq(iq,hs) += ds k
+            tile_gemm(dv, hs, p, 1, VR_ATT_BK, go, C, jn, hs, iq, 0);
+            tile_gemm(dk, hs, ds, 1, VR_ATT_BK, q, C3, jn, hs, iq, 0);
+            tile_gemm(dbase + (size_t)i0 * C3, C3, ds, VR_ATT_BK, 1, kb, C3, iq, hs, jn, 0);
         }
         for (int jj = 0; jj < jn; jj++) {
             float *dkd = dbase + (size_t)(j0 + jj) * C3 + C, *dvd = dkd + C;

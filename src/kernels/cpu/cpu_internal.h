@@ -26,9 +26,9 @@ static inline float vr_expf(float x)
 {
     x = x < -87.3f ? -87.3f : x;
     x = x > 88.3f ? 88.3f : x;
-    float t = x * 1.44269504088896341f;
-    int n = (int)(t + (t >= 0.0f ? 0.5f : -0.5f));
-    float fn = (float)n;
+    // n = round(x / ln2) by the 1.5 * 2^23 trick (|x / ln2| < 128): branch-free, so it vectorizes
+    float fn = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    int n = (int)fn;
     float r = x - fn * 0.693359375f;
     r = r - fn * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
