@@ -371,6 +371,12 @@ static void test_layernorm(void **state)
         vr_cpu_layernorm_bwd(NULL, a2, a3, r, inp, w, mean, rstd, N, C, 0, 1);
         expect_acc(a2, p2, dw, C, "layernorm dw");
         expect_acc(a3, p3, db, C, "layernorm db");
+        float *only = ref_falloc(C); // one parameter gradient alone
+        vr_cpu_layernorm_bwd(NULL, only, NULL, r, inp, w, mean, rstd, N, C, 0, 0);
+        assert_memory_equal(only, dw, (size_t)C * sizeof(float));
+        vr_cpu_layernorm_bwd(NULL, NULL, only, r, inp, w, mean, rstd, N, C, 0, 0);
+        assert_memory_equal(only, db, (size_t)C * sizeof(float));
+        free(only);
         free(inp), free(w), free(b), free(out), free(r), free(mean), free(rstd), free(md), free(rd);
         free(dinp), free(dw), free(db), free(p1), free(p2), free(p3), free(a1), free(a2), free(a3);
         free(c.inp), free(c.w), free(c.b), free(c.r), free(c.out);

@@ -90,8 +90,8 @@ void vr_cpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout,
  * (biased variance, as torch.nn.LayerNorm). */
 void vr_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                           const float *w, const float *b, int N, int C);
-/* dinp(N,C), dw(C), db(C) from dout(N,C), the forward's inp, w, mean, rstd. dinp, dw, db may be NULL
- * (dw and db both or neither). acc_dinp for dinp, acc_dparam for dw and db. */
+/* dinp(N,C), dw(C), db(C) from dout(N,C), the forward's inp, w, mean, rstd. Any of dinp, dw, db may
+ * be NULL. acc_dinp for dinp, acc_dparam for dw and db. */
 void vr_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C,
                           int acc_dinp, int acc_dparam);
@@ -102,14 +102,15 @@ void vr_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, 
  * qkv is (B,T,3C): q at channels [0,C), k at [C,2C), v at [2C,3C); head h uses channels
  * [h*hs, (h+1)*hs) of each, hs = C/NH (C % NH == 0). Scale 1/sqrt(hs).
  * out(B,T,C) (head h at channels h*hs); lse(B,NH,T) = per query row log-sum-exp of the scaled
- * scores, the only thing besides out kept for backward. No (T,T) matrix is ever stored: an online
- * softmax over key blocks of a fixed size on the stack. Parallel over B*NH. */
+ * scores, the only thing besides out kept for backward. No (T,T) matrix is ever stored: tiles of
+ * 32 queries x 64 keys with an online softmax, on each thread's stack (~50 KiB forward, ~150 KiB
+ * backward, for head sizes up to 128; larger heads go row by row). Parallel over B*NH*query tiles. */
 void vr_cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 /* dqkv(B,T,3C) (=|+=) gradient w.r.t. qkv, recomputing scores from q, k and lse;
- * delta_i = sum_d dout_i * out_i. Needs the forward's qkv, out and lse. */
+ * delta_i = sum_d dout_i * out_i. Needs the forward's qkv, out and lse. Parallel over B*NH. */
 void vr_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
                           const float *lse, int B, int T, int C, int NH, int acc);
-/* Workspace bytes the two attention kernels need: 0 (they use only small fixed stack buffers). */
+/* Workspace bytes the two attention kernels need from the caller: 0 (only the fixed stack tiles). */
 size_t vr_cpu_attention_scratch_bytes(int B, int T, int C, int NH);
 
 /* ---------------------------------------------------------------- fused classifier */

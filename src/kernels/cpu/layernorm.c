@@ -70,7 +70,7 @@ void vr_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, 
             }
         }
     }
-    if (dw && db) {
+    if (dw || db) {
         // Column blocks, each summed over all rows by one thread: no two threads share an output.
         int nblk = (C + VR_LN_COLS - 1) / VR_LN_COLS;
 #pragma omp parallel for if (par) schedule(static)
@@ -89,8 +89,8 @@ void vr_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, 
                 }
             }
             for (int c = 0; c < cn; c++) {
-                dw[c0 + c] = acc_dparam ? dw[c0 + c] + aw[c] : aw[c];
-                db[c0 + c] = acc_dparam ? db[c0 + c] + ab[c] : ab[c];
+                if (dw) dw[c0 + c] = acc_dparam ? dw[c0 + c] + aw[c] : aw[c];
+                if (db) db[c0 + c] = acc_dparam ? db[c0 + c] + ab[c] : ab[c];
             }
         }
     }
