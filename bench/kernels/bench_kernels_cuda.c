@@ -103,12 +103,17 @@ static void op_ln_bwd(void *a)
     CHECK(vr_cuda_layernorm_bwd(&ctx, VR_CUDA_BF16, b.z, b.w, b.bias, b.y, b.x, b.w, b.mean, b.rstd, (int)N, C, 1, 1,
                                 b.scratch, b.scratch_bytes));
 }
-static void op_mm_fwd(void *a) { (void)a; CHECK(vr_cuda_matmul_fwd(&ctx, VR_CUDA_BF16, b.big, b.x, b.w, b.bias, (int)N, b.ic, b.oc)); }
-static void op_mm_gelu(void *a) { (void)a; CHECK(vr_cuda_matmul_gelu_fwd(&ctx, VR_CUDA_BF16, b.big, b.big2, b.x, b.w, b.bias, (int)N, b.ic, b.oc)); }
+/* Linear layers: input (N,ic) and output (N,oc); the wide side (3072 or 2304 channels) lives in big/big2. */
+static void *mm_in(void) { return b.ic > C ? b.big2 : b.x; }
+static void *mm_out(void) { return b.oc > C ? b.big : b.y; }
+static void op_mm_fwd(void *a) { (void)a; CHECK(vr_cuda_matmul_fwd(&ctx, VR_CUDA_BF16, mm_out(), mm_in(), b.w, b.bias, (int)N, b.ic, b.oc)); }
+static void op_mm_gelu(void *a) { (void)a; CHECK(vr_cuda_matmul_gelu_fwd(&ctx, VR_CUDA_BF16, b.big, b.qkv, b.x, b.w, b.bias, (int)N, b.ic, b.oc)); }
 static void op_mm_bwd(void *a)
 {
     (void)a;
-    CHECK(vr_cuda_matmul_bwd(&ctx, VR_CUDA_BF16, b.y, b.grad, b.z, b.big, b.x, b.w, (int)N, b.ic, b.oc, 0, 1));
+    // dinp goes to z (N,768) or big (N,3072); dout is the output-shaped buffer
+    void *dinp = b.ic > C ? b.big : b.z, *dout = b.oc > C ? b.big2 : b.y;
+    CHECK(vr_cuda_matmul_bwd(&ctx, VR_CUDA_BF16, dinp, b.grad, b.dwte, dout, mm_in(), b.w, (int)N, b.ic, b.oc, 0, 1));
 }
 static void op_att_fwd(void *a) { (void)a; CHECK(vr_cuda_attention_fwd(&ctx, VR_CUDA_BF16, b.att, b.lse, b.qkv, B, T, C, NH)); }
 static void op_att_bwd(void *a)
@@ -165,7 +170,7 @@ int main(int argc, char **argv)
     b.nparams = 124439808;
     b.x = dmalloc(N * C * e2), b.y = dmalloc(N * C * e2), b.z = dmalloc(N * C * e2);
     b.w = dmalloc((size_t)4 * C * C * e2), b.bias = dmalloc((size_t)4 * C * e2);
-    b.qkv = dmalloc(N * 3 * C * e2), b.att = dmalloc(N * C * e2), b.dqkv = dmalloc(N * 3 * C * e2);
+    b.qkv = dmalloc(N * 4 * C * e2), b.att = dmalloc(N * C * e2), b.dqkv = dmalloc(N * 3 * C * e2);
     b.big = dmalloc(N * 4 * C * e2), b.big2 = dmalloc(N * 4 * C * e2);
     b.wte = dmalloc((size_t)V * C * e2), b.wpe = dmalloc((size_t)T * C * e2), b.dwte = dmalloc((size_t)V * C * e2);
     b.grad = dmalloc(b.nparams * e2), b.param = dmalloc(b.nparams * e2);

@@ -185,6 +185,17 @@ static void expect_close(const char *what, vr_cuda_dtype dt, const void *d, cons
     float *h = down(dt, d, n);
     double e = relerr(h, ref, n);
     print_message("    %-44s %-4s n=%-10zu rel err %.2e (tol %.0e)\n", what, vr_cuda_dtype_name(dt), n, e, tol);
+    if (!(e <= tol)) { // where: the first few elements off by more than the tolerance
+        double rn = 0.0;
+        for (size_t i = 0; i < n; i++) rn += (double)ref[i] * ref[i];
+        rn = sqrt(rn / (n ? n : 1));
+        int shown = 0;
+        for (size_t i = 0; i < n && shown < 8; i++)
+            if (!(fabs((double)h[i] - ref[i]) <= tol * rn)) {
+                print_message("      [%zu] got %.7g want %.7g\n", i, h[i], ref[i]);
+                shown++;
+            }
+    }
     free(h);
     if (!(e <= tol)) fail_msg("%s (%s): rel err %.3e > %.0e", what, vr_cuda_dtype_name(dt), e, tol);
 }
@@ -290,7 +301,8 @@ static void test_convert(void **state)
     NEED_GPU();
     float h[6] = {1.0f, 1.00390625f /* 1 + 2^-8: bf16 tie, rounds to even (1.0) */, 1.01171875f, -2.5f, 3.0e38f,
                   1e-3f};
-    float want_bf16[6] = {1.0f, 1.0f, 1.015625f, -2.5f, 2.9988e38f, 0.00099945068f};
+    // 3e38 = 225.7 steps of 2^120 (bf16 spacing at 2^127) -> 226 * 2^120
+    float want_bf16[6] = {1.0f, 1.0f, 1.015625f, -2.5f, 3.00405527e38f, 0.00099945068f};
     void *f = up(VR_CUDA_F32, h, 6);
     void *b = dnan(VR_CUDA_BF16, 6);
     OK(vr_cuda_convert(&ctx, VR_CUDA_BF16, b, VR_CUDA_F32, f, 6));
@@ -326,7 +338,7 @@ static void test_reductions(void **state)
             OK(vr_cuda_sumsq(&ctx, dt, d_out, dx, n, 0));
             OK(vr_cuda_sumsq(&ctx, dt, d_out, dy, n, 1));
             float ref = (float)(vr_cpu_sumsq(x, n) + vr_cpu_sumsq(y, n));
-            expect_close("sumsq (acc over two tensors)", dt, d_out, &ref, 1, TOL_F32_LONG);
+            expect_close("sumsq (acc over two tensors)", VR_CUDA_F32, d_out, &ref, 1, TOL_F32_LONG);
             OK(vr_cuda_sum(&ctx, dt, d_out, dx, n, 0));
             ref = (float)vr_cpu_sum(x, n);
             // a sum of +-1 values cancels: compare against the sum of |x| as the scale
@@ -350,7 +362,7 @@ static void test_reductions(void **state)
             assert_true(me <= (dt == VR_CUDA_F32 ? TOL_F32_LONG : TOL_LOW));
             free(mg);
 
-            float g = 0.75f;
+            float g = dt == VR_CUDA_F16 ? 0.75f * (float)n / 64.0f : 0.75f; // g/n above fp16's smallest normal
             void *dg = up(dt, &g, 1), *dd = dnan(dt, n);
             float *ref_d = hzero(n), *prior = hrand(n, -1, 1);
             OK(vr_cuda_mean_bwd(&ctx, dt, dd, dg, n, 0));
@@ -649,7 +661,9 @@ static void run_attention(vr_cuda_dtype dt, int B, int T, int C, int NH)
     // per part (q, k, v) so that a failure says which
     float *g = down(dt, gq, nqkv);
     const char *names[3] = {"attention_bwd dq", "attention_bwd dk", "attention_bwd dv"};
-    for (int part = 0; part < 3; part++) {
+    // with T = 1 the one probability is 1, so dq = dk = 0 exactly and only rounding noise is left:
+    // no relative error to measure
+    for (int part = T == 1 ? 2 : 0; part < 3; part++) {
         float *a = hzero(nout), *r = hzero(nout);
         for (size_t bt = 0; bt < (size_t)B * T; bt++) {
             memcpy(a + bt * C, g + bt * 3 * C + (size_t)part * C, C * 4);
@@ -712,6 +726,25 @@ static void run_classifier(vr_cuda_dtype dt, int N, int C, int V, size_t chunk_r
     char what[96];
     snprintf(what, sizeof what, "classifier losses N%d C%d V%d chunk %zu", N, C, V, chunk_rows);
     OK(vr_cuda_classifier(&ctx, dt, losses, gdx, gdw, dx_in, dwte_in, dtg, N, C, V, scale, scratch, sb, 0, 0));
+    { // the first rows in double precision, to tell which side is off if the comparison fails
+        float *gl = down(VR_CUDA_F32, losses, N);
+        for (int i = 0; i < 3 && i < N; i++) {
+            if (tg[i] < 0) continue;
+            double mx = -1e300, sum = 0.0, zt = 0.0;
+            double *z = malloc((size_t)V * sizeof(double));
+            for (int v = 0; v < V; v++) {
+                double d = 0.0;
+                for (int c = 0; c < C; c++) d += (double)x[(size_t)i * C + c] * wte[(size_t)v * C + c];
+                z[v] = d;
+                if (d > mx) mx = d;
+            }
+            for (int v = 0; v < V; v++) sum += exp(z[v] - mx);
+            zt = z[tg[i]];
+            print_message("      row %d: loss gpu %.7g cpu %.7g double %.7g\n", i, gl[i], rl[i], log(sum) + mx - zt);
+            free(z);
+        }
+        free(gl);
+    }
     expect_close(what, VR_CUDA_F32, losses, rl, N, dt == VR_CUDA_F32 ? TOL_F32_LONG : 1e-3);
     expect_close("classifier dx", dt, gdx, rdx, (size_t)N * C, tol);
     expect_close("classifier dwte", dt, gdw, rdw, (size_t)V * C, tol);
@@ -879,8 +912,11 @@ static void test_bad_arguments(void **state)
     assert_int_equal(vr_cuda_add_fwd(&ctx, (vr_cuda_dtype)7, (void *)16, (void *)16, (void *)16, 4), VR_ERR_INVALID);
 }
 
+/* VRAM_KCUDA_TEST=pattern runs only the tests whose names match (cmocka's filter). */
 int main(void)
 {
+    const char *filter = getenv("VRAM_KCUDA_TEST");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise),  cmocka_unit_test(test_convert),
         cmocka_unit_test(test_reductions),   cmocka_unit_test(test_loss_scaling),
