@@ -163,7 +163,8 @@ static inline unsigned vr_grid_for(size_t n, int threads, const vr_cuda_ctx *ctx
 }
 
 /* cuBLASLt wrapper (matmul.cu), used by the classifier too. Column-major view (cuBLASLt's): D(m,n) =
- * alpha op(A) op(B) + beta D; lda/ldb/ldd column strides. epilogue/bias/aux as cuBLASLt's. */
+ * alpha op(A) op(B) + beta D; lda/ldb/ldd column strides. epilogue: a cublasLtEpilogue_t, or 0 for none; bias/aux as
+ * cuBLASLt's. */
 vr_status vr_cu_lt_matmul(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, const void *A,
                           const void *Bm, int m, int n, int k, int lda, int ldb, int ldd, int transa,
                           int transb, float alpha, float beta, int epilogue, const void *bias,

@@ -83,13 +83,14 @@ vr_status vr_cu_lt_matmul(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, con
     int tf32 = dt == VR_CUDA_F32 && ctx->allow_tf32;
     cublasComputeType_t ct = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtEpilogue_t epi = (cublasLtEpilogue_t)epilogue;
+    // 0 is not a cuBLASLt epilogue (DEFAULT is 1): callers may pass 0 for "none"
+    cublasLtEpilogue_t epi = epilogue ? (cublasLtEpilogue_t)epilogue : CUBLASLT_EPILOGUE_DEFAULT;
     cudaDataType_t scale_ty = CUDA_R_32F;
     size_t ws = lt_ws_bytes(ctx);
     lt_key key;
     memset(&key, 0, sizeof key);
     key.dt = dt, key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd;
-    key.ta = transa, key.tb = transb, key.epi = epilogue, key.tf32 = tf32, key.ldaux = aux ? ldaux : 0;
+    key.ta = transa, key.tb = transb, key.epi = (int)epi, key.tf32 = tf32, key.ldaux = aux ? ldaux : 0;
     key.device = ctx->device;
     key.al_a = align_class(A), key.al_b = align_class(Bm), key.al_d = align_class(D);
     key.al_bias = bias ? align_class(bias) : 0;
