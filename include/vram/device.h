@@ -124,6 +124,33 @@ void vr_device_vm_unmap(vr_device *dev, void *addr, size_t bytes);
 /* Returns a reserved range (all of it must be unmapped). */
 void vr_device_vm_release(vr_device *dev, void *base, size_t bytes);
 
+/* --- physical memory handles (what lets a policy map one physical page at
+ * several addresses, like cuMemCreate / cuMemMap / cuMemUnmap / cuMemRelease) ---
+ * A vr_phys is device memory with no address: created in bytes that are a
+ * multiple of the granularity, counted against the capacity (and in
+ * used_by_us) from create to release, and mapped into reserved ranges at any
+ * number of granule-aligned addresses. Mapping a phys costs no capacity.
+ * meta does the bookkeeping only; cuda uses cuMemCreate/cuMemMap/
+ * cuMemSetAccess (unmap waits for the device first, as vm_unmap does); cpu
+ * returns VR_ERR_UNSUPPORTED. A phys must be unmapped everywhere before it is
+ * released. */
+typedef struct vr_phys vr_phys;
+
+/* Creates `bytes` (a positive multiple of the granularity) of physical memory.
+ * VR_ERR_OOM when the capacity or the device refuses. */
+vr_status vr_device_phys_create(vr_device *dev, size_t bytes, vr_phys **out);
+
+/* Maps [offset, offset+bytes) of ph at addr, inside a reserved range whose
+ * granules there are unmapped (addr, offset and bytes granule-aligned). */
+vr_status vr_device_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t offset, size_t bytes);
+
+/* Unmaps phys mappings covering [addr, addr+bytes) (granule-aligned; any number
+ * of mappings, each entirely inside). */
+void vr_device_phys_unmap(vr_device *dev, void *addr, size_t bytes);
+
+/* Gives the physical memory back (no mapping of it may remain). */
+void vr_device_phys_release(vr_device *dev, vr_phys *ph);
+
 /* --- streams and events --- */
 
 /* Creates a new stream (on cpu/meta a distinct id; work there is synchronous;

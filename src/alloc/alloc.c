@@ -13,6 +13,7 @@
 static const vr_policy *const policies[] = {
     &vra_policy_pytorch,
     &vra_policy_expandable,
+    &vra_policy_stitch,
 };
 #define NPOLICIES (sizeof policies / sizeof policies[0])
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "alloc/internal.h"
+#include "alloc/policy.h"
 #include "vram/util.h"
 
 /* ---------------------------------------------------------------- stats */
@@ -229,6 +230,8 @@ void vra_free_block(vr_alloc *a, vr_block *b)
     vra_pool_dec(a->stats.active, pool, 1);
     vra_pool_dec(a->stats.active_bytes, pool, (int64_t)orig_size);
     vra_pool_dec(a->stats.requested_bytes, pool, (int64_t)requested);
+    if (a->policy->on_free)
+        a->policy->on_free(a, b);
 }
 
 void vra_release_segment(vr_alloc *a, vr_block *b)

@@ -10,10 +10,13 @@
  *  - no two neighbouring free blocks of the same mapped state are unmerged;
  *  - every current statistic equals its recount (per pool, and all = small +
  *    large), peaks are at least the current values, allocated <= active <=
- *    reserved <= cap, and reserved <= what the device says we use. */
+ *    reserved <= cap, and reserved <= what the device says we use;
+ *  - a policy with its own check verifies its structures and recounts
+ *    reserved bytes itself (policy "stitch": physical bytes held). */
 #include <stdlib.h>
 
 #include "alloc/internal.h"
+#include "alloc/policy.h"
 
 typedef struct recount {
     int64_t allocation[VR_POOL_COUNT], allocated_bytes[VR_POOL_COUNT], active[VR_POOL_COUNT];
@@ -139,6 +142,12 @@ vr_status vr_alloc_check(vr_alloc *a)
                       rc.free_blocks, rc.unmapped_blocks);
     if (st == VR_OK && a->map_count != rc.live_blocks)
         st = vr_error(VR_ERR_INVALID, "check: live map holds %zu blocks, segments %zu", a->map_count, rc.live_blocks);
+    if (st == VR_OK && a->policy->check) {
+        int64_t res[VR_POOL_COUNT] = {0};
+        st = a->policy->check(a, res);
+        for (int p = 0; p < VR_POOL_COUNT; p++)
+            rc.reserved_bytes[p] = res[p];
+    }
     const vr_alloc_stats *s = &a->stats;
     if (st == VR_OK) st = compare("allocation", s->allocation, rc.allocation);
     if (st == VR_OK) st = compare("allocated_bytes", s->allocated_bytes, rc.allocated_bytes);

@@ -61,6 +61,7 @@ struct vr_segment {
     vr_pool *pool;
     bool expandable;
     vr_block *head;          /* lowest-address block */
+    void *pdata;             /* the policy's own data about the segment (or NULL) */
     vr_segment *lprev, *lnext; /* list of all segments */
 };
 

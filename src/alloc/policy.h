@@ -54,10 +54,20 @@ struct vr_policy {
 
     /* Whether handing out `size` bytes of b should split off the rest. */
     bool (*should_split)(const vr_alloc *a, const vr_block *b, size_t size);
+
+    /* Optional: called at the end of vra_free_block, with b merged and in its
+     * pool's free tree (a policy caching whole segments notes them here). */
+    void (*on_free)(vr_alloc *a, vr_block *b);
+
+    /* Optional, for vr_alloc_check: verifies the policy's own structures and
+     * recounts reserved bytes per pool (when reserved is not the sum of the
+     * segments' mapped bytes). VR_OK or VR_ERR_INVALID naming the problem. */
+    vr_status (*check)(vr_alloc *a, int64_t reserved[VR_POOL_COUNT]);
 };
 
 extern const vr_policy vra_policy_pytorch;
 extern const vr_policy vra_policy_expandable;
+extern const vr_policy vra_policy_stitch;
 
 /* PyTorch's round_size: at least 512 bytes, a multiple of 512. */
 size_t vra_round_512(const vr_alloc *a, size_t size);

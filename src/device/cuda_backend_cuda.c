@@ -221,6 +221,7 @@ static void cuda_close(vr_device *dev)
     }
     free(c->pool);
     vr__ptrmap_free(&c->live);
+    vr__ptrmap_free(&c->phys_maps);
     vr__vm_free(&c->vm);
     vr__device_fini(dev);
     free(c);
@@ -236,6 +237,10 @@ static const vr_device_ops cuda_ops = {
     .vm_map = vr__cuda_vm_map,
     .vm_unmap = vr__cuda_vm_unmap,
     .vm_release = vr__cuda_vm_release,
+    .phys_create = vr__cuda_phys_create,
+    .phys_map = vr__cuda_phys_map,
+    .phys_unmap = vr__cuda_phys_unmap,
+    .phys_release = vr__cuda_phys_release,
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
     .event_record = cuda_event_record,

@@ -53,12 +53,18 @@ typedef struct cuda_device {
     uint64_t used;            /* malloc'd (rounded to 512) + mapped bytes; under base.lock */
     vr_ptrmap live;           /* cudaMalloc'd address -> rounded size */
     vr_vmspace vm;            /* reservations; vm.granule = 0 without VMM support */
+    vr_ptrmap phys_maps;      /* phys mapping address -> bytes (cuda_phys_cuda.c) */
     cudaEvent_t *pool;        /* idle events for reuse */
     size_t npool, cappool;
 } cuda_device;
 
 /* Virtual memory ops of the cuda device (cuda_vm_cuda.c). */
 size_t vr__cuda_vm_granularity(vr_device *dev);
+/* Physical memory handles (cuda_phys_cuda.c). */
+vr_status vr__cuda_phys_create(vr_device *dev, size_t bytes, vr_phys **out);
+vr_status vr__cuda_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t offset, size_t bytes);
+void vr__cuda_phys_unmap(vr_device *dev, void *addr, size_t bytes);
+void vr__cuda_phys_release(vr_device *dev, vr_phys *ph);
 vr_status vr__cuda_vm_reserve(vr_device *dev, size_t bytes, void **base);
 vr_status vr__cuda_vm_map(vr_device *dev, void *addr, size_t bytes);
 void vr__cuda_vm_unmap(vr_device *dev, void *addr, size_t bytes);

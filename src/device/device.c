@@ -152,6 +152,41 @@ void vr_device_vm_release(vr_device *dev, void *base, size_t bytes)
         dev->ops->vm_release(dev, base, bytes);
 }
 
+vr_status vr_device_phys_create(vr_device *dev, size_t bytes, vr_phys **out)
+{
+    *out = NULL;
+    size_t g = dev->ops->vm_granularity(dev);
+    if (g == 0 || !dev->ops->phys_create)
+        return vr_error(VR_ERR_UNSUPPORTED, "device %s: no physical memory handles", dev->name);
+    if (bytes == 0 || bytes % g || bytes > SIZE_MAX / 2)
+        return vr_error(VR_ERR_INVALID, "device %s: phys create of %zu bytes is not a positive multiple of the granularity (%zu)",
+                        dev->name, bytes, g);
+    return dev->ops->phys_create(dev, bytes, out);
+}
+
+vr_status vr_device_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t offset, size_t bytes)
+{
+    size_t g = dev->ops->vm_granularity(dev);
+    if (g == 0 || !dev->ops->phys_map)
+        return vr_error(VR_ERR_UNSUPPORTED, "device %s: no physical memory handles", dev->name);
+    if (!ph || bytes == 0 || bytes % g || offset % g || (uintptr_t)addr % g)
+        return vr_error(VR_ERR_INVALID, "device %s: phys map of [%p, +%zu) at offset %zu is not granule-aligned (%zu)",
+                        dev->name, addr, bytes, offset, g);
+    return dev->ops->phys_map(dev, addr, ph, offset, bytes);
+}
+
+void vr_device_phys_unmap(vr_device *dev, void *addr, size_t bytes)
+{
+    if (bytes && dev->ops->phys_unmap)
+        dev->ops->phys_unmap(dev, addr, bytes);
+}
+
+void vr_device_phys_release(vr_device *dev, vr_phys *ph)
+{
+    if (ph && dev->ops->phys_release)
+        dev->ops->phys_release(dev, ph);
+}
+
 vr_status vr_stream_create(vr_device *dev, vr_stream *out) { return dev->ops->stream_create(dev, out); }
 
 void vr_stream_destroy(vr_device *dev, vr_stream s)

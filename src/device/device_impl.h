@@ -23,6 +23,12 @@ typedef struct vr_device_ops {
     void (*vm_unmap)(vr_device *dev, void *addr, size_t bytes);
     void (*vm_release)(vr_device *dev, void *base, size_t bytes);
 
+    /* Optional (NULL: VR_ERR_UNSUPPORTED); device.c checks alignment first. */
+    vr_status (*phys_create)(vr_device *dev, size_t bytes, vr_phys **out);
+    vr_status (*phys_map)(vr_device *dev, void *addr, vr_phys *ph, size_t offset, size_t bytes);
+    void (*phys_unmap)(vr_device *dev, void *addr, size_t bytes);
+    void (*phys_release)(vr_device *dev, vr_phys *ph);
+
     vr_status (*stream_create)(vr_device *dev, vr_stream *out);
     void (*stream_destroy)(vr_device *dev, vr_stream s);
     vr_status (*event_record)(vr_device *dev, vr_stream s, vr_event **out);

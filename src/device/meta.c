@@ -6,7 +6,8 @@
  * enough for ~10^14 segments of 20 MiB). Live allocations sit in a hash map,
  * reservations in a sorted array (vmspace.c), so every operation is O(1) or
  * O(log n) and never touches memory. malloc'd bytes (rounded up to 512) and
- * vm-mapped bytes count against the capacity (default 80 GiB). */
+ * vm-mapped bytes and phys handles count against the capacity (default
+ * 80 GiB); phys mappings sit in a hash map so that unmap finds their handle. */
 #include "device/device_impl.h"
 
 #include <stdio.h>
@@ -26,7 +27,15 @@ typedef struct meta_device {
     uintptr_t next;       /* bump pointer */
     vr_ptrmap live;       /* address -> rounded size */
     vr_vmspace vm;
+    vr_ptrmap phys_maps;  /* address of a phys mapping -> its bytes */
+    size_t nphys;         /* phys handles not yet released */
 } meta_device;
+
+/* A physical memory handle of meta: its size and how many bytes of it are mapped. */
+struct vr_phys {
+    size_t bytes;
+    uint64_t mapped;
+};
 
 static meta_device *meta(vr_device *dev) { return (meta_device *)dev; }
 
@@ -156,13 +165,97 @@ static void meta_vm_release(vr_device *dev, void *base, size_t bytes)
     pthread_mutex_unlock(&dev->lock);
 }
 
+static vr_status meta_phys_create(vr_device *dev, size_t bytes, vr_phys **out)
+{
+    meta_device *m = meta(dev);
+    vr_phys *ph = calloc(1, sizeof *ph);
+    if (!ph)
+        return vr_error(VR_ERR_OOM, "device %s: no host memory for a phys handle", dev->name);
+    vr_status st = VR_OK;
+    pthread_mutex_lock(&dev->lock);
+    if (bytes > m->capacity - m->used) {
+        st = vr__device_oom(dev, "phys create", bytes, m->used, m->capacity);
+    } else {
+        m->used += bytes;
+        m->nphys++;
+        ph->bytes = bytes;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    if (st != VR_OK)
+        free(ph);
+    else
+        *out = ph;
+    return st;
+}
+
+static vr_status meta_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t offset, size_t bytes)
+{
+    meta_device *m = meta(dev);
+    vr_status st = VR_OK;
+    pthread_mutex_lock(&dev->lock);
+    vr_vm_range *r = vr__vm_find(&m->vm, (uintptr_t)addr, bytes);
+    if (offset > ph->bytes || bytes > ph->bytes - offset)
+        st = vr_error(VR_ERR_INVALID, "device %s: phys map of %zu bytes at offset %zu of a %zu-byte handle", dev->name,
+                      bytes, offset, ph->bytes);
+    else if (!r)
+        st = vr_error(VR_ERR_INVALID, "device %s: phys map of [%p, +%zu) is outside every reservation", dev->name, addr, bytes);
+    else if (!vr__vm_all(&m->vm, r, (uintptr_t)addr, bytes, false))
+        st = vr_error(VR_ERR_INVALID, "device %s: phys map of [%p, +%zu) overlaps mapped memory", dev->name, addr, bytes);
+    else if (!vr__ptrmap_put(&m->phys_maps, (uintptr_t)addr, (uint64_t)bytes) ||
+             !vr__ptrmap_put(&m->phys_maps, (uintptr_t)addr + 1, (uint64_t)(uintptr_t)ph)) {
+        uint64_t dummy;
+        vr__ptrmap_take(&m->phys_maps, (uintptr_t)addr, &dummy);
+        st = vr_error(VR_ERR_OOM, "device %s: no host memory to track a mapping", dev->name);
+    }
+    else {
+        vr__vm_set(&m->vm, r, (uintptr_t)addr, bytes, true);
+        ph->mapped += bytes;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return st;
+}
+
+/* A mapping is two entries of phys_maps: addr -> bytes, and addr + 1 (free,
+ * since addresses are granule-aligned) -> its handle. */
+static void meta_phys_unmap(vr_device *dev, void *addr, size_t bytes)
+{
+    meta_device *m = meta(dev);
+    pthread_mutex_lock(&dev->lock);
+    uintptr_t at = (uintptr_t)addr, end = at + bytes;
+    while (at < end) {
+        uint64_t len = 0, ph = 0;
+        if (!vr__ptrmap_take(&m->phys_maps, at, &len) || !vr__ptrmap_take(&m->phys_maps, at + 1, &ph) ||
+            (len) > end - at)
+            vr__device_misuse(dev, "phys unmap(%p, %zu): %#lx is not the start of a phys mapping inside it", addr, bytes,
+                              (unsigned long)at);
+        vr_vm_range *r = vr__vm_find(&m->vm, at, len);
+        vr__vm_set(&m->vm, r, at, len, false);
+        ((vr_phys *)(uintptr_t)ph)->mapped -= len;
+        at += len;
+    }
+    pthread_mutex_unlock(&dev->lock);
+}
+
+static void meta_phys_release(vr_device *dev, vr_phys *ph)
+{
+    meta_device *m = meta(dev);
+    pthread_mutex_lock(&dev->lock);
+    if (ph->mapped)
+        vr__device_misuse(dev, "phys release: %llu bytes of the handle are still mapped", (unsigned long long)ph->mapped);
+    m->used -= ph->bytes;
+    m->nphys--;
+    pthread_mutex_unlock(&dev->lock);
+    free(ph);
+}
+
 static void meta_close(vr_device *dev)
 {
     meta_device *m = meta(dev);
-    if (m->live.count || m->vm.n)
-        fprintf(stderr, "vram: device %s closed with %zu allocations and %zu reservations still live\n", dev->name,
-                m->live.count, m->vm.n);
+    if (m->live.count || m->vm.n || m->nphys)
+        fprintf(stderr, "vram: device %s closed with %zu allocations, %zu reservations and %zu phys handles still live\n",
+                dev->name, m->live.count, m->vm.n, m->nphys);
     vr__ptrmap_free(&m->live);
+    vr__ptrmap_free(&m->phys_maps);
     vr__vm_free(&m->vm);
     vr__device_fini(dev);
     free(m);
@@ -178,6 +271,10 @@ static const vr_device_ops meta_ops = {
     .vm_map = meta_vm_map,
     .vm_unmap = meta_vm_unmap,
     .vm_release = meta_vm_release,
+    .phys_create = meta_phys_create,
+    .phys_map = meta_phys_map,
+    .phys_unmap = meta_phys_unmap,
+    .phys_release = meta_phys_release,
     .stream_create = vr__host_stream_create,
     .stream_destroy = vr__host_stream_destroy,
     .event_record = vr__host_event_record,

@@ -1,0 +1,153 @@
+/* Physical memory handles of the cuda device (vr_device_phys_*), through the
+ * driver API entry points of cuda_driver_cuda.c.
+ *
+ *   create   cuMemCreate (pinned device memory); counted in used
+ *   map      cuMemMap of [offset, offset+bytes) of the handle at addr, then
+ *            cuMemSetAccess (read/write); the mapping's size is remembered
+ *            because cuMemUnmap must be given whole mappings
+ *   unmap    cudaDeviceSynchronize (cuMemUnmap does not wait for kernels),
+ *            then cuMemUnmap of each mapping inside the range
+ *   release  cuMemRelease
+ *
+ * Misuse (unmapping what is not a mapping) is reported on stderr and ignored. */
+#include "device/cuda_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "vram/util.h"
+
+struct vr_phys {
+    CUmemGenericAllocationHandle h;
+    size_t bytes;
+};
+
+static cuda_device *cud(vr_device *dev) { return (cuda_device *)dev; }
+
+vr_status vr__cuda_phys_create(vr_device *dev, size_t bytes, vr_phys **out)
+{
+    cuda_device *c = cud(dev);
+    const vr_cu_api *cu = vr__cu();
+    if (!cu)
+        return vr__error_prefix(VR_ERR_DEVICE, dev->name);
+    vr_status st = vr__cuda_use(dev->index);
+    if (st != VR_OK)
+        return st;
+    vr_phys *ph = calloc(1, sizeof *ph);
+    if (!ph)
+        return vr_error(VR_ERR_OOM, "device %s: no host memory for a phys handle", dev->name);
+    CUmemAllocationProp prop = vr__cuda_alloc_prop(dev->index);
+    CUresult r = cu->MemCreate(&ph->h, bytes, &prop, 0);
+    if (r != CUDA_SUCCESS) {
+        free(ph);
+        char b[160], s[32];
+        return vr_error(r == CUDA_ERROR_OUT_OF_MEMORY ? VR_ERR_OOM : VR_ERR_DEVICE, "device %s: %scuMemCreate of %s: %s",
+                        dev->name, r == CUDA_ERROR_OUT_OF_MEMORY ? "out of memory: " : "",
+                        vr_format_size(bytes, s, sizeof s), vr__cu_err(r, b, sizeof b));
+    }
+    ph->bytes = bytes;
+    pthread_mutex_lock(&dev->lock);
+    c->used += bytes;
+    pthread_mutex_unlock(&dev->lock);
+    *out = ph;
+    return VR_OK;
+}
+
+vr_status vr__cuda_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t offset, size_t bytes)
+{
+    cuda_device *c = cud(dev);
+    const vr_cu_api *cu = vr__cu();
+    if (!cu)
+        return vr__error_prefix(VR_ERR_DEVICE, dev->name);
+    if (offset > ph->bytes || bytes > ph->bytes - offset)
+        return vr_error(VR_ERR_INVALID, "device %s: phys map of %zu bytes at offset %zu of a %zu-byte handle", dev->name,
+                        bytes, offset, ph->bytes);
+    vr_status st = VR_OK;
+    pthread_mutex_lock(&dev->lock);
+    vr_vm_range *r = vr__vm_find(&c->vm, (uintptr_t)addr, bytes);
+    if (!r)
+        st = vr_error(VR_ERR_INVALID, "device %s: phys map of [%p, +%zu) is outside every reservation", dev->name, addr, bytes);
+    else if (!vr__vm_all(&c->vm, r, (uintptr_t)addr, bytes, false))
+        st = vr_error(VR_ERR_INVALID, "device %s: phys map of [%p, +%zu) overlaps mapped memory", dev->name, addr, bytes);
+    else if (!vr__ptrmap_put(&c->phys_maps, (uintptr_t)addr, bytes))
+        st = vr_error(VR_ERR_OOM, "device %s: no host memory to track a mapping", dev->name);
+    else
+        vr__vm_set(&c->vm, r, (uintptr_t)addr, bytes, true);
+    pthread_mutex_unlock(&dev->lock);
+    if (st != VR_OK)
+        return st;
+    char b[160];
+    CUresult res = cu->MemMap((CUdeviceptr)(uintptr_t)addr, bytes, 0, ph->h, offset);
+    if (res == CUDA_SUCCESS) {
+        CUmemAccessDesc access = {0};
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = dev->index;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        res = cu->MemSetAccess((CUdeviceptr)(uintptr_t)addr, bytes, &access, 1);
+        if (res != CUDA_SUCCESS)
+            cu->MemUnmap((CUdeviceptr)(uintptr_t)addr, bytes);
+    }
+    if (res != CUDA_SUCCESS) {
+        uint64_t len;
+        pthread_mutex_lock(&dev->lock);
+        vr__ptrmap_take(&c->phys_maps, (uintptr_t)addr, &len);
+        vr__vm_set(&c->vm, vr__vm_find(&c->vm, (uintptr_t)addr, bytes), (uintptr_t)addr, bytes, false);
+        pthread_mutex_unlock(&dev->lock);
+        return vr_error(VR_ERR_DEVICE, "device %s: cuMemMap/cuMemSetAccess of a phys handle: %s", dev->name,
+                        vr__cu_err(res, b, sizeof b));
+    }
+    return VR_OK;
+}
+
+void vr__cuda_phys_unmap(vr_device *dev, void *addr, size_t bytes)
+{
+    cuda_device *c = cud(dev);
+    const vr_cu_api *cu = vr__cu();
+    if (!cu)
+        return;
+    if (vr__cuda_use(dev->index) != VR_OK)
+        fprintf(stderr, "vram: %s\n", vr_last_error());
+    cudaError_t e = cudaDeviceSynchronize();
+    char b[200];
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        fprintf(stderr, "vram: device %s: cudaDeviceSynchronize before cuMemUnmap: %s\n", dev->name,
+                vr__cuda_err(e, b, sizeof b));
+    }
+    uintptr_t at = (uintptr_t)addr, end = at + bytes;
+    while (at < end) {
+        uint64_t len = 0;
+        pthread_mutex_lock(&dev->lock);
+        bool ok = vr__ptrmap_take(&c->phys_maps, at, &len) && len <= end - at;
+        if (ok)
+            vr__vm_set(&c->vm, vr__vm_find(&c->vm, at, len), at, len, false);
+        pthread_mutex_unlock(&dev->lock);
+        if (!ok) {
+            fprintf(stderr, "vram: device %s: phys unmap(%p, %zu): %#lx is not a phys mapping inside it; ignored\n",
+                    dev->name, addr, bytes, (unsigned long)at);
+            return;
+        }
+        CUresult r = cu->MemUnmap((CUdeviceptr)at, len);
+        if (r != CUDA_SUCCESS)
+            fprintf(stderr, "vram: device %s: cuMemUnmap(%#lx, %llu): %s\n", dev->name, (unsigned long)at,
+                    (unsigned long long)len, vr__cu_err(r, b, sizeof b));
+        at += len;
+    }
+}
+
+void vr__cuda_phys_release(vr_device *dev, vr_phys *ph)
+{
+    cuda_device *c = cud(dev);
+    const vr_cu_api *cu = vr__cu();
+    if (cu) {
+        CUresult r = cu->MemRelease(ph->h);
+        if (r != CUDA_SUCCESS) {
+            char b[160];
+            fprintf(stderr, "vram: device %s: cuMemRelease: %s\n", dev->name, vr__cu_err(r, b, sizeof b));
+        }
+    }
+    pthread_mutex_lock(&dev->lock);
+    c->used -= ph->bytes;
+    pthread_mutex_unlock(&dev->lock);
+    free(ph);
+}
