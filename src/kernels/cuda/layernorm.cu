@@ -11,7 +11,7 @@
 #include "kernels/cuda/cuda_internal.cuh"
 
 #define VR_LN_EPS 1e-5f
-#define VR_LN_MAX_SLICES 64
+#define VR_LN_MAX_SLICES 128
 #define VR_LN_ROWS_PER_SLICE 128
 
 static int ln_slices(int N)
@@ -94,6 +94,88 @@ __global__ void k_ln_bwd_dinp(T *dinp, const T *dout, const T *inp, const T *w, 
     }
 }
 
+/* The same with 16-byte vectors: lane handles VEC consecutive columns at a time (C % VEC == 0 and
+ * 16-byte aligned rows). */
+template <typename T>
+__global__ void k_ln_bwd_dinp_vec(T *dinp, const T *dout, const T *inp, const T *w, const float *mean,
+                                  const float *rstd, int N, int C, int acc)
+{
+    constexpr int V = vr_vec<T>::N;
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const T *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
+    float m = mean[row], r = rstd[row];
+    float sg = 0.0f, sgx = 0.0f;
+    int nv = C / V;
+    for (int i = lane; i < nv; i += 32) {
+        vr_vec<T> xv = vr_ld16(x + i * V), gv = vr_ld16(g + i * V), wv = vr_ld16(w + i * V);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float wg = vr_tof(gv.v[k]) * vr_tof(wv.v[k]);
+            sg += wg;
+            sgx += wg * (vr_tof(xv.v[k]) - m) * r;
+        }
+    }
+    sg = vr_warp_sum(sg) / C;
+    sgx = vr_warp_sum(sgx) / C;
+    T *d = dinp + (size_t)row * C;
+    for (int i = lane; i < nv; i += 32) {
+        vr_vec<T> xv = vr_ld16(x + i * V), gv = vr_ld16(g + i * V), wv = vr_ld16(w + i * V), dv, o;
+        if (acc) dv = vr_ld16(d + i * V);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float v = r * (vr_tof(gv.v[k]) * vr_tof(wv.v[k]) - sg - (vr_tof(xv.v[k]) - m) * r * sgx);
+            o.v[k] = vr_fromf<T>(acc ? vr_tof(dv.v[k]) + v : v);
+        }
+        vr_st16(d + i * V, o);
+    }
+}
+
+/* Block (32, 8) over 32 * VEC columns: lane owns VEC consecutive columns; 8 row lanes walk the slice. */
+template <typename T>
+__global__ void k_ln_bwd_partial_vec(float *part, const T *dout, const T *inp, const float *mean,
+                                     const float *rstd, int N, int C, int rows_per_slice)
+{
+    constexpr int V = vr_vec<T>::N, COLS = 32 * V;
+    __shared__ float sw[8][COLS + 1], sb[8][COLS + 1];
+    int lane = threadIdx.x, ry = threadIdx.y;
+    int c0 = blockIdx.x * COLS + lane * V, slice = blockIdx.y;
+    int r0 = slice * rows_per_slice, r1 = min(N, r0 + rows_per_slice);
+    float aw[V], ab[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) aw[k] = ab[k] = 0.0f;
+    if (c0 < C) {
+        for (int r = r0 + ry; r < r1; r += 8) {
+            float m = mean[r], rs = rstd[r];
+            vr_vec<T> xv = vr_ld16(inp + (size_t)r * C + c0), gv = vr_ld16(dout + (size_t)r * C + c0);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                float gg = vr_tof(gv.v[k]);
+                aw[k] += gg * (vr_tof(xv.v[k]) - m) * rs;
+                ab[k] += gg;
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        sw[ry][lane * V + k] = aw[k];
+        sb[ry][lane * V + k] = ab[k];
+    }
+    __syncthreads();
+    for (int col = ry * 32 + lane; col < COLS; col += 256) {
+        int c = blockIdx.x * COLS + col;
+        float tw = 0.0f, tb = 0.0f;
+        for (int y = 0; y < 8; y++) {
+            tw += sw[y][col];
+            tb += sb[y][col];
+        }
+        if (c < C) {
+            part[(size_t)slice * 2 * C + c] = tw;
+            part[(size_t)slice * 2 * C + C + c] = tb;
+        }
+    }
+}
+
 /* Block (32, 8): lane owns columns c0 + lane and c0 + 32 + lane; 8 row lanes walk the slice. */
 template <typename T>
 __global__ void k_ln_bwd_partial(float *part, const T *dout, const T *inp, const float *mean,
@@ -157,18 +239,32 @@ static vr_status ln_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, void *db
                           int acc_dinp, int acc_dparam, void *scratch)
 {
     cudaStream_t s = VR_STREAM(ctx);
+    int vec = C % vr_vec<T>::N == 0 && vr_aligned16(dout) && vr_aligned16(inp) &&
+              (!dinp || (vr_aligned16(dinp) && vr_aligned16(w)));
     if (dinp && N > 0) {
-        k_ln_bwd_dinp<<<(N + 7) / 8, 256, 0, s>>>((T *)dinp, (const T *)dout, (const T *)inp, (const T *)w,
-                                                 mean, rstd, N, C, acc_dinp);
+        if (vec)
+            k_ln_bwd_dinp_vec<<<(N + 7) / 8, 256, 0, s>>>((T *)dinp, (const T *)dout, (const T *)inp, (const T *)w,
+                                                         mean, rstd, N, C, acc_dinp);
+        else
+            k_ln_bwd_dinp<<<(N + 7) / 8, 256, 0, s>>>((T *)dinp, (const T *)dout, (const T *)inp, (const T *)w,
+                                                     mean, rstd, N, C, acc_dinp);
         VR_CU_LAUNCHED(ctx, "layernorm_bwd");
     }
     if (dw) {
         int slices = ln_slices(N);
         int rps = N > 0 ? (N + slices - 1) / slices : 0;
         if (N > 0) {
-            dim3 grid((C + 63) / 64, slices), block(32, 8);
-            k_ln_bwd_partial<<<grid, block, 0, s>>>((float *)scratch, (const T *)dout, (const T *)inp, mean,
-                                                   rstd, N, C, rps);
+            dim3 block(32, 8);
+            if (vec) {
+                constexpr int COLS = 32 * vr_vec<T>::N;
+                dim3 grid((C + COLS - 1) / COLS, slices);
+                k_ln_bwd_partial_vec<<<grid, block, 0, s>>>((float *)scratch, (const T *)dout, (const T *)inp, mean,
+                                                           rstd, N, C, rps);
+            } else {
+                dim3 grid((C + 63) / 64, slices);
+                k_ln_bwd_partial<<<grid, block, 0, s>>>((float *)scratch, (const T *)dout, (const T *)inp, mean,
+                                                       rstd, N, C, rps);
+            }
             VR_CU_LAUNCHED(ctx, "layernorm_bwd");
         } else {
             slices = 0;
