@@ -18,6 +18,7 @@ int vr_cli_fail(const char *cmd, int status, const char *fmt, ...) __attribute__
 int vr_cmd_replay(int argc, char **argv);
 int vr_cmd_info(int argc, char **argv);
 int vr_cmd_plan(int argc, char **argv);
+int vr_cmd_fit(int argc, char **argv);
 int vr_cmd_train(int argc, char **argv);
 int vr_cmd_eval(int argc, char **argv);
 

@@ -12,6 +12,7 @@ static const vr_cli_command commands[] = {
     {"info", "list devices: GPUs (memory, CUDA context cost, versions), cpu, meta", vr_cmd_info},
     {"replay", "replay an allocator trace through a policy and compare with PyTorch", vr_cmd_replay},
     {"plan", "where every byte of a training step goes, before it runs (bytes per role, peak, fit)", vr_cmd_plan},
+    {"fit", "the largest batch that fits a device, and the fastest configuration that fits", vr_cmd_fit},
     {"train", "train a model (a small GPT on a built-in corpus by default) in the memory the plan says", vr_cmd_train},
     {"eval", "mean held-out loss of a checkpoint with the no-grad graph", vr_cmd_eval},
 };

@@ -1,0 +1,152 @@
+/* vram — the fitter: the largest batch that fits a memory budget, and the
+ * fastest configuration (precision, recompute policy, micro-batch × accumulation)
+ * that fits, found by planning candidates (vram/plan.h). Plans touch no memory,
+ * so every candidate is exact and cheap.
+ *
+ * What "fits" means: the static arena of the step's plan (arena_size, what the
+ * executor allocates once) is at most the capacity given. The capacity is the
+ * bytes left to the step: the device's memory minus what is set aside before
+ * the step runs (the CUDA context). A library workspace (cuBLAS: 32 MiB) is part
+ * of the step: put it in vr_step_config.workspace_bytes and the plan counts it
+ * as temp. `vram fit --device cuda` does both.
+ *
+ * The cost model (vr_fit_step_cost), deliberately simple and stated in full:
+ *   - matmul-class nodes take FLOPs / throughput, the throughput being an
+ *     effective TFLOP/s figure per precision:
+ *       matmul        2·N·C·OC  (x (N,C), w (OC,C))
+ *       matmul_bwd    2·N·C·OC per output computed (dx, dw): backward ≈ 2× forward
+ *       attention     2·B·T²·C  (causal: half of QKᵀ and P·V, 4·B·T²·C, is computed)
+ *       attention_bwd 5·B·T²·C  (flash attention's backward: 5 matmuls to the forward's 2)
+ *       classifier    2·N·C·V per pass (logits; dx and dwte when training: ×3)
+ *     recompute nodes are forward ops again and are counted again;
+ *   - every other kernel (layernorm, gelu, adds, embedding, optimizer updates)
+ *     takes the bytes of its inputs and outputs / memory bandwidth;
+ *   - every node with a kernel costs a fixed launch time;
+ *   - one optimizer step = accum × (forward + recompute + backward nodes)
+ *     + 1 × the optimizer nodes.
+ * It ignores overlap, kernel efficiency by shape, and communication. It ranks
+ * configurations; it does not predict a wall clock to better than ~2×. */
+#ifndef VRAM_FIT_H
+#define VRAM_FIT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "vram/graph.h"
+#include "vram/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VR_FIT_MAX_BATCH (1 << 20) /* the search stops here (reported as capped) */
+#define VR_FIT_MAX_ROWS 9          /* 3 precisions × 3 recompute policies */
+
+/* One planned candidate. */
+typedef struct vr_fit_point {
+    int B;                 /* micro-batch rows (0: not planned) */
+    uint64_t peak;         /* plan's peak: most raw bytes live during one node */
+    uint64_t need;         /* plan's arena: the bytes the step allocates */
+    bool fits;             /* need <= capacity */
+} vr_fit_point;
+
+/* The largest micro-batch that fits (vr_fit_max_batch). */
+typedef struct vr_fit_batch {
+    int B;                 /* largest micro-batch that fits; 0: not even B = 1 */
+    vr_fit_point at;       /* the plan at B (zeroed when B = 0) */
+    vr_fit_point next;     /* the plan at B + 1, the first that does not fit (unplanned when capped) */
+    bool capped;           /* B = VR_FIT_MAX_BATCH fits: the search stopped there */
+    int plans;             /* plans made */
+} vr_fit_batch;
+
+/* The largest micro-batch B (T, model and step as given in m and s) whose plan's
+ * arena fits in capacity bytes: exponential then binary search over B, one
+ * plan per probe. Needs need(B) to grow with B (it does: every tensor does). */
+vr_status vr_fit_max_batch(const vr_model_config *m, const vr_step_config *s, uint64_t capacity,
+                           vr_fit_batch *out);
+
+/* ------------------------------------------------------------------ cost model */
+
+typedef struct vr_fit_cost_model {
+    double tflops[3];      /* effective matmul TFLOP/s, indexed by vr_precision (fp32/tf32, bf16, fp16) */
+    double bandwidth_gbs;  /* effective memory bandwidth for the other kernels, GB/s (1e9 B/s) */
+    double launch_us;      /* fixed cost per kernel node, µs */
+} vr_fit_cost_model;
+
+/* H100 SXM effective figures: fp32 (tf32) 150, bf16 400, fp16 400 TFLOP/s;
+ * 2500 GB/s; 5 µs per kernel. */
+vr_fit_cost_model vr_fit_cost_h100(void);
+
+/* The cost of one optimizer step of graph g (whose step.accum micro-batches it counts). */
+typedef struct vr_fit_cost {
+    double flops;          /* matmul-class FLOPs per optimizer step */
+    double bytes;          /* bytes moved by the other kernels per optimizer step */
+    int64_t launches;      /* kernels launched per optimizer step */
+    double seconds;        /* flops / throughput + bytes / bandwidth + launches × launch */
+} vr_fit_cost;
+
+/* FLOPs of one node under the table above (0 for the non-matmul ops). */
+double vr_fit_node_flops(const vr_graph *g, const vr_node *n);
+
+/* The cost of one optimizer step of g under the model cm. */
+vr_fit_cost vr_fit_step_cost(const vr_graph *g, const vr_fit_cost_model *cm);
+
+/* ------------------------------------------------------------------ search */
+
+typedef struct vr_fit_options {
+    uint64_t capacity;         /* bytes for the step (device memory minus the CUDA context) */
+    int global_batch;          /* rows per optimizer step = micro × accum; 0: the largest micro-batch
+                                * that fits, with the step config's accum */
+    unsigned precisions;       /* bit (1u << vr_precision) per precision to try; 0: fp32 and bf16 */
+    unsigned recomputes;       /* bit (1u << vr_recompute) per policy; 0: none, selective, block */
+    vr_fit_cost_model cost;    /* throughput figures (all 0: vr_fit_cost_h100) */
+} vr_fit_options;
+
+/* One configuration: the best batching for a precision and recompute policy. */
+typedef struct vr_fit_row {
+    vr_precision precision;
+    vr_recompute recompute;
+    int micro, accum;          /* micro-batch rows and micro-batches per step; micro 0: none fits */
+    bool fits;
+    vr_fit_point point;        /* the plan at micro (at 1 when none fits) */
+    int max_micro;             /* largest micro-batch that fits at this accumulation (0: none) */
+    int64_t tokens;            /* tokens per optimizer step: micro × accum × T (MLP: rows) */
+    vr_fit_cost cost;          /* per optimizer step (fitting rows only) */
+    double tokens_per_s;       /* tokens / cost.seconds (0 when it does not fit) */
+} vr_fit_row;
+
+typedef struct vr_fit_result {
+    vr_model_config model;     /* as given (B is each row's micro) */
+    vr_step_config step;       /* as given (precision, recompute, accum are each row's) */
+    vr_fit_options options;    /* with the defaults filled in */
+    int n_rows;
+    vr_fit_row rows[VR_FIT_MAX_ROWS]; /* ranked: fitting rows by tokens/s (highest first), then the
+                                       * rest by need at micro-batch 1 (smallest first) */
+    int best;                  /* 0 when rows[0] fits, else -1 */
+    uint64_t smallest_need;    /* least need over all rows (at their micro-batch, 1 when none fits) */
+    int plans;                 /* plans made by the whole search */
+} vr_fit_result;
+
+/* For every precision × recompute policy in o: the largest micro-batch that fits
+ * (with o->global_batch: the largest divisor of it that fits, accum = G / micro;
+ * under the cost model a larger micro-batch is never slower, the FLOPs being the
+ * same), its plan and its cost; ranked, fastest first. A configuration that fits
+ * nowhere is a row with fits = false, not an error. */
+vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const vr_fit_options *o,
+                        vr_fit_result *out);
+
+/* The ranked table: config, micro × accum, peak, need, fits, est. step time, est. tokens/s. */
+void vr_fit_print(const vr_fit_result *r, FILE *f);
+
+/* The same as a cJSON object (caller deletes); NULL when out of memory. Declared
+ * as void * so this header does not need cJSON's. */
+void *vr_fit_json(const vr_fit_result *r);
+
+/* The max-batch result as a cJSON object {"batch", "capped", "plans", "at": {batch, peak, need,
+ * fits}, "next": {...}} (caller deletes); NULL when out of memory. */
+void *vr_fit_batch_json(const vr_fit_batch *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,340 @@
+/* vram fit: the largest batch that fits a device, and the fastest configuration that fits.
+ *
+ *   vram fit [model and step flags as vram plan] --capacity SIZE [--device meta|cpu|cuda[:N]]
+ *            [--context SIZE] [--global-batch N] [--tflops X | --tflops fp32=X,bf16=Y]
+ *            [--bandwidth GBS] [--launch-us US] [--json]
+ *
+ * Plans candidate steps (vram/fit.h; nothing is allocated) and prints the
+ * largest micro-batch of the configuration as given, then every precision ×
+ * recompute policy ranked by the cost model. --precision / --recompute pin the
+ * search to one. Exit 0 when something fits, 1 when nothing does (with the
+ * smallest need found), 2 for a bad flag (one line naming it). */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/model_flags.h"
+#include "kernels/cpu/kernels_cpu.h"
+#include "vram/device.h"
+#include "vram/fit.h"
+#include "vram/graph.h"
+#include "vram/util.h"
+
+#define CONTEXT_ESTIMATE (527 * VR_MiB) /* DESIGN.md: PyTorch's context on an H100 */
+#define CUDA_WORKSPACE (32 * VR_MiB)    /* cuBLAS workspace, counted as temp by the plan */
+
+static const vr_model_defaults fit_defaults = {"gpt2", "mnist", 1, 0, VR_OPTIM_ADAMW};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: vram fit --capacity SIZE [options]\n\n"
+               "Finds the largest batch whose planned step fits the capacity, then ranks every precision x\n"
+               "recompute policy (largest micro-batch, or micro x accum = --global-batch) by an estimated\n"
+               "step time: matmul FLOPs / TFLOP/s + other kernels' bytes / bandwidth + launches.\n\n");
+    vr_model_flags_usage(f, &fit_defaults);
+    fprintf(f, "step (--batch is what fit searches; --precision/--recompute pin the search to one)\n");
+    vr_step_flags_usage(f, &fit_defaults);
+    fprintf(f, "fit\n"
+               "  --capacity SIZE          device memory to fit in (e.g. 16GiB); cuda: the GPU's total\n"
+               "  --device SPEC            meta, cpu, cuda, cuda:N (meta: H100 figures, no context)\n"
+               "  --context SIZE           CUDA context set aside (cuda: measured, else 527MiB)\n"
+               "  --global-batch N         rows per optimizer step: micro-batch x accum = N\n"
+               "  --tflops X|P=X,...       effective matmul TFLOP/s, all or per precision (H100: fp32 150,\n"
+               "                           bf16 400, fp16 400; cpu: measured)\n"
+               "  --bandwidth GBS          memory bandwidth of the other kernels, GB/s (H100: 2500; cpu: measured)\n"
+               "  --launch-us US           fixed cost per kernel, microseconds (5; cpu: 1)\n"
+               "  --json                   machine-readable output\n");
+}
+
+typedef struct opts {
+    vr_model_flags m;
+    const char *device, *tflops;
+    uint64_t capacity, context;
+    bool has_capacity, has_context, json;
+    long long global_batch;
+    double bandwidth, launch_us; /* < 0: not given */
+} opts;
+
+static int parse_double(const char *flag, const char *v, double *out)
+{
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end || !(d >= 0) || d > 1e12)
+        return vr_cli_fail("fit", 2, "%s: '%s' is not a non-negative number", flag, v);
+    *out = d;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, opts *o)
+{
+    o->bandwidth = o->launch_us = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 1;
+        }
+        int r = vr_model_flags_parse("fit", argc, argv, &i, &o->m);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        }
+        static const char *valued[] = {"--capacity", "--device", "--context", "--global-batch",
+                                       "--tflops", "--bandwidth", "--launch-us"};
+        int k = -1;
+        for (int j = 0; j < 7; j++)
+            if (!strcmp(a, valued[j]))
+                k = j;
+        if (k < 0)
+            return vr_cli_fail("fit", 2, "unknown flag '%s' (see vram fit --help)", a);
+        if (i + 1 >= argc)
+            return vr_cli_fail("fit", 2, "%s needs a value", a);
+        const char *v = argv[++i];
+        int rc = 0;
+        if (k == 0 || k == 2) {
+            if (vr_parse_size(v, a, k == 0 ? &o->capacity : &o->context) != VR_OK)
+                return vr_cli_fail("fit", 2, "%s", vr_last_error());
+            *(k == 0 ? &o->has_capacity : &o->has_context) = true;
+        } else if (k == 1) {
+            o->device = v;
+        } else if (k == 3) {
+            if (vr_parse_int(v, a, 1, 1 << 30, &o->global_batch) != VR_OK)
+                return vr_cli_fail("fit", 2, "%s", vr_last_error());
+        } else if (k == 4) {
+            o->tflops = v;
+        } else {
+            rc = parse_double(a, v, k == 5 ? &o->bandwidth : &o->launch_us);
+        }
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* "--tflops 300" (every precision) or "--tflops fp32=150,bf16=400". */
+static int parse_tflops(const char *s, vr_fit_cost_model *cm)
+{
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", s);
+    if (!strchr(buf, '=')) {
+        double d;
+        if (parse_double("--tflops", buf, &d))
+            return 2;
+        if (d <= 0)
+            return vr_cli_fail("fit", 2, "--tflops: '%s' must be positive", s);
+        for (int p = 0; p < 3; p++)
+            cm->tflops[p] = d;
+        return 0;
+    }
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        vr_precision p;
+        double d;
+        if (!eq)
+            return vr_cli_fail("fit", 2, "--tflops: '%s' is not PRECISION=X", tok);
+        *eq = 0;
+        if (vr_precision_parse(tok, "--tflops", &p) != VR_OK)
+            return vr_cli_fail("fit", 2, "%s", vr_last_error());
+        if (parse_double("--tflops", eq + 1, &d))
+            return 2;
+        if (d <= 0)
+            return vr_cli_fail("fit", 2, "--tflops: '%s' must be positive", eq + 1);
+        cm->tflops[p] = d;
+    }
+    return 0;
+}
+
+/* The host's throughput: one 512^3 matmul and a 64 MiB copy, best of three. */
+static void measure_cpu(vr_fit_cost_model *cm)
+{
+    enum { N = 512 };
+    size_t big = 64 << 20;
+    float *a = calloc((size_t)N * N, sizeof *a), *b = calloc((size_t)N * N, sizeof *b);
+    float *c = calloc((size_t)N * N, sizeof *c);
+    char *x = calloc(big, 1), *y = calloc(big, 1);
+    double best_mm = 1e9, best_cp = 1e9;
+    for (int r = 0; a && b && c && x && y && r < 3; r++) {
+        uint64_t t0 = vr_now_ns();
+        vr_cpu_matmul_fwd(c, a, b, NULL, N, N, N);
+        uint64_t t1 = vr_now_ns();
+        memcpy(y, x, big);
+        uint64_t t2 = vr_now_ns();
+        best_mm = (double)(t1 - t0) * 1e-9 < best_mm ? (double)(t1 - t0) * 1e-9 : best_mm;
+        best_cp = (double)(t2 - t1) * 1e-9 < best_cp ? (double)(t2 - t1) * 1e-9 : best_cp;
+    }
+    double tf = best_mm < 1e9 && best_mm > 0 ? 2.0 * N * N * N / best_mm / 1e12 : 0.1;
+    for (int p = 0; p < 3; p++)
+        cm->tflops[p] = tf;
+    cm->bandwidth_gbs = best_cp < 1e9 && best_cp > 0 ? 2.0 * (double)big / best_cp / 1e9 : 10.0;
+    cm->launch_us = 1.0;
+    free(a), free(b), free(c), free(x), free(y);
+}
+
+/* Device, capacity, context; the step's workspace on cuda; the cost model. */
+typedef struct target {
+    char spec[64];
+    bool cuda;
+    uint64_t capacity, context;
+    const char *context_how, *cost_how;
+} target;
+
+static int resolve_device(const opts *o, target *t, vr_step_config *s, vr_fit_cost_model *cm)
+{
+    memset(t, 0, sizeof *t);
+    snprintf(t->spec, sizeof t->spec, "%s", o->device ? o->device : "meta");
+    *cm = vr_fit_cost_h100();
+    t->context_how = "none";
+    t->cost_how = "H100 figures";
+    if (!strcmp(t->spec, "cpu")) {
+        measure_cpu(cm);
+        t->cost_how = "measured on this host";
+    } else if (!strncmp(t->spec, "cuda", 4) && (!t->spec[4] || t->spec[4] == ':')) {
+        long long idx = 0;
+        if (t->spec[4] && vr_parse_int(t->spec + 5, "--device", 0, 1024, &idx) != VR_OK)
+            return vr_cli_fail("fit", 2, "%s", vr_last_error());
+        t->cuda = true;
+        s->workspace_bytes = CUDA_WORKSPACE;
+        uint64_t cost = 0;
+        if (o->has_context)
+            t->context = o->context, t->context_how = "as given";
+        else if (vr_cuda_context_cost((int)idx, &cost) == VR_OK && cost > 0)
+            t->context = cost, t->context_how = "measured";
+        else
+            t->context = CONTEXT_ESTIMATE, t->context_how = "estimate (527 MiB, PyTorch on an H100)";
+        vr_cuda_info info;
+        if (vr_cuda_device_info((int)idx, &info) == VR_OK)
+            t->capacity = info.total;
+    } else if (strcmp(t->spec, "meta")) {
+        return vr_cli_fail("fit", 2, "--device: '%s' is not one of meta, cpu, cuda, cuda:N", t->spec);
+    }
+    if (o->has_capacity)
+        t->capacity = o->capacity;
+    if (o->has_context && !t->cuda)
+        t->context = o->context, t->context_how = "as given";
+    if (!t->capacity)
+        return vr_cli_fail("fit", 2, "--capacity: needed (no GPU to read it from)");
+    if (o->tflops && parse_tflops(o->tflops, cm))
+        return 2;
+    if (o->bandwidth >= 0) {
+        if (o->bandwidth == 0)
+            return vr_cli_fail("fit", 2, "--bandwidth: must be positive");
+        cm->bandwidth_gbs = o->bandwidth;
+    }
+    if (o->launch_us >= 0)
+        cm->launch_us = o->launch_us;
+    if (o->tflops || o->bandwidth >= 0 || o->launch_us >= 0)
+        t->cost_how = "as given";
+    return 0;
+}
+
+static void print_batch(const vr_step_config *s, const vr_fit_batch *b)
+{
+    char n1[32], p1[32], n2[32], p2[32];
+    printf("largest batch (%s, recompute %s, accum %d): ", vr_precision_name(s->precision),
+           vr_recompute_name(s->recompute), s->accum);
+    if (!b->B) {
+        printf("none: B=1 needs %s (peak %s)\n", vr_format_size(b->next.need, n1, sizeof n1),
+               vr_format_size(b->next.peak, p1, sizeof p1));
+        return;
+    }
+    printf("B=%d%s\n  B=%-8d need %s (peak %s): fits\n", b->B, b->capped ? " (the search's cap)" : "", b->at.B,
+           vr_format_size(b->at.need, n1, sizeof n1), vr_format_size(b->at.peak, p1, sizeof p1));
+    if (b->next.B)
+        printf("  B=%-8d need %s (peak %s): does not fit\n", b->next.B, vr_format_size(b->next.need, n2, sizeof n2),
+               vr_format_size(b->next.peak, p2, sizeof p2));
+}
+
+static int report(const opts *o, const target *t, uint64_t step_cap, const vr_step_config *s,
+                  const vr_fit_batch *b, const vr_fit_result *r)
+{
+    char a[32], c[32], d[32];
+    const vr_fit_row *best = r->best >= 0 ? &r->rows[r->best] : NULL;
+    if (o->json) {
+        cJSON *root = vr_fit_json(r);
+        cJSON *mb = vr_fit_batch_json(b);
+        if (!root || !mb) {
+            cJSON_Delete(root), cJSON_Delete(mb);
+            return vr_cli_fail("fit", 1, "could not build the JSON output");
+        }
+        cJSON *dev = cJSON_AddObjectToObject(root, "device");
+        cJSON_AddStringToObject(dev, "spec", t->spec);
+        cJSON_AddNumberToObject(dev, "capacity", (double)t->capacity);
+        cJSON_AddNumberToObject(dev, "context", (double)t->context);
+        cJSON_AddNumberToObject(dev, "step_capacity", (double)step_cap);
+        cJSON_AddNumberToObject(mb, "T", r->model.T);
+        cJSON_AddStringToObject(mb, "precision", vr_precision_name(s->precision));
+        cJSON_AddStringToObject(mb, "recompute", vr_recompute_name(s->recompute));
+        cJSON_AddNumberToObject(mb, "accum", s->accum);
+        cJSON_AddItemToObject(root, "max_batch", mb);
+        cJSON_AddBoolToObject(root, "fits", best != NULL);
+        char *js = cJSON_Print(root);
+        printf("%s\n", js ? js : "null");
+        free(js);
+        cJSON_Delete(root);
+    } else {
+        printf("device    %s, capacity %s; CUDA context %s (%s); %s for the step%s\n", t->spec,
+               vr_format_size(t->capacity, a, sizeof a), vr_format_size(t->context, c, sizeof c), t->context_how,
+               vr_format_size(step_cap, d, sizeof d), t->cuda ? " (cuBLAS workspace 32 MiB counted as temp)" : "");
+        printf("sequence  T=%d; cost model: %s\n", r->model.kind == VR_MODEL_GPT ? r->model.T : 1, t->cost_how);
+        print_batch(s, b);
+        printf("\n");
+        vr_fit_print(r, stdout);
+        if (best)
+            printf("\nbest      %s, recompute %s, micro-batch %d x accum %d: need %s, est. %.2f ms/step, "
+                   "%.0f tokens/s\n", vr_precision_name(best->precision), vr_recompute_name(best->recompute),
+                   best->micro, best->accum, vr_format_size(best->point.need, a, sizeof a),
+                   best->cost.seconds * 1e3, best->tokens_per_s);
+    }
+    if (best)
+        return 0;
+    const vr_fit_row *lo = &r->rows[0];
+    for (int i = 1; i < r->n_rows; i++)
+        if (r->rows[i].point.need < lo->point.need)
+            lo = &r->rows[i];
+    return vr_cli_fail("fit", 1, "does not fit: the smallest step found (%s, recompute %s, micro-batch 1) needs %s "
+                       "(peak %s), more than the %s left for the step", vr_precision_name(lo->precision),
+                       vr_recompute_name(lo->recompute), vr_format_size(lo->point.need, a, sizeof a),
+                       vr_format_size(lo->point.peak, c, sizeof c), vr_format_size(step_cap, d, sizeof d));
+}
+
+int vr_cmd_fit(int argc, char **argv)
+{
+    opts o = {0};
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (o.m.batch)
+        return vr_cli_fail("fit", 2, "--batch: vram fit searches the batch (use --global-batch N to fix the rows "
+                                     "per optimizer step)");
+    if (o.global_batch && o.m.accum)
+        return vr_cli_fail("fit", 2, "--accum: not with --global-batch (fit chooses micro-batch x accum)");
+    vr_model_config m;
+    vr_step_config s;
+    target t;
+    vr_fit_options fo = {.global_batch = (int)o.global_batch};
+    if ((rc = vr_model_flags_configure("fit", &o.m, &fit_defaults, &m, &s)) ||
+        (rc = resolve_device(&o, &t, &s, &fo.cost)))
+        return rc;
+    fo.capacity = t.capacity > t.context ? t.capacity - t.context : 0;
+    if (o.m.precision)
+        fo.precisions = 1u << s.precision;
+    if (o.m.recompute)
+        fo.recomputes = 1u << s.recompute;
+    vr_fit_batch b;
+    vr_fit_result *r = calloc(1, sizeof *r);
+    if (!r)
+        return vr_cli_fail("fit", 1, "out of host memory");
+    if (vr_fit_max_batch(&m, &s, fo.capacity, &b) != VR_OK || vr_fit_search(&m, &s, &fo, r) != VR_OK) {
+        free(r);
+        return vr_cli_fail("fit", 2, "%s", vr_last_error());
+    }
+    rc = report(&o, &t, fo.capacity, &s, &b, r);
+    free(r);
+    return rc;
+}

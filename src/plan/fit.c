@@ -1,0 +1,180 @@
+/* vram fit — the largest micro-batch that fits (exponential + binary search over
+ * B, one plan per probe) and the search over precision × recompute policy ×
+ * micro-batch/accumulation, ranked by the cost model (fit_cost.c). */
+#include <string.h>
+
+#include "vram/fit.h"
+#include "vram/plan.h"
+
+/* Builds and plans the step at micro-batch B; fills pt (and *cost when cm is given). */
+static vr_status probe(const vr_model_config *m, const vr_step_config *s, int B, uint64_t capacity,
+                       vr_fit_point *pt, const vr_fit_cost_model *cm, vr_fit_cost *cost, int *plans)
+{
+    vr_model_config mm = *m;
+    mm.B = B;
+    vr_graph *g = NULL;
+    vr_status st = vr_graph_build(&mm, s, &g);
+    if (st)
+        return st;
+    vr_plan *p = NULL;
+    st = vr_plan_create(g, NULL, &p);
+    if (!st) {
+        *pt = (vr_fit_point){.B = B, .peak = p->peak, .need = p->arena_size, .fits = p->arena_size <= capacity};
+        if (cm)
+            *cost = vr_fit_step_cost(g, cm);
+        (*plans)++;
+    }
+    vr_plan_free(p);
+    vr_graph_free(g);
+    return st;
+}
+
+vr_status vr_fit_max_batch(const vr_model_config *m, const vr_step_config *s, uint64_t capacity,
+                           vr_fit_batch *out)
+{
+    memset(out, 0, sizeof *out);
+    vr_fit_point lo, hi = {0}, pt;
+    vr_status st = probe(m, s, 1, capacity, &lo, NULL, NULL, &out->plans);
+    if (st)
+        return st;
+    if (!lo.fits) {
+        out->next = lo;
+        return VR_OK;
+    }
+    /* Exponential: double until a probe does not fit (or the cap fits). */
+    while (!hi.B) {
+        if (lo.B == VR_FIT_MAX_BATCH) {
+            out->capped = true;
+            break;
+        }
+        int b = lo.B > VR_FIT_MAX_BATCH / 2 ? VR_FIT_MAX_BATCH : 2 * lo.B;
+        if ((st = probe(m, s, b, capacity, &pt, NULL, NULL, &out->plans)))
+            return st;
+        *(pt.fits ? &lo : &hi) = pt;
+    }
+    /* Binary: lo fits, hi does not; stop when they are neighbours. */
+    while (hi.B && hi.B - lo.B > 1) {
+        int b = lo.B + (hi.B - lo.B) / 2;
+        if ((st = probe(m, s, b, capacity, &pt, NULL, NULL, &out->plans)))
+            return st;
+        *(pt.fits ? &lo : &hi) = pt;
+    }
+    out->B = lo.B;
+    out->at = lo;
+    out->next = hi;
+    return VR_OK;
+}
+
+/* The largest divisor of n that is at most k (k >= 1). */
+static int largest_divisor_at_most(int n, int k)
+{
+    for (int d = k < n ? k : n; d > 1; d--)
+        if (n % d == 0)
+            return d;
+    return 1;
+}
+
+/* One row: the best batching for the precision and recompute policy in s. */
+static vr_status search_row(const vr_model_config *m, vr_step_config s, const vr_fit_options *o, vr_fit_row *row,
+                            int *plans)
+{
+    memset(row, 0, sizeof *row);
+    row->precision = s.precision;
+    row->recompute = s.recompute;
+    int G = o->global_batch;
+    vr_fit_batch b;
+    s.accum = G ? 1 : s.accum > 1 ? s.accum : 1;
+    vr_status st = vr_fit_max_batch(m, &s, o->capacity, &b);
+    *plans += b.plans;
+    if (st)
+        return st;
+    row->max_micro = b.B;
+    row->micro = G ? (b.B >= G ? G : 0) : b.B;
+    row->accum = s.accum;
+    vr_fit_point smallest = b.B ? b.at : b.next; /* the first probe, at B = 1 */
+    if (G > 1 && !row->micro) {
+        /* The whole global batch does not fit at once: accumulate (the gradients then persist). */
+        s.accum = 2;
+        if ((st = vr_fit_max_batch(m, &s, o->capacity, &b)))
+            return st;
+        *plans += b.plans;
+        row->max_micro = b.B;
+        if (b.B) {
+            row->micro = largest_divisor_at_most(G, b.B);
+            row->accum = G / row->micro;
+        } else {
+            smallest = b.next;
+        }
+    }
+    if (!row->micro) {
+        row->point = smallest;
+        row->accum = G > 1 ? G : row->accum;
+        return VR_OK;
+    }
+    s.accum = row->accum;
+    if ((st = probe(m, &s, row->micro, o->capacity, &row->point, &o->cost, &row->cost, plans)))
+        return st;
+    row->fits = row->point.fits;
+    row->tokens = (int64_t)row->micro * row->accum * (m->kind == VR_MODEL_GPT ? m->T : 1);
+    row->tokens_per_s = row->cost.seconds > 0 ? (double)row->tokens / row->cost.seconds : 0;
+    return VR_OK;
+}
+
+/* Ranking: fitting rows first, by tokens/s (then smaller need); the rest by need. */
+static bool before(const vr_fit_row *a, const vr_fit_row *b)
+{
+    if (a->fits != b->fits)
+        return a->fits;
+    if (a->fits && a->tokens_per_s != b->tokens_per_s)
+        return a->tokens_per_s > b->tokens_per_s;
+    return a->point.need < b->point.need;
+}
+
+vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const vr_fit_options *o,
+                        vr_fit_result *out)
+{
+    memset(out, 0, sizeof *out);
+    out->model = *m;
+    out->step = *s;
+    out->options = *o;
+    vr_fit_options *opt = &out->options;
+    if (opt->global_batch < 0)
+        return vr_error(VR_ERR_INVALID, "fit: global batch %d is negative", opt->global_batch);
+    if (!opt->precisions)
+        opt->precisions = 1u << VR_PREC_FP32 | 1u << VR_PREC_BF16;
+    if (!opt->recomputes)
+        opt->recomputes = 1u << VR_RECOMPUTE_NONE | 1u << VR_RECOMPUTE_SELECTIVE | 1u << VR_RECOMPUTE_BLOCK;
+    if (!s->train) /* no backward: nothing to recompute */
+        opt->recomputes = 1u << VR_RECOMPUTE_NONE;
+    const vr_fit_cost_model zero = {0};
+    if (!memcmp(&opt->cost, &zero, sizeof zero))
+        opt->cost = vr_fit_cost_h100();
+    static const vr_recompute order[3] = {VR_RECOMPUTE_NONE, VR_RECOMPUTE_SELECTIVE, VR_RECOMPUTE_BLOCK};
+    for (int p = VR_PREC_FP32; p <= VR_PREC_FP16; p++) {
+        for (int r = 0; r < 3; r++) {
+            if (!(opt->precisions & 1u << p) || !(opt->recomputes & 1u << order[r]))
+                continue;
+            vr_step_config ss = *s;
+            ss.precision = (vr_precision)p;
+            ss.recompute = order[r];
+            vr_fit_row row;
+            vr_status st = search_row(m, ss, opt, &row, &out->plans);
+            if (st)
+                return st;
+            int k = out->n_rows++; /* insertion into the ranked rows */
+            while (k > 0 && before(&row, &out->rows[k - 1])) {
+                out->rows[k] = out->rows[k - 1];
+                k--;
+            }
+            out->rows[k] = row;
+        }
+    }
+    if (!out->n_rows)
+        return vr_error(VR_ERR_INVALID, "fit: no precision or recompute policy to try");
+    out->best = out->rows[0].fits ? 0 : -1;
+    out->smallest_need = out->rows[0].point.need;
+    for (int i = 0; i < out->n_rows; i++)
+        if (out->rows[i].point.need < out->smallest_need)
+            out->smallest_need = out->rows[i].point.need;
+    return VR_OK;
+}

@@ -1,0 +1,75 @@
+/* vram fit — the cost model of one optimizer step (stated in vram/fit.h):
+ * matmul-class FLOPs / throughput + other kernels' bytes / bandwidth + launches. */
+#include "vram/fit.h"
+
+vr_fit_cost_model vr_fit_cost_h100(void)
+{
+    return (vr_fit_cost_model){.tflops = {150.0, 400.0, 400.0}, .bandwidth_gbs = 2500.0, .launch_us = 5.0};
+}
+
+static double numel(const vr_graph *g, int id) { return id >= 0 ? (double)vr_tensor_numel(&g->tensors[id]) : 0; }
+
+static double dim(const vr_graph *g, int id, int d) { return id >= 0 ? (double)g->tensors[id].shape[d] : 0; }
+
+double vr_fit_node_flops(const vr_graph *g, const vr_node *n)
+{
+    switch (n->op) {
+    case VR_OP_MATMUL: { /* x (N,C), w (OC,C) -> y (N,OC) */
+        return 2.0 * numel(g, n->in[0]) * dim(g, n->in[1], 0); /* 2 · (N·C) · OC */
+    }
+    case VR_OP_MATMUL_BWD: { /* dy (N,OC), x, w (OC,C) -> dx, dw, db */
+        double OC = dim(g, n->in[2], 0), C = dim(g, n->in[2], 1);
+        double N = OC > 0 ? numel(g, n->in[0]) / OC : 0;
+        return 2.0 * N * C * OC * ((n->out[0] >= 0) + (n->out[1] >= 0));
+    }
+    case VR_OP_ATTENTION: { /* qkv (B,T,3C), causal */
+        double B = dim(g, n->in[0], 0), T = dim(g, n->in[0], 1), C = dim(g, n->in[0], 2) / 3;
+        return 2.0 * B * T * T * C;
+    }
+    case VR_OP_ATTENTION_BWD: { /* dy, qkv (B,T,3C), ... */
+        double B = dim(g, n->in[1], 0), T = dim(g, n->in[1], 1), C = dim(g, n->in[1], 2) / 3;
+        return 5.0 * B * T * T * C;
+    }
+    case VR_OP_CLASSIFIER: { /* x (N,C), wte (Vp,C): logits, then dx and dwte when computed */
+        double C = dim(g, n->in[1], 1);
+        double N = C > 0 ? numel(g, n->in[0]) / C : 0;
+        return 2.0 * N * C * n->vocab * (1 + (n->out[1] >= 0) + (n->out[2] >= 0));
+    }
+    default:
+        return 0;
+    }
+}
+
+static double node_bytes(const vr_graph *g, const vr_node *n)
+{
+    double b = 0;
+    for (int k = 0; k < VR_NODE_MAX_IN; k++)
+        if (n->in[k] >= 0)
+            b += (double)vr_tensor_bytes(&g->tensors[n->in[k]]);
+    for (int k = 0; k < VR_NODE_MAX_OUT; k++)
+        if (n->out[k] >= 0)
+            b += (double)vr_tensor_bytes(&g->tensors[n->out[k]]);
+    return b;
+}
+
+vr_fit_cost vr_fit_step_cost(const vr_graph *g, const vr_fit_cost_model *cm)
+{
+    vr_fit_cost c = {0};
+    int accum = g->step.train && g->step.accum > 1 ? g->step.accum : 1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const vr_node *n = &g->nodes[i];
+        if (!vr_op_get_info(n->op)->kernel)
+            continue; /* a view: no kernel */
+        int times = n->phase == VR_PHASE_OPTIMIZER ? 1 : accum;
+        double f = vr_fit_node_flops(g, n);
+        c.flops += times * f;
+        if (f == 0)
+            c.bytes += times * node_bytes(g, n);
+        c.launches += times;
+    }
+    unsigned p = (unsigned)g->step.precision < 3 ? (unsigned)g->step.precision : 0;
+    double tf = cm->tflops[p] > 0 ? cm->tflops[p] : 1.0;
+    double bw = cm->bandwidth_gbs > 0 ? cm->bandwidth_gbs : 1.0;
+    c.seconds = c.flops / (tf * 1e12) + c.bytes / (bw * 1e9) + (double)c.launches * cm->launch_us * 1e-6;
+    return c;
+}
