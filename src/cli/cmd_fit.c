@@ -281,7 +281,10 @@ static int report(const opts *o, const target *t, uint64_t step_cap, const vr_st
         printf("device    %s, capacity %s; CUDA context %s (%s); %s for the step%s\n", t->spec,
                vr_format_size(t->capacity, a, sizeof a), vr_format_size(t->context, c, sizeof c), t->context_how,
                vr_format_size(step_cap, d, sizeof d), t->cuda ? " (cuBLAS workspace 32 MiB counted as temp)" : "");
-        printf("sequence  T=%d; cost model: %s\n", r->model.kind == VR_MODEL_GPT ? r->model.T : 1, t->cost_how);
+        if (r->model.kind == VR_MODEL_GPT)
+            printf("sequence  T=%d (a token is one position); cost model: %s\n", r->model.T, t->cost_how);
+        else
+            printf("rows      MLP samples (a token is one row); cost model: %s\n", t->cost_how);
         print_batch(s, b);
         printf("\n");
         vr_fit_print(r, stdout);

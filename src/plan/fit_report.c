@@ -28,8 +28,8 @@ void vr_fit_print(const vr_fit_result *r, FILE *f)
 {
     const vr_fit_options *o = &r->options;
     char cap[32];
-    fprintf(f, "cost model: matmul FLOPs at fp32 %.0f, bf16 %.0f, fp16 %.0f TFLOP/s; other kernels at %.0f GB/s; "
-               "%.1f us per kernel\n",
+    fprintf(f, "cost model: matmul FLOPs at fp32 %.3g, bf16 %.3g, fp16 %.3g TFLOP/s; other kernels at %.3g GB/s; "
+               "%.3g us per kernel\n",
             o->cost.tflops[VR_PREC_FP32], o->cost.tflops[VR_PREC_BF16], o->cost.tflops[VR_PREC_FP16],
             o->cost.bandwidth_gbs, o->cost.launch_us);
     fprintf(f, "%s configurations for %s of step memory (%d plans)", o->global_batch ? "global batch" : "largest batch",
@@ -40,7 +40,7 @@ void vr_fit_print(const vr_fit_result *r, FILE *f)
             "micro x accum", "tokens/step", "peak", "need", "fits", "FLOP/step", "est. step", "tokens/s");
     for (int i = 0; i < r->n_rows; i++) {
         const vr_fit_row *w = &r->rows[i];
-        char mb[32], pk[32], nd[32], tm[32] = "-", tps[32] = "-", tf[32] = "-";
+        char mb[32], pk[32], nd[32], tm[32] = "-", tps[32] = "-", tf[32] = "-", tok[32] = "-";
         if (w->micro)
             snprintf(mb, sizeof mb, "%d x %d", w->micro, w->accum);
         else
@@ -49,9 +49,10 @@ void vr_fit_print(const vr_fit_result *r, FILE *f)
             time_text(w->cost.seconds, tm, sizeof tm);
             snprintf(tps, sizeof tps, "%.0f", w->tokens_per_s);
             flops_text(w->cost.flops, tf, sizeof tf);
+            snprintf(tok, sizeof tok, "%lld", (long long)w->tokens);
         }
-        fprintf(f, "%4d  %-9s %-9s %13s %12lld %11s %11s %-4s %11s %14s %10s\n", i + 1,
-                vr_precision_name(w->precision), vr_recompute_name(w->recompute), mb, (long long)w->tokens,
+        fprintf(f, "%4d  %-9s %-9s %13s %12s %11s %11s %-4s %11s %14s %10s\n", i + 1,
+                vr_precision_name(w->precision), vr_recompute_name(w->recompute), mb, tok,
                 vr_format_size(w->point.peak, pk, sizeof pk), vr_format_size(w->point.need, nd, sizeof nd),
                 w->fits ? "yes" : "no", tf, tm, tps);
     }

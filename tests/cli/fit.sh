@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# vram fit: the largest batch fits and the next does not (checked against vram plan),
+# the ranked table, --global-batch splits into micro x accum, --json parses and hangs
+# together, no fit exits 1 naming the smallest need, every bad flag exits 2 with one line.
+set -euo pipefail
+vram="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$vram" fit --preset tiny --capacity 4MiB >"$tmp/out" 2>"$tmp/err" || { echo "vram fit failed:"; cat "$tmp/out" "$tmp/err"; exit 1; }
+cat "$tmp/out"
+grep -q "^largest batch (fp32, recompute none" "$tmp/out" || { echo "no largest-batch line"; exit 1; }
+grep -q "^best " "$tmp/out" || { echo "no best line"; exit 1; }
+for cfg in "fp32 *none" "fp32 *selective" "fp32 *block" "bf16 *none" "bf16 *selective" "bf16 *block"; do
+  grep -Eq "^ +[0-9]+ +$cfg " "$tmp/out" || { echo "no row for $cfg"; exit 1; }
+done
+
+# the max batch against vram plan: B fits 4 MiB, B+1 does not
+B=$(sed -n 's/^largest batch .*: B=\([0-9]*\).*/\1/p' "$tmp/out")
+[ -n "$B" ] && [ "$B" -ge 1 ] || { echo "no batch parsed"; exit 1; }
+"$vram" plan --preset tiny --batch "$B" --capacity 4MiB | grep -q "capacity  4.00 MiB: fits" || { echo "B=$B should fit per vram plan"; exit 1; }
+"$vram" plan --preset tiny --batch $((B + 1)) --capacity 4MiB | grep -q "DOES NOT FIT" || { echo "B=$((B + 1)) should not fit per vram plan"; exit 1; }
+
+# --json: parses; rows ranked; fitting rows within the capacity; max batch boundary
+"$vram" fit --preset small --seq 128 --capacity 64MiB --global-batch 24 --json >"$tmp/json"
+python3 - "$tmp/json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+cap = d["device"]["step_capacity"]
+assert cap == d["capacity"] == 64 << 20, d["device"]
+rows = d["rows"]
+assert len(rows) == 6 and d["best"] == 0 and d["fits"] is True, (len(rows), d["best"])
+fit = [r for r in rows if r["fits"]]
+assert fit and all(r["need"] <= cap for r in fit)
+assert all(r["micro_batch"] * r["accum"] == 24 for r in fit), rows
+assert all(a["tokens_per_s"] >= b["tokens_per_s"] for a, b in zip(fit, fit[1:]))
+mb = d["max_batch"]
+assert mb["at"]["need"] <= cap < mb["next"]["need"] and mb["next"]["batch"] == mb["batch"] + 1, mb
+# the cost model: same precision, block recompute costs more FLOPs than none
+by = {(r["precision"], r["recompute"]): r for r in rows}
+for p in ("fp32", "bf16"):
+    n, b = by[(p, "none")], by[(p, "block")]
+    if n["fits"] and b["fits"] and n["micro_batch"] == b["micro_batch"]:
+        assert b["flops"] > n["flops"], (b, n)
+print("json ok:", [(r["precision"], r["recompute"], r["micro_batch"], r["accum"]) for r in fit])
+PY
+"$vram" fit --preset tiny --capacity 4MiB --recompute block --precision bf16 --json |
+  python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["rows"]; assert len(r)==1 and r[0]["recompute"]=="block" and r[0]["precision"]=="bf16"'
+"$vram" fit --model mlp --preset mnist --optim sgd --capacity 64MiB --json | python3 -c 'import json,sys; json.load(sys.stdin)'
+"$vram" fit --preset tiny --capacity 128MiB --device cuda --context 32MiB --tflops bf16=300,fp32=100 --json |
+  python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["device"]["step_capacity"] == 96 << 20 and d["cost_model"]["tflops"]["bf16"] == 300'
+
+# nothing fits: exit 1, one line naming the smallest need
+set +e
+"$vram" fit --preset gpt2 --seq 1024 --capacity 1GiB >"$tmp/nf" 2>"$tmp/nferr"
+rc=$?
+set -e
+[ "$rc" -eq 1 ] || { echo "no fit exited $rc, want 1"; cat "$tmp/nferr"; exit 1; }
+grep -q "does not fit: the smallest step found .* needs" "$tmp/nferr" || { echo "no-fit message:"; cat "$tmp/nferr"; exit 1; }
+grep -q "none: B=1 needs" "$tmp/nf" || { echo "no-fit max batch line"; cat "$tmp/nf"; exit 1; }
+
+# bad flags: exit 2, one line, naming the flag
+bad() {
+  local flag="$1"; shift
+  set +e
+  "$vram" fit "$@" >"$tmp/bout" 2>"$tmp/berr"
+  local rc=$?
+  set -e
+  [ "$rc" -eq 2 ] || { echo "'$*' exited $rc, want 2"; cat "$tmp/berr"; exit 1; }
+  [ "$(wc -l <"$tmp/berr")" -eq 1 ] || { echo "'$*': not one line:"; cat "$tmp/berr"; exit 1; }
+  grep -q -- "$flag" "$tmp/berr" || { echo "'$*': error does not name $flag:"; cat "$tmp/berr"; exit 1; }
+}
+bad --bogus --bogus --capacity 1GiB
+bad --capacity --preset tiny
+bad --capacity --capacity 12XB
+bad --capacity --capacity
+bad --device --device tpu --capacity 1GiB
+bad --global-batch --global-batch 0 --capacity 1GiB
+bad --global-batch --global-batch x --capacity 1GiB
+bad --tflops --tflops x --capacity 1GiB
+bad --tflops --tflops tf32=3 --capacity 1GiB
+bad --bandwidth --bandwidth -1 --capacity 1GiB
+bad --batch --batch 4 --capacity 1GiB
+bad --accum --accum 2 --global-batch 8 --capacity 1GiB
+bad --recompute --recompute most --capacity 1GiB
+bad --precision --precision fp8 --capacity 1GiB
+bad --preset --preset nope --capacity 1GiB
+echo "fit.sh ok"
