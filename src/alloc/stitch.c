@@ -247,38 +247,54 @@ static void move_reserved(vr_alloc *a, sgran *g, int pool)
     g->pool = pool;
 }
 
-/* Creates `count` new granules (into FREE) for pool; VR_ERR_OOM at the cap. */
+static void release_granule(vr_alloc *a, sgran *g);
+
+/* Creates one new granule (into FREE) for pool. */
+static vr_status create_granule(vr_alloc *a, int pool)
+{
+    st_state *s = S(a);
+    if (s->nall == s->capall) {
+        size_t ncap = s->capall ? s->capall * 2 : 256;
+        sgran **na = realloc(s->all, ncap * sizeof *na);
+        if (!na)
+            return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
+        s->all = na;
+        s->capall = ncap;
+    }
+    sgran *g = calloc(1, sizeof *g);
+    if (!g)
+        return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
+    vr_status st = vr_device_phys_create(a->dev, s->G, &g->ph);
+    if (st != VR_OK) {
+        free(g);
+        return st;
+    }
+    for (int w = 0; w < 3; w++)
+        g->link[w].bucket = -1;
+    g->pool = pool;
+    g->idx = s->nall;
+    s->all[s->nall++] = g;
+    link_into(s, g, FREE, 0);
+    a->reserved += s->G;
+    vra_stat_inc(&a->stats.reserved_bytes[VR_POOL_ALL], (int64_t)s->G);
+    vra_stat_inc(&a->stats.reserved_bytes[pool], (int64_t)s->G);
+    return VR_OK;
+}
+
+/* Creates `count` new granules for pool, all or none; VR_ERR_OOM at the cap
+ * or when the device refuses. */
 static vr_status create_granules(vr_alloc *a, size_t count, int pool)
 {
     st_state *s = S(a);
     if (a->limit != UINT64_MAX && (a->reserved + count * s->G > a->limit || count * s->G > a->limit))
         return VR_ERR_OOM;
     for (size_t i = 0; i < count; i++) {
-        if (s->nall == s->capall) {
-            size_t ncap = s->capall ? s->capall * 2 : 256;
-            sgran **na = realloc(s->all, ncap * sizeof *na);
-            if (!na)
-                return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
-            s->all = na;
-            s->capall = ncap;
-        }
-        sgran *g = calloc(1, sizeof *g);
-        if (!g)
-            return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
-        vr_status st = vr_device_phys_create(a->dev, s->G, &g->ph);
+        vr_status st = create_granule(a, pool);
         if (st != VR_OK) {
-            free(g);
+            while (i--) /* the newest granules are at the front of FREE */
+                release_granule(a, s->freelist);
             return st;
         }
-        for (int w = 0; w < 3; w++)
-            g->link[w].bucket = -1;
-        g->pool = pool;
-        g->idx = s->nall;
-        s->all[s->nall++] = g;
-        link_into(s, g, FREE, 0);
-        a->reserved += s->G;
-        vra_stat_inc(&a->stats.reserved_bytes[VR_POOL_ALL], (int64_t)s->G);
-        vra_stat_inc(&a->stats.reserved_bytes[pool], (int64_t)s->G);
     }
     return VR_OK;
 }

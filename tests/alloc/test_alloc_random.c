@@ -168,6 +168,12 @@ static void random_expandable_meta(void **state)
     run(&(config){"meta:512MiB", "expandable", 0, 777, 20000, false});
 }
 
+static void random_stitch_meta(void **state)
+{
+    (void)state;
+    run(&(config){"meta:512MiB", "stitch", 0, 4242, 20000, false});
+}
+
 static void random_pytorch_cpu(void **state)
 {
     (void)state;
@@ -212,8 +218,8 @@ static void *work(void *arg)
 static void threads_share_one_allocator(void **state)
 {
     (void)state;
-    const char *policies[] = {"pytorch", "expandable"};
-    for (int pi = 0; pi < 2; pi++) {
+    const char *policies[] = {"pytorch", "expandable", "stitch"};
+    for (int pi = 0; pi < 3; pi++) {
         vr_device *d = open_dev("meta:4GiB");
         vr_alloc *a = make_alloc(d, policies[pi], NULL);
         pthread_t th[4];
@@ -243,6 +249,7 @@ int main(void)
         cmocka_unit_test(random_pytorch_meta),
         cmocka_unit_test(random_pytorch_max_split),
         cmocka_unit_test(random_expandable_meta),
+        cmocka_unit_test(random_stitch_meta),
         cmocka_unit_test(random_pytorch_cpu),
         cmocka_unit_test(random_expandable_cpu),
         cmocka_unit_test(threads_share_one_allocator),
