@@ -114,50 +114,68 @@ tile_gemm(float *c, size_t ldc, const float *a, size_t ars, size_t aks, const fl
 /* ------------------------------------------------------------------ forward */
 
 /* One query tile [i0, i0+iq) of one (batch, head). base: qkv row 0 of the head; obase: out row 0
- * of the head; lrow: lse(T) of the head. */
+ * of the head; lrow: lse(T) of the head. The scores are formed transposed, st(jn, BQ) = k q^T, so
+ * that the query tile is transposed once (not each key tile) and the softmax bookkeeping runs
+ * across the 32 queries of a key at once. */
 VR_CPU_HOT
 static void fwd_tile(float *obase, float *lrow, const float *base, int i0, int iq, int C, int hs,
                      float scale)
 {
     size_t C3 = (size_t)3 * C;
-    float kt[VR_ATT_HSMAX * VR_ATT_BK], o[VR_ATT_BQ * VR_ATT_HSMAX], s[VR_ATT_BQ * VR_ATT_BK];
-    float m[VR_ATT_BQ], l[VR_ATT_BQ];
-    for (int ii = 0; ii < iq; ii++) m[ii] = -INFINITY, l[ii] = 0.0f;
+    float qt[VR_ATT_HSMAX * VR_ATT_BQ], st[VR_ATT_BK * VR_ATT_BQ], o[VR_ATT_BQ * VR_ATT_HSMAX];
+    float m[VR_ATT_BQ], l[VR_ATT_BQ], bm[VR_ATT_BQ], corr[VR_ATT_BQ];
+    for (int ii = 0; ii < VR_ATT_BQ; ii++) m[ii] = -INFINITY, l[ii] = 0.0f;
     memset(o, 0, sizeof(float) * (size_t)iq * hs);
-    const float *q = base + (size_t)i0 * C3;
+    // qt(hs,BQ) = the query rows, transposed; columns iq..BQ-1 zero
+    for (int d = 0; d < hs; d++)
+        for (int ii = iq; ii < VR_ATT_BQ; ii++) qt[d * VR_ATT_BQ + ii] = 0.0f;
+    for (int ii = 0; ii < iq; ii++) {
+        const float *q = base + (size_t)(i0 + ii) * C3;
+        for (int d = 0; d < hs; d++) qt[d * VR_ATT_BQ + ii] = q[d];
+    }
     int iend = i0 + iq; // keys j < iend can be seen by some query of the tile
     for (int j0 = 0; j0 < iend; j0 += VR_ATT_BK) {
         int jn = iend - j0 < VR_ATT_BK ? iend - j0 : VR_ATT_BK;
-        load_transposed(kt, base, C3, C, 1, j0, jn, hs);
-        tile_gemm(s, VR_ATT_BK, q, C3, 1, kt, VR_ATT_BK, iq, VR_ATT_BK, hs, 1); // q_i . k_j
-        for (int ii = 0; ii < iq; ii++) {
-            float *sr = s + ii * VR_ATT_BK, *orow = o + ii * hs;
-            int nv = i0 + ii - j0 + 1 < jn ? i0 + ii - j0 + 1 : jn; // keys j0..j0+nv-1 are <= i
-            float bm = -INFINITY;
-            for (int jj = 0; jj < nv; jj++) {
-                sr[jj] *= scale;
-                bm = sr[jj] > bm ? sr[jj] : bm;
-            }
-            if (bm > m[ii]) { // the running maximum grows: rescale what was summed so far
-                if (m[ii] != -INFINITY) {
-                    float corr = vr_expf(m[ii] - bm);
-                    l[ii] *= corr;
+        const float *kb = base + (size_t)j0 * C3 + C, *vb = kb + C;
+        tile_gemm(st, VR_ATT_BQ, kb, C3, 1, qt, VR_ATT_BQ, jn, VR_ATT_BQ, hs, 1); // k_j . q_i
+        // scale, causal mask (key j0+jj visible to query i0+ii iff j0+jj <= i0+ii), tile maximum
 #pragma omp simd
-                    for (int d = 0; d < hs; d++) orow[d] *= corr;
-                }
-                m[ii] = bm;
+        for (int ii = 0; ii < VR_ATT_BQ; ii++) bm[ii] = -INFINITY;
+        for (int jj = 0; jj < jn; jj++) {
+            float *sr = st + jj * VR_ATT_BQ;
+            int lim = j0 + jj - i0; // queries ii >= lim see this key
+#pragma omp simd
+            for (int ii = 0; ii < VR_ATT_BQ; ii++) {
+                float v = ii >= lim ? sr[ii] * scale : -INFINITY;
+                sr[ii] = v;
+                bm[ii] = v > bm[ii] ? v : bm[ii];
             }
-            float mi = m[ii], bl = 0.0f;
-#pragma omp simd reduction(+ : bl)
-            for (int jj = 0; jj < jn; jj++) {
-                float pj = jj < nv ? vr_expf(sr[jj] - mi) : 0.0f; // masked keys weigh 0
-                sr[jj] = pj;
-                bl += pj;
-            }
-            l[ii] += bl;
         }
-        // o(iq,hs) += p(iq,jn) v(jn,hs)
-        tile_gemm(o, hs, s, VR_ATT_BK, 1, base + (size_t)j0 * C3 + 2 * (size_t)C, C3, iq, hs, jn, 0);
+        // online softmax: new running maximum, the factor for what was summed so far
+#pragma omp simd
+        for (int ii = 0; ii < VR_ATT_BQ; ii++) {
+            float mn = bm[ii] > m[ii] ? bm[ii] : m[ii];
+            corr[ii] = mn == m[ii] ? 1.0f : vr_expf(m[ii] - mn); // m = -inf: exp -> ~0, times 0
+            l[ii] *= corr[ii];
+            m[ii] = mn;
+        }
+        for (int ii = 0; ii < iq; ii++) {
+            if (corr[ii] == 1.0f) continue;
+            float c = corr[ii], *orow = o + ii * hs;
+#pragma omp simd
+            for (int d = 0; d < hs; d++) orow[d] *= c;
+        }
+        for (int jj = 0; jj < jn; jj++) {
+            float *sr = st + jj * VR_ATT_BQ;
+#pragma omp simd
+            for (int ii = 0; ii < VR_ATT_BQ; ii++) {
+                float p = sr[ii] == -INFINITY ? 0.0f : vr_expf(sr[ii] - m[ii]);
+                sr[ii] = p;
+                l[ii] += p;
+            }
+        }
+        // o(iq,hs) += p(iq,jn) v(jn,hs), p(ii,jj) = st[jj*BQ + ii]
+        tile_gemm(o, hs, st, 1, VR_ATT_BQ, vb, C3, iq, hs, jn, 0);
     }
     for (int ii = 0; ii < iq; ii++) {
         float inv = 1.0f / l[ii], *dst = obase + (size_t)(i0 + ii) * C;
