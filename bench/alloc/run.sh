@@ -20,7 +20,7 @@ for t in "$traces"/*.csv.gz "$synth"/*.csv.gz; do
     tpa=$(sed -n '/"pytorch"/,$p' <<<"$out" | field peak_allocated)
     tpr=$(sed -n '/"pytorch"/,$p' <<<"$out" | field peak_reserved)
     diff=$(field peak_reserved_diff_pct <<<"$out")
-    if [ -n "$tpa" ]; then
+    if [ -n "$diff" ]; then
       tr=$(awk -v a="$tpa" -v r="$tpr" 'BEGIN { printf "%.3f", r / a }'); df=$(printf '%+.3f%%' "$diff")
     else
       tr="(synthetic)"; df="—"
