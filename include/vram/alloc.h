@@ -4,7 +4,9 @@
  * PyTorch's CUDA caching allocator does (policy "pytorch", stated in full at
  * the top of src/alloc/pytorch.c), or with other policies behind the same
  * interface ("expandable": one growing virtual range per stream and pool, see
- * src/alloc/expandable.c). Statistics are kept exactly as PyTorch users know
+ * src/alloc/expandable.c; "stitch": physical granules stitched into a fresh
+ * virtual range per block, with no rounding to granules, on devices with
+ * physical memory handles, see src/alloc/stitch.c). Statistics are kept exactly as PyTorch users know
  * them (memory_allocated, memory_reserved, ...), per pool.
  *
  * Words: a *segment* is memory obtained from the device (vr_device_malloc, or
