@@ -133,6 +133,24 @@ void vr_exec_reset_peaks(vr_exec *e);
 /* The allocator of a dynamic executor (NULL in planned mode), e.g. for its summary. */
 vr_alloc *vr_exec_allocator(vr_exec *e);
 
+/* --- threads of the CPU backend ---
+ * The CPU kernels run OpenMP loops and call OpenBLAS, which keeps its own pool
+ * of threads. With libgomp's default (active) waiting, OpenMP threads spin
+ * after each loop and starve OpenBLAS's threads: on 2 cores a training step
+ * ran 40x slower than with OMP_WAIT_POLICY=passive. libgomp reads that
+ * variable when the process starts, so it must be in the environment before:
+ * the vram command sets it and re-executes itself (src/cli/threads.c); programs
+ * linking libvram should export it themselves. */
+
+/* Sets the threads of OpenMP and OpenBLAS for this process (n >= 1). */
+void vr_exec_cpu_set_threads(int n);
+
+/* OpenMP's thread count (omp_get_max_threads). */
+int vr_exec_cpu_threads(void);
+
+/* True when the wait policy cannot hurt: one thread, or OMP_WAIT_POLICY=passive. */
+bool vr_exec_cpu_wait_policy_ok(void);
+
 /* The plan and device the executor runs, and the backend's name ("cpu"). */
 const vr_plan *vr_exec_plan(const vr_exec *e);
 vr_device *vr_exec_device(const vr_exec *e);

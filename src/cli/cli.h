@@ -14,6 +14,10 @@ typedef struct vr_cli_command {
 /* Prints "vram <cmd>: <message>" to stderr and returns the exit status. */
 int vr_cli_fail(const char *cmd, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* For the commands that run kernels (train, eval): sets OMP_WAIT_POLICY=passive
+ * when unset and re-executes the binary (threads.c). Call first in main. */
+void vr_cli_prepare_env(int argc, char **argv);
+
 /* Subcommands (cmd_<name>.c). */
 int vr_cmd_replay(int argc, char **argv);
 int vr_cmd_info(int argc, char **argv);

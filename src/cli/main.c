@@ -40,6 +40,7 @@ static int cmd_help(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    vr_cli_prepare_env(argc, argv);
     if (argc < 2)
         return cmd_help(0, NULL);
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
