@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# vram train / vram eval: the default run's loss falls and its summary shows the
+# planned bytes equal to the allocated ones (planned and dynamic); JSON records;
+# an MLP; llm.c checkpoints through train and eval; a resumed run ends with the
+# same bytes as a straight one; bad flags exit 2 and bad files exit 1, each with
+# one line naming the flag or file.
+set -euo pipefail
+vram="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# the default model, short: memory table first, then progress, then the summary
+"$vram" train --steps 60 >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/out" "$tmp/err"; fail "vram train"; }
+cat "$tmp/out"
+for role in params grads optim inputs acts temp; do grep -q "^$role " "$tmp/out" || fail "no '$role' line"; done
+grep -q "^step 60/60" "$tmp/out" || fail "no progress line for the last step"
+grep -q "plan at peak" "$tmp/out" || fail "no planned-vs-allocated table"
+! grep -q DIFFERS "$tmp/out" || fail "planned and allocated bytes differ"
+python3 - "$tmp/out" <<'PY'
+import re, sys
+m = re.search(r"loss ([0-9.]+) -> ([0-9.]+)", open(sys.argv[1]).read())
+a, b = float(m.group(1)), float(m.group(2))
+assert a > 5.0 and b < a - 1.5, (a, b)
+print(f"loss falls: {a} -> {b}")
+PY
+
+# JSON lines; dynamic memory; the figures agree
+"$vram" train --steps 8 --memory dynamic --recompute block --json >"$tmp/json"
+python3 - "$tmp/json" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+kinds = [r["event"] for r in recs]
+assert kinds[0] == "plan" and kinds.count("step") == 8 and kinds[-1] == "summary", kinds
+s = recs[-1]["memory"]
+assert s["mode"] == "dynamic" and s["plan_peak"] == s["run_peak"] > 0, s
+assert s["plan_peak_reserved"] == s["run_peak_reserved"] and s["plan_peak_allocated"] == s["run_peak_allocated"], s
+for role, r in s["roles"].items():
+    assert r["plan_at_peak"] == r["run_at_peak"] and r["plan_max"] == r["run_max"], (role, r)
+print("json ok:", recs[-1]["loss_first"], "->", recs[-1]["loss_last"])
+PY
+
+# an MLP with SGD + momentum, accumulation and clipping; frozen first layer
+"$vram" train --model mlp --preset tiny --optim momentum --lr 0.05 --accum 2 --clip 1.0 --freeze 'fc0.*' \
+  --steps 30 >"$tmp/mlp"
+grep -q "summary   30 steps" "$tmp/mlp" || fail "mlp run"
+! grep -q DIFFERS "$tmp/mlp" || fail "mlp: planned and allocated differ"
+
+# llm.c checkpoints: save, evaluate, start from one; a shape mismatch is named
+"$vram" train --steps 20 --save "$tmp/ck.bin" --save-state "$tmp/st.bin" --quiet
+[ -s "$tmp/ck.bin" ] && [ -s "$tmp/st.bin" ] || fail "checkpoints not written"
+"$vram" eval --init "$tmp/ck.bin" --batches 4 >"$tmp/eval"
+grep -q "^loss " "$tmp/eval" || fail "eval prints no loss"
+"$vram" eval --init "$tmp/ck.bin" --batches 2 --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert 0 < d["loss"] < 5.5 and d["plan_peak"] == d["run_peak"], d'
+"$vram" train --init "$tmp/ck.bin" --steps 2 --quiet
+
+# resume: 4 steps, save, resume to 10 == 10 straight (same bytes)
+flags="--steps 10 --lr-schedule constant --warmup 0 --accum 2 --clip 1.0 --quiet"
+"$vram" train $flags --save "$tmp/a.bin"
+"$vram" train ${flags/--steps 10/--steps 4} --save-state "$tmp/s4.bin"
+"$vram" train $flags --resume "$tmp/s4.bin" --save "$tmp/b.bin"
+cmp "$tmp/a.bin" "$tmp/b.bin" || fail "resumed run differs from the straight one"
+
+# errors: exit 2 (flags) or 1 (files, devices), one line naming the culprit
+expect() {
+  local want="$1" name="$2"; shift 2
+  set +e
+  "$vram" "$@" >"$tmp/bout" 2>"$tmp/berr"
+  local rc=$?
+  set -e
+  [ "$rc" -eq "$want" ] || { cat "$tmp/berr"; fail "'$*' exited $rc, want $want"; }
+  [ "$(wc -l <"$tmp/berr")" -eq 1 ] || { cat "$tmp/berr"; fail "'$*': not one line"; }
+  grep -q -- "$name" "$tmp/berr" || { cat "$tmp/berr"; fail "'$*': error does not name $name"; }
+}
+expect 2 --bogus train --bogus
+expect 2 --steps train --steps 0
+expect 2 --lr train --lr fast
+expect 2 --memory train --memory lots
+expect 2 --device train --device tpu
+expect 2 --optim train --optim lion
+expect 2 --eval-every train --eval-every often
+expect 2 --threads train --threads 0
+expect 2 --warmup train --steps 10 --warmup 50
+expect 2 --policy train --policy pytorch
+expect 2 --init eval --batches 2
+expect 1 nothing.txt train --data "$tmp/nothing.txt" --steps 1
+printf 'garbage' >"$tmp/garbage.bin"
+expect 1 garbage.bin train --init "$tmp/garbage.bin" --steps 1
+expect 1 garbage.bin eval --init "$tmp/garbage.bin"
+expect 1 channels train --init "$tmp/ck.bin" --channels 128 --steps 1
+python3 - "$tmp/st.bin" "$tmp/bad.bin" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[-50] ^= 0xFF
+open(sys.argv[2], "wb").write(b)
+PY
+expect 1 bad.bin train --resume "$tmp/bad.bin" --steps 30
+expect 1 cuda train --device cuda --steps 1
+"$vram" train --help | grep -q -- --resume
+"$vram" eval --help | grep -q -- --init
+echo ok
