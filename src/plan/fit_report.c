@@ -28,8 +28,8 @@ void vr_fit_print(const vr_fit_result *r, FILE *f)
 {
     const vr_fit_options *o = &r->options;
     char cap[32];
-    fprintf(f, "cost model: matmul FLOPs at fp32 %.3g, bf16 %.3g, fp16 %.3g TFLOP/s; other kernels at %.3g GB/s; "
-               "%.3g us per kernel\n",
+    fprintf(f, "cost model: matmul FLOPs at fp32 %.4g, bf16 %.4g, fp16 %.4g TFLOP/s; other kernels at %.4g GB/s; "
+               "%.4g us per kernel\n",
             o->cost.tflops[VR_PREC_FP32], o->cost.tflops[VR_PREC_BF16], o->cost.tflops[VR_PREC_FP16],
             o->cost.bandwidth_gbs, o->cost.launch_us);
     fprintf(f, "%s configurations for %s of step memory (%d plans)", o->global_batch ? "global batch" : "largest batch",
