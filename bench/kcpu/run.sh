@@ -3,6 +3,9 @@
 # Usage: bench/kcpu/run.sh BUILD_DIR [B T REPS THREADS]
 # BUILD_DIR is a CMake build of this repository (the vram_kcpu objects are linked from it).
 # Prints per op: vram ms, torch ms, and torch/vram (> 1: vram faster).
+# PYTHON picks the interpreter with torch (default /usr/bin/python3). The thread-pool settings in
+# the environment (OPENBLAS_THREAD_TIMEOUT, GOMP_SPINCOUNT, OMP_WAIT_POLICY) apply to both sides;
+# see "Threads" in src/kernels/cpu/kernels_cpu.h.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
@@ -16,6 +19,7 @@ cc -O2 -std=c11 -fopenmp -I"$src/src" -I"$src/include" "$here/bench_kcpu.c" \
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 echo "# B=$B T=$T C=768 NH=12 V=50257, threads=$THREADS, best of $REPS; $(uname -m), $(nproc) cpus"
 echo "# torch $("$py" -c 'import torch; print(torch.__version__)')"
+echo "# OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-unset} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-unset} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}"
 "$tmp/bench_kcpu" "$B" "$T" "$REPS" > "$tmp/vram.txt"
 "$py" - "$B" "$T" "$REPS" "$THREADS" > "$tmp/torch.txt" <<PYEOF
 import runpy, sys, torch
