@@ -1,7 +1,7 @@
 /* vram eval: the mean loss of a checkpoint on a data file, with the no-grad graph.
  *
  *   vram eval --init CKPT [--data FILE] [--batch N] [--seq N] [--batches N] [--device cpu]
- *             [--memory planned|dynamic] [--split val|all] [--json]
+ *             [--memory planned|dynamic] [--inplace] [--split val|all] [--json]
  *
  * The model's shape comes from the llm.c checkpoint. The loss is averaged over
  * the first --batches batches (all of the split when --batches 0). */
@@ -30,13 +30,14 @@ static void usage(FILE *f)
                "  --batches N              batches to average (0: the whole split) (0)\n"
                "  --device cpu             (cpu)\n"
                "  --memory planned|dynamic (planned)\n"
+               "  --inplace                gelu and the residual adds write over their dying input\n"
                "  --json                   one JSON object\n");
 }
 
 typedef struct eopts {
     const char *init, *data, *split, *device, *memory;
     long long batch, seq, batches;
-    bool json;
+    bool json, inplace;
 } eopts;
 
 static int parse_args(int argc, char **argv, eopts *o)
@@ -47,8 +48,8 @@ static int parse_args(int argc, char **argv, eopts *o)
             usage(stdout);
             return 1;
         }
-        if (!strcmp(a, "--json")) {
-            o->json = true;
+        if (!strcmp(a, "--json") || !strcmp(a, "--inplace")) {
+            *(a[2] == 'j' ? &o->json : &o->inplace) = true;
             continue;
         }
         const char **sv = !strcmp(a, "--init")     ? &o->init
@@ -120,7 +121,7 @@ static vr_status run(const eopts *o, eval_run *r, double *loss, int64_t *nb)
         return vr_error(VR_ERR_INVALID, "--seq: %d is longer than the checkpoint's %d positions", m.T, lc.max_seq_len);
     vr_step_config s = {0};
     vr_memory_mode mode = o->memory && !strcmp(o->memory, "dynamic") ? VR_MEMORY_DYNAMIC : VR_MEMORY_PLANNED;
-    vr_plan_config pc = {.memory = mode};
+    vr_plan_config pc = {.memory = mode, .inplace = o->inplace};
     vr_exec_config ec = {.memory = mode};
     if ((st = vr_graph_build(&m, &s, &r->g)) || (st = vr_plan_create(r->g, &pc, &r->p)) ||
         (st = vr_device_open(o->device ? o->device : "cpu", &r->dev)) || (st = vr_exec_create(r->p, r->dev, &ec, &r->e)))

@@ -59,6 +59,7 @@ static void usage(FILE *f)
             "  --device cpu|cuda|auto   (cpu; cuda needs the CUDA executor, not built yet)\n"
             "  --memory planned|dynamic one arena at the plan's offsets, or PyTorch-like caching allocator (planned)\n"
             "  --policy NAME            allocator policy with --memory dynamic (pytorch)\n"
+            "  --inplace                gelu/relu/add write their output over a dying input (as vram plan)\n"
             "  --threads N              CPU threads for OpenMP and OpenBLAS (their defaults: all cores)\n"
             "  --json                   JSON Lines: plan, one record per step, evaluations, summary\n"
             "  --quiet                  only errors\n",
@@ -69,7 +70,7 @@ typedef struct topts {
     vr_model_flags m;
     const char *data, *init, *save, *save_state, *resume, *device, *memory, *policy, *schedule;
     long long steps, warmup, seed, save_every, eval_batches, eval_every, threads;
-    bool has_warmup, has_eval_every, has_seed, json, quiet, shuffle;
+    bool has_warmup, has_eval_every, has_seed, json, quiet, shuffle, inplace;
     double lr, min_lr_frac, weight_decay, beta1, beta2, momentum;
     bool has_wd, has_min_lr;
 } topts;
@@ -102,8 +103,8 @@ static int parse_args(int argc, char **argv, topts *o)
             return 2;
         if (r > 0)
             continue;
-        if (!strcmp(a, "--json") || !strcmp(a, "--quiet") || !strcmp(a, "--shuffle")) {
-            *(a[2] == 'j' ? &o->json : a[2] == 'q' ? &o->quiet : &o->shuffle) = true;
+        if (!strcmp(a, "--json") || !strcmp(a, "--quiet") || !strcmp(a, "--shuffle") || !strcmp(a, "--inplace")) {
+            *(a[2] == 'j' ? &o->json : a[2] == 'q' ? &o->quiet : a[2] == 's' ? &o->shuffle : &o->inplace) = true;
             continue;
         }
         static const char *with_value[] = {"--data", "--init", "--save", "--save-state", "--resume", "--device",
@@ -210,6 +211,7 @@ int vr_cmd_train(int argc, char **argv)
     if (o.policy && c.memory != VR_MEMORY_DYNAMIC)
         return vr_cli_fail("train", 2, "--policy: only with --memory dynamic");
     c.alloc_policy = o.policy;
+    c.inplace = o.inplace;
     if (o.schedule && vr_lr_parse_kind(o.schedule, "--lr-schedule", &c.lr_kind))
         return vr_cli_fail("train", 2, "%s", vr_last_error());
     c.steps = o.steps ? o.steps : DEFAULT_STEPS;

@@ -38,15 +38,28 @@ static bool poisonable(const vr_exec *e, int s)
     return e->cfg.poison && r != VR_ROLE_PARAM && r != VR_ROLE_OPTIM && r != VR_ROLE_MASTER && r != VR_ROLE_INPUT;
 }
 
+static int base_of(const vr_exec *e, int s) { return e->plan->tensors[s].base; }
+
 vr_status vr__exec_bind(vr_exec *e, int s, int node)
 {
     uint64_t bytes = storage_bytes(e, s);
+    int b = base_of(e, s);
+    if (b != s) { /* in place over a dying input: its memory, counted after the node */
+        if (!e->holders[b])
+            return vr_error(VR_ERR_INVALID, "exec: %s is planned in place over %s, which is not in memory",
+                            e->g->tensors[s].name, e->g->tensors[b].name);
+        e->holders[b]++;
+        e->ptr[s] = e->block[b];
+        e->live[s] = true;
+        e->counted[s] = false;
+        return VR_OK;
+    }
     if (s == e->shared_params) {
-        e->ptr[s] = e->cfg.params_from->ptr[e->cfg.params_from->g->params];
+        e->block[s] = e->cfg.params_from->ptr[e->cfg.params_from->g->params];
     } else if (e->cfg.memory == VR_MEMORY_PLANNED) {
-        e->ptr[s] = (char *)e->arena + (e->plan->tensors[s].offset - e->arena_lo);
+        e->block[s] = (char *)e->arena + (e->plan->tensors[s].offset - e->arena_lo);
     } else {
-        vr_status st = vr_alloc_malloc(e->alloc, bytes, 0, &e->ptr[s]);
+        vr_status st = vr_alloc_malloc(e->alloc, bytes, 0, &e->block[s]);
         if (st != VR_OK) {
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", vr_last_error());
@@ -57,22 +70,39 @@ vr_status vr__exec_bind(vr_exec *e, int s, int node)
                             msg);
         }
     }
+    e->holders[s] = 1;
+    e->ptr[s] = e->block[s];
     e->live[s] = true;
+    e->counted[s] = true;
     e->live_bytes[e->plan->tensors[s].role] += bytes;
     if (poisonable(e, s))
         return vr_device_memset(e->dev, e->ptr[s], 0xFF, bytes);
     return VR_OK;
 }
 
+void vr__exec_count(vr_exec *e, int s)
+{
+    if (e->live[s] && !e->counted[s]) {
+        e->counted[s] = true;
+        e->live_bytes[e->plan->tensors[s].role] += storage_bytes(e, s);
+    }
+}
+
 void vr__exec_unbind(vr_exec *e, int s)
 {
     if (!e->live[s])
         return;
-    if (e->cfg.memory == VR_MEMORY_DYNAMIC && s != e->shared_params)
-        vr_alloc_free(e->alloc, e->ptr[s]);
+    if (e->counted[s])
+        e->live_bytes[e->plan->tensors[s].role] -= storage_bytes(e, s);
+    int b = base_of(e, s);
+    if (--e->holders[b] == 0) {
+        if (e->cfg.memory == VR_MEMORY_DYNAMIC && b != e->shared_params)
+            vr_alloc_free(e->alloc, e->block[b]);
+        e->block[b] = NULL;
+    }
     e->ptr[s] = NULL;
     e->live[s] = false;
-    e->live_bytes[e->plan->tensors[s].role] -= storage_bytes(e, s);
+    e->counted[s] = false;
 }
 
 /* ------------------------------------------------------------------ create */
@@ -167,6 +197,10 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
     int T = g->n_tensors, N = g->n_nodes;
     e->ptr = calloc((size_t)T + 1, sizeof *e->ptr);
     e->live = calloc((size_t)T + 1, sizeof *e->live);
+    e->counted = calloc((size_t)T + 1, sizeof *e->counted);
+    e->block = calloc((size_t)T + 1, sizeof *e->block);
+    e->holders = calloc((size_t)T + 1, sizeof(int));
+    e->inplace = calloc((size_t)T + 1, sizeof(int));
     e->uses_all = calloc((size_t)T + 1, sizeof(int));
     e->uses_pre = calloc((size_t)T + 1, sizeof(int));
     e->left = calloc((size_t)T + 1, sizeof(int));
@@ -175,7 +209,7 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
     e->rows = g->losses >= 0 ? vr_tensor_numel(&g->tensors[g->losses]) : 0;
     e->losses = calloc((size_t)e->rows + 1, sizeof(float));
     vr_status st = VR_OK;
-    if (!e->ptr || !e->live || !e->uses_all || !e->uses_pre || !e->left || !e->pending || !e->timeline ||
+    if (!e->ptr || !e->live || !e->counted || !e->block || !e->holders || !e->inplace || !e->uses_all || !e->uses_pre || !e->left || !e->pending || !e->timeline ||
         !e->losses)
         st = vr_error(VR_ERR_OOM, "exec: out of host memory");
     if (!st)
@@ -236,6 +270,10 @@ void vr_exec_free(vr_exec *e)
         vr_device_free(e->dev, e->arena, e->arena_bytes);
     free(e->ptr);
     free(e->live);
+    free(e->counted);
+    free(e->block);
+    free(e->holders);
+    free(e->inplace);
     free(e->uses_all);
     free(e->uses_pre);
     free(e->left);

@@ -44,7 +44,11 @@ struct vr_exec {
     int shared_params;            /* storage id bound to params_from's buffer, -1 */
 
     void **ptr;                   /* [n_tensors] storage address while bound, else NULL */
-    bool *live;                   /* [n_tensors] storage counted live */
+    bool *live;                   /* [n_tensors] storage bound */
+    bool *counted;                /* [n_tensors] its bytes are in live_bytes */
+    void **block;                 /* [n_tensors] by base (plan's tensors[].base): the memory */
+    int *holders;                 /* [n_tensors] by base: bound tensors on it (in place: several) */
+    int *inplace;                 /* [n_tensors] scratch list of in-place outputs of a node */
     int *uses_all, *uses_pre;     /* [n_tensors] references in nodes [0,N) / [0,opt_start) */
     int *left;                    /* [n_tensors] references left in the current pass */
     int *pending;                 /* [n_tensors] scratch list of ids */
@@ -59,10 +63,17 @@ struct vr_exec {
 
 /* Makes storage tensor s live: gives it its address (arena offset or a block
  * from the allocator), adds its bytes to its role, poisons it if asked.
- * node is the node needing it (-1 at creation), for error messages. */
+ * A tensor the plan computes in place (its base is another tensor) takes the
+ * base's memory instead and is not counted until vr__exec_count: during its
+ * node the bytes are still the input's (the plan's rule). node is the node
+ * needing it (-1 at creation), for error messages. */
 vr_status vr__exec_bind(vr_exec *e, int s, int node);
 
-/* Lets storage tensor s go (returns a dynamic block) and uncounts its bytes. */
+/* Counts the bytes of a bound in-place tensor (after its node). */
+void vr__exec_count(vr_exec *e, int s);
+
+/* Lets storage tensor s go: uncounts its bytes, and returns the memory when no
+ * other tensor is on its base. */
 void vr__exec_unbind(vr_exec *e, int s);
 
 #endif

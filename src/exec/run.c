@@ -8,7 +8,9 @@
  * it is persistent or an output of the step (those stay bound until the next
  * pass begins, so their values can be read after the step). This is the
  * plan's lifetime rule (vram/plan.h) found again by counting at run time,
- * and the order in which the plan's dynamic replay allocates and frees. */
+ * and the order in which the plan's dynamic replay allocates and frees. An
+ * output the plan computes in place takes its dying input's memory and counts
+ * from the end of its node. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,11 +58,16 @@ static vr_status bind_for_node(vr_exec *e, int i)
         n = add_pending(e, nd->out[k], n, false);
     n = add_pending(e, nd->scratch, n, false);
     sort_ids(e->pending, n);
+    int ni = 0;
     for (int k = 0; k < n; k++) {
-        vr_status st = vr__exec_bind(e, e->pending[k], i);
+        int s = e->pending[k];
+        vr_status st = vr__exec_bind(e, s, i);
         if (st)
             return st;
+        if (e->plan->tensors[s].base != s)
+            e->inplace[ni++] = s;
     }
+    e->inplace[ni] = -1;
     return VR_OK;
 }
 
@@ -207,6 +214,8 @@ static vr_status run_pass(vr_exec *e, int end, int micro, const vr_exec_batch *b
         if (i == e->last_sumsq)
             st = clip_factor(e, nd->out[0], ps);
         release_after_node(e, i);
+        for (int k = 0; e->inplace[k] >= 0; k++) /* in-place outputs count from here on */
+            vr__exec_count(e, e->inplace[k]);
     }
     if (!st && g->losses >= 0) {
         st = vr_exec_read(e, g->losses, e->losses, (uint64_t)e->rows * sizeof(float));

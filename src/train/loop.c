@@ -91,7 +91,7 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
         st = vr_device_open(c->device ? c->device : "cpu", &t->dev);
     if (!st)
         st = vr_graph_build(&t->cfg.model, &t->cfg.step, &t->g);
-    vr_plan_config pc = {.memory = c->memory, .alloc_policy = c->alloc_policy};
+    vr_plan_config pc = {.memory = c->memory, .alloc_policy = c->alloc_policy, .inplace = c->inplace};
     if (!st)
         st = vr_plan_create(t->g, &pc, &t->plan);
     vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison};
@@ -187,7 +187,7 @@ vr_status vr__trainer_eval_setup(vr_trainer *t)
     memset(&s, 0, sizeof s);
     s.precision = c->step.precision;
     vr_status st = vr_graph_build(&c->model, &s, &t->eg);
-    vr_plan_config pc = {.memory = c->memory, .alloc_policy = c->alloc_policy};
+    vr_plan_config pc = {.memory = c->memory, .alloc_policy = c->alloc_policy, .inplace = c->inplace};
     if (!st)
         st = vr_plan_create(t->eg, &pc, &t->eplan);
     vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison,

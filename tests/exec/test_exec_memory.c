@@ -4,7 +4,7 @@
  * run really held per role during every node, at the peak and in total equal
  * the plan's; the device's own used-bytes figure equals the arena (planned)
  * or the allocator's reserved peak (dynamic), whose statistics equal the
- * plan's replay. Every tensor is poisoned (NaN) when it becomes live, and the
+ * plan's replay; also with outputs planned in place over dying inputs. Every tensor is poisoned (NaN) when it becomes live, and the
  * two modes must give bit-identical parameters, so a plan that let two live
  * tensors share bytes, or a kernel reading what nothing wrote, fails here. */
 #include <stdarg.h>
@@ -24,15 +24,19 @@ typedef struct run_out {
 
 static uint64_t round512(uint64_t n) { return (n + 511) / 512 * 512; }
 
+static bool inplace; /* plan gelu/relu/add outputs over their dying inputs */
+
 /* Builds, plans and runs 2 steps of (m, s) in the given mode; checks the figures. */
 static run_out run_case(const char *what, const vr_model_config *m, const vr_step_config *s, vr_memory_mode mode)
 {
     vr_graph *g = NULL;
     if (vr_graph_build(m, s, &g) != VR_OK)
         fail_msg("%s: build: %s", what, vr_last_error());
-    vr_plan_config pc = {.memory = mode};
+    vr_plan_config pc = {.memory = mode, .inplace = inplace};
     vr_plan *p = NULL;
     assert_int_equal(vr_plan_create(g, &pc, &p), VR_OK);
+    if (inplace && p->n_inplace == 0)
+        fail_msg("%s: nothing was planned in place", what);
     vr_device *dev = NULL;
     assert_int_equal(vr_device_open("cpu", &dev), VR_OK);
     vr_exec_config ec = {.memory = mode, .poison = true};
@@ -205,12 +209,30 @@ static void mlp_all(void **st)
     both_modes("mlp eval", &m, &s);
 }
 
+static void in_place(void **st)
+{
+    (void)st;
+    inplace = true;
+    vr_model_config m = et_gpt(2, 16);
+    vr_step_config s;
+    memset(&s, 0, sizeof s);
+    both_modes("gpt eval in place", &m, &s);
+    s = train_cfg(VR_OPTIM_ADAMW);
+    s.recompute = VR_RECOMPUTE_BLOCK;
+    both_modes("gpt block recompute in place", &m, &s);
+    vr_model_config mm = et_mlp(8);
+    memset(&s, 0, sizeof s);
+    both_modes("mlp eval in place", &mm, &s);
+    inplace = false;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gpt_plain),  cmocka_unit_test(gpt_recompute),
         cmocka_unit_test(gpt_accum_clip), cmocka_unit_test(gpt_frozen),
         cmocka_unit_test(gpt_eval_and_backward_only), cmocka_unit_test(mlp_all),
+        cmocka_unit_test(in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
