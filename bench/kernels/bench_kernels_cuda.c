@@ -138,6 +138,18 @@ static void op_cls_eval(void *a)
     CHECK(vr_cuda_classifier(&ctx, VR_CUDA_BF16, b.losses, NULL, NULL, b.x, b.wte, b.tok, (int)N, C, V, 1.0f / N,
                              b.big, (size_t)N * 4 * C * 2, 0, 0));
 }
+/* The logits product alone at a padded, aligned vocabulary (50304 = 393 * 128): what cuBLASLt does
+ * without the odd dimension. */
+static void op_logits_padded(void *a)
+{
+    (void)a;
+    CHECK(vr_cuda_gemm(&ctx, VR_CUDA_BF16, b.big, b.x, b.wte, 1024, 50304, C, C, C, 50304, 0, 1, 1.0f, 0));
+}
+static void op_logits_odd(void *a)
+{
+    (void)a;
+    CHECK(vr_cuda_gemm(&ctx, VR_CUDA_BF16, b.big, b.x, b.wte, 1024, V, C, C, C, 50304, 0, 1, 1.0f, 0));
+}
 static void op_sumsq(void *a) { (void)a; CHECK(vr_cuda_sumsq(&ctx, VR_CUDA_BF16, b.sumsq, b.grad, b.nparams, 0)); }
 static void op_adamw(void *a)
 {
@@ -172,7 +184,7 @@ int main(int argc, char **argv)
     b.w = dmalloc((size_t)4 * C * C * e2), b.bias = dmalloc((size_t)4 * C * e2);
     b.qkv = dmalloc(N * 4 * C * e2), b.att = dmalloc(N * C * e2), b.dqkv = dmalloc(N * 3 * C * e2);
     b.big = dmalloc(N * 4 * C * e2), b.big2 = dmalloc(N * 4 * C * e2);
-    b.wte = dmalloc((size_t)V * C * e2), b.wpe = dmalloc((size_t)T * C * e2), b.dwte = dmalloc((size_t)V * C * e2);
+    b.wte = dmalloc((size_t)50304 * C * e2), b.wpe = dmalloc((size_t)T * C * e2), b.dwte = dmalloc((size_t)V * C * e2);
     b.grad = dmalloc(b.nparams * e2), b.param = dmalloc(b.nparams * e2);
     b.master = dmalloc(b.nparams * 4), b.m = dmalloc(b.nparams * 4), b.v = dmalloc(b.nparams * 4);
     b.mean = dmalloc(N * 4), b.rstd = dmalloc(N * 4), b.lse = dmalloc((size_t)B * NH * T * 4), b.losses = dmalloc(N * 4);
@@ -221,6 +233,9 @@ int main(int argc, char **argv)
     b.ic = 4 * C, b.oc = C;
     report("matmul_fwd fcproj 3072->768 +bias", time_op(op_mm_fwd, NULL), 2.0 * N * C * 4 * C, 0, L);
     report("classifier eval (losses only, 1024-row chunks)", time_op(op_cls_eval, NULL), 2.0 * N * C * V, 0, 0);
+
+    report("gemm logits 1024 x 50304 x 768 (padded V)", time_op(op_logits_padded, NULL), 2.0 * 1024 * 50304 * C, 0, 0);
+    report("gemm logits 1024 x 50257 x 768 (odd V)", time_op(op_logits_odd, NULL), 2.0 * 1024 * V * C, 0, 0);
 
     printf("\nbackward\n");
     report("classifier fwd+bwd (1024-row chunks)", time_op(op_cls, NULL), 6.0 * N * C * V, 0, 1);

@@ -113,23 +113,37 @@ extern "C" vr_status vr_cuda_classifier(const vr_cuda_ctx *ctx, vr_cuda_dtype dt
     int grad = dx || dwte;
     size_t esz = vr_cuda_dtype_size(dt), vp = cls_vp(V);
     if (dwte && !acc_dwte && N == 0) return vr_cuda_zero(ctx, dt, dwte, (size_t)V * C);
+    // cuBLASLt is slow when the vocabulary dimension is odd (50257): each product is split into the
+    // first V1 = V rounded down to 128 vocabulary entries and the small rest
+    int V1 = V >= 256 ? V / 128 * 128 : V, V2 = V - V1;
+    const char *wte2 = (const char *)wte + (size_t)V1 * C * esz;
+    char *sc2 = (char *)scratch + (size_t)V1 * esz;
     for (int r0 = 0; r0 < N; r0 += R) {
         int rn = N - r0 < R ? N - r0 : R;
         const void *xc = (const char *)x + (size_t)r0 * C * esz;
         // logits^T(V,rn) = wte (V,C) x^T(C,rn), column-major
-        VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, scratch, wte, xc, V, rn, C, C, C, (int)vp, 1, 0, 1.0f, 0.0f, 0, NULL,
+        VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, scratch, wte, xc, V1, rn, C, C, C, (int)vp, 1, 0, 1.0f, 0.0f, 0, NULL,
                                   NULL, 0, op));
+        if (V2)
+            VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, sc2, wte2, xc, V2, rn, C, C, C, (int)vp, 1, 0, 1.0f, 0.0f, 0, NULL,
+                                      NULL, 0, op));
         VR_CU_TRY(VR_CU_DISPATCH(dt, xent_rows_t, ctx, losses, scratch, vp, rn, targets, V, dloss_scale, grad, r0,
                                  op));
         if (dx) { // dx^T(C,rn) = wte^T(C,V) dlogits^T(V,rn)
             void *dxc = (char *)dx + (size_t)r0 * C * esz;
-            VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, dxc, wte, scratch, C, rn, V, C, (int)vp, C, 0, 0, 1.0f,
+            VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, dxc, wte, scratch, C, rn, V1, C, (int)vp, C, 0, 0, 1.0f,
                                       acc_dx ? 1.0f : 0.0f, 0, NULL, NULL, 0, op));
+            if (V2)
+                VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, dxc, wte2, sc2, C, rn, V2, C, (int)vp, C, 0, 0, 1.0f, 1.0f, 0, NULL,
+                                          NULL, 0, op));
         }
         if (dwte) { // dwte^T(C,V) (+)= x^T(C,rn) dlogits(rn,V)
             float beta = (r0 == 0 && !acc_dwte) ? 0.0f : 1.0f;
-            VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, dwte, xc, scratch, C, V, rn, C, (int)vp, C, 0, 1, 1.0f, beta, 0,
+            VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, dwte, xc, scratch, C, V1, rn, C, (int)vp, C, 0, 1, 1.0f, beta, 0,
                                       NULL, NULL, 0, op));
+            if (V2)
+                VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, (char *)dwte + (size_t)V1 * C * esz, xc, sc2, C, V2, rn, C,
+                                          (int)vp, C, 0, 1, 1.0f, beta, 0, NULL, NULL, 0, op));
         }
     }
     return VR_OK;
