@@ -774,6 +774,7 @@ static void test_classifier(void **state)
         vr_cuda_dtype dt = DTS[di];
         run_classifier(dt, 1, 8, 5, 1, 0);
         run_classifier(dt, 37, 48, 103, 10, 1);
+        run_classifier(dt, 37, 48, 300, 10, 1); // vocabulary split into 256 + 44
         if (dt == VR_CUDA_F16) continue;
         run_classifier(dt, 1024, 768, 50257, 300, 1);
     }
