@@ -33,6 +33,7 @@ runs = [
     ("freeze embeddings + 2 blocks", ["--freeze", "wte,wpe,h.0.*,h.1.*"]),
     ("sgd (no optimizer state)", ["--optim", "sgd"]),
     ("clip 1.0", ["--clip", "1.0"]),
+    ("in place (gelu, residual adds)", ["--inplace"]),
 ]
 mib = 1 << 20
 
@@ -60,8 +61,10 @@ with tempfile.TemporaryDirectory() as d:
         print(f"{name:30} {m['plan_peak'] / mib:10.2f} {m['run_peak'] / mib:10.2f} {dev / mib:10.2f} "
               f"{ro['acts']['run_at_peak'] / mib:9.2f} {ro['temp']['run_at_peak'] / mib:9.2f} "
               f"{ro['grads']['run_at_peak'] / mib:9.2f} {ro['optim']['run_at_peak'] / mib:9.2f} {rss / mib:9.1f}")
-    recs, rss = run([a.vram, "eval", "--init", os.path.join(d, "ck.bin"), "--batch", str(B), "--seq", str(a.seq),
-                     "--batches", "2", "--json"])
-    e = recs[-1]
-    print(f"{'no-grad eval (vram eval)':30} {e['plan_peak'] / mib:10.2f} {e['run_peak'] / mib:10.2f} "
-          f"{e['arena'] / mib:10.2f} {0:9.2f} {'':>9} {0:9.2f} {0:9.2f} {rss / mib:9.1f}")
+    for name, extra in [("no-grad eval (vram eval)", []), ("no-grad eval, in place", ["--inplace"])]:
+        recs, rss = run([a.vram, "eval", "--init", os.path.join(d, "ck.bin"), "--batch", str(B), "--seq",
+                         str(a.seq), "--batches", "2", "--json", *extra])
+        e = recs[-1]
+        assert e["plan_peak"] == e["run_peak"], name
+        print(f"{name:30} {e['plan_peak'] / mib:10.2f} {e['run_peak'] / mib:10.2f} "
+              f"{e['arena'] / mib:10.2f} {0:9.2f} {'':>9} {0:9.2f} {0:9.2f} {rss / mib:9.1f}")
