@@ -160,8 +160,9 @@ static vr_status make_arena(vr_exec *e)
     if (st != VR_OK) {
         char msg[1024], a[32];
         snprintf(msg, sizeof msg, "%s", vr_last_error());
-        return vr_error(st, "exec: the planned arena (%s) does not fit: %s",
-                        vr_format_size(e->arena_bytes, a, sizeof a), msg);
+        return vr_error(st, "exec: the planned arena (%s) does not fit: %s. Try: a smaller batch (--accum keeps "
+                        "the effective batch), --recompute block, or 'vram plan' with the same flags to see where "
+                        "the bytes go", vr_format_size(e->arena_bytes, a, sizeof a), msg);
     }
     e->mem.arena = e->arena_bytes;
     return VR_OK;

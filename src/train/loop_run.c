@@ -110,11 +110,14 @@ static void print_summary(vr_trainer *t, const vr_train_summary *s, bool json, F
         emit_json(out, o);
         return;
     }
-    fprintf(out, "\nsummary   %lld steps in %.1f s: loss %.4f -> %.4f", (long long)s->steps, s->seconds, s->loss_first,
-            s->loss_last);
+    fprintf(out, "\nsummary   %lld steps in %.1f s", (long long)s->steps, s->seconds);
+    if (s->steps > 0)
+        fprintf(out, ": loss %.4f -> %.4f", s->loss_first, s->loss_last);
     if (isfinite(s->val_loss))
         fprintf(out, ", val loss %.4f", s->val_loss);
-    fprintf(out, ", %.0f tokens/s\n\n", s->tokens_per_s);
+    if (s->steps > 0)
+        fprintf(out, ", %.0f tokens/s", s->tokens_per_s);
+    fprintf(out, "\n\n");
     vr_train_print_memory(t, out);
 }
 
@@ -148,7 +151,10 @@ vr_status vr_train_run(const vr_train_config *c, const vr_train_run_opts *o, FIL
     if ((st = vr_progress_open(out, &po, &pr)))
         goto done;
     if (t->step > 0)
-        vr_progress_note(pr, "resumed at step %lld", (long long)t->step);
+        vr_progress_note(pr, "resumed at step %lld of %lld", (long long)t->step, (long long)c->steps);
+    if (t->step >= c->steps)
+        vr_progress_note(pr, "nothing to train: the run is already at step %lld (raise --steps to go on)",
+                         (long long)t->step);
     uint64_t t0 = vr_now_ns(), tokens = 0;
     bool evaluated = false;
     while (t->step < c->steps) {
