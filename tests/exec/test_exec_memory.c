@@ -24,7 +24,8 @@ typedef struct run_out {
 
 static uint64_t round512(uint64_t n) { return (n + 511) / 512 * 512; }
 
-static bool inplace; /* plan gelu/relu/add outputs over their dying inputs */
+static bool inplace;        /* plan gelu/relu/add outputs over their dying inputs */
+static const char *policy;  /* dynamic mode's allocator policy (NULL: pytorch) */
 
 /* Builds, plans and runs 2 steps of (m, s) in the given mode; checks the figures. */
 static run_out run_case(const char *what, const vr_model_config *m, const vr_step_config *s, vr_memory_mode mode)
@@ -32,14 +33,14 @@ static run_out run_case(const char *what, const vr_model_config *m, const vr_ste
     vr_graph *g = NULL;
     if (vr_graph_build(m, s, &g) != VR_OK)
         fail_msg("%s: build: %s", what, vr_last_error());
-    vr_plan_config pc = {.memory = mode, .inplace = inplace};
+    vr_plan_config pc = {.memory = mode, .inplace = inplace, .alloc_policy = policy};
     vr_plan *p = NULL;
     assert_int_equal(vr_plan_create(g, &pc, &p), VR_OK);
     if (inplace && p->n_inplace == 0)
         fail_msg("%s: nothing was planned in place", what);
     vr_device *dev = NULL;
     assert_int_equal(vr_device_open("cpu", &dev), VR_OK);
-    vr_exec_config ec = {.memory = mode, .poison = true};
+    vr_exec_config ec = {.memory = mode, .poison = true, .alloc_policy = policy};
     vr_exec *e = NULL;
     if (vr_exec_create(p, dev, &ec, &e) != VR_OK)
         fail_msg("%s: exec: %s", what, vr_last_error());
@@ -209,6 +210,17 @@ static void mlp_all(void **st)
     both_modes("mlp eval", &m, &s);
 }
 
+static void other_allocator_policies(void **st)
+{
+    (void)st;
+    vr_model_config m = et_gpt(2, 16);
+    vr_step_config s = train_cfg(VR_OPTIM_ADAMW);
+    s.accum = 2;
+    policy = "expandable"; /* ("stitch" needs physical memory handles, which cpu has not) */
+    both_modes("expandable segments", &m, &s);
+    policy = NULL;
+}
+
 static void in_place(void **st)
 {
     (void)st;
@@ -232,7 +244,7 @@ int main(void)
         cmocka_unit_test(gpt_plain),  cmocka_unit_test(gpt_recompute),
         cmocka_unit_test(gpt_accum_clip), cmocka_unit_test(gpt_frozen),
         cmocka_unit_test(gpt_eval_and_backward_only), cmocka_unit_test(mlp_all),
-        cmocka_unit_test(in_place),
+        cmocka_unit_test(in_place),         cmocka_unit_test(other_allocator_policies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
