@@ -27,7 +27,8 @@ static void sort_ids(int *a, int n)
     }
 }
 
-/* Adds storage of tensor t to the pending list if it satisfies want(). */
+/* Adds the storage of tensor t (-1: none) to the first n entries of e->pending,
+ * once, when its bound state is `bound`; returns the new count. */
 static int add_pending(vr_exec *e, int t, int n, bool bound)
 {
     if (t < 0)
