@@ -11,6 +11,8 @@
  *            every other tensor comes from the caching allocator (vram/alloc.h)
  *            just before the first node that uses it and goes back right after
  *            the last one, found by counting its remaining uses at run time.
+ *            An output the plan computes in place (vr_plan_tensor.base) takes
+ *            its dying input's memory in both modes.
  * In both modes the executor measures what it really holds: the raw bytes of
  * every live tensor per role during each node (the timeline), their peak, the
  * device's own used-bytes figure, and in dynamic mode the allocator's
