@@ -9,9 +9,10 @@ Tokens/s: steps after the first --warmup-steps (both sides), from per-step wall 
 Peak RSS: the child's ru_maxrss (os.wait4), whole process; "start" is the RSS
 before any model exists (vram --version; torch right after its import), so
 "peak - start" is what training itself added.
-Both run with the same OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / MKL_NUM_THREADS and
+Both run with the same OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / MKL_NUM_THREADS,
 OMP_WAIT_POLICY (passive by default: with libgomp's active waiting, OpenMP and
-OpenBLAS threads fight over the cores, which slows both sides; see vram/exec.h)."""
+OpenBLAS threads fight over the cores, which slows both sides; see vram/exec.h)
+and OPENBLAS_THREAD_TIMEOUT=4 (with --wait-policy unset: neither)."""
 import argparse
 import json
 import os
@@ -56,8 +57,10 @@ def tokens_per_s(recs):
 env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads),
            MKL_NUM_THREADS=str(a.threads))
 env.pop("OMP_WAIT_POLICY", None)
-if a.wait_policy != "unset":
+env.pop("OPENBLAS_THREAD_TIMEOUT", None)
+if a.wait_policy != "unset":  # what the vram command sets for itself when unset (src/cli/threads.c)
     env["OMP_WAIT_POLICY"] = a.wait_policy
+    env["OPENBLAS_THREAD_TIMEOUT"] = "4"
 vram_cmd = [a.vram, "train", "--layers", str(a.layers), "--channels", str(a.channels), "--heads", str(a.heads),
             "--vocab", str(a.vocab), "--seq", str(a.seq), "--max-seq", str(a.seq), "--batch", str(a.batch),
             "--steps", str(a.steps), "--eval-every", "-1", "--memory", a.memory, "--json"]

@@ -139,10 +139,11 @@ vr_alloc *vr_exec_allocator(vr_exec *e);
  * The CPU kernels run OpenMP loops and call OpenBLAS, which keeps its own pool
  * of threads. With libgomp's default (active) waiting, OpenMP threads spin
  * after each loop and starve OpenBLAS's threads: on 2 cores a training step
- * ran 40x slower than with OMP_WAIT_POLICY=passive. libgomp reads that
- * variable when the process starts, so it must be in the environment before:
- * the vram command sets it and re-executes itself (src/cli/threads.c); programs
- * linking libvram should export it themselves. */
+ * ran 40x slower than with OMP_WAIT_POLICY=passive (OPENBLAS_THREAD_TIMEOUT=4,
+ * OpenBLAS's shortest poll before its threads sleep, adds ~10%). Both libraries
+ * read these when they load, so they must be in the environment before: the
+ * vram command sets them and re-executes itself (src/cli/threads.c); programs
+ * linking libvram should export them themselves. */
 
 /* Sets the threads of OpenMP and OpenBLAS for this process (n >= 1). */
 void vr_exec_cpu_set_threads(int n);
