@@ -5,8 +5,8 @@
  *              [--device cpu|cuda|auto] [--memory planned|dynamic] [--eval-every N] [--json] [--seed N]
  *
  * With no arguments: a small GPT (L=2 C=64, 120k parameters) on the built-in
- * generated corpus, 1000 steps of 16 x 64 tokens, about half a minute on two
- * cores, the loss falling from ln(256) = 5.5 to below 1. Prints the memory
+ * generated corpus, 1000 steps of 16 x 64 tokens, 13-35 s on two cores (quiet
+ * or busy), the loss falling from ln(256) = 5.5 to below 1. Prints the memory
  * plan, progress, and a summary with the planned against the really allocated
  * bytes per role. Bad flags: one line naming the flag, exit 2; failures while
  * running (unreadable data, a checkpoint that does not match): one line, exit 1. */

@@ -31,6 +31,12 @@ void vr_train_print_memory(vr_trainer *t, FILE *out)
     if (planned)
         fprintf(out, "device    arena %s planned, %s allocated once; device used at most %s\n", sz(p->arena_size, a),
                 sz(m.arena, b), sz(m.device_peak, c));
+    if (planned && t->eexec) {
+        vr_exec_memory em;
+        vr_exec_get_memory(t->eexec, &em);
+        fprintf(out, "          (with the evaluation step's arena, %s: its no-grad graph shares the parameters)\n",
+                sz(em.arena, a));
+    }
     else
         fprintf(out, "device    allocator peak allocated %s (plan %s), peak reserved %s (plan %s); device used at most "
                 "%s\n", sz(m.peak_allocated, a), sz(p->dynamic.peak_allocated, b), sz(m.peak_reserved, c),
