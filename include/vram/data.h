@@ -95,6 +95,9 @@ uint64_t vr_data_num_tokens(const vr_data *d);
 /* The vocabulary bound the tokens were checked against. */
 int vr_data_vocab(const vr_data *d);
 
+/* crc32 of the split's tokens: identifies the data a resumable state was saved with. */
+uint32_t vr_data_fingerprint(const vr_data *d);
+
 /* --- llm.c token files ------------------------------------------------- */
 
 /* Reads and validates an llm.c token file: magic, version, count against the

@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "train/data_source.h"
 #include "train/rng.h"
@@ -157,3 +158,17 @@ uint64_t vr_data_batches_per_epoch(const vr_data *d) { return d->per_epoch; }
 uint64_t vr_data_num_tokens(const vr_data *d) { return d->n; }
 
 int vr_data_vocab(const vr_data *d) { return d->vocab; }
+
+uint32_t vr_data_fingerprint(const vr_data *d)
+{
+    uLong crc = crc32(0L, Z_NULL, 0);
+    const unsigned char *p = (const unsigned char *)d->tok;
+    uint64_t left = d->n * sizeof *d->tok;
+    while (left) { /* crc32 takes at most a uInt of bytes at a time */
+        uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
+        crc = crc32(crc, p, chunk);
+        p += chunk;
+        left -= chunk;
+    }
+    return (uint32_t)crc;
+}

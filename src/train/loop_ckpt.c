@@ -44,6 +44,10 @@ static vr_status describe(vr_trainer *t, vr_train_state *s, float **bufs)
     vr_state_set_config(s, "params", g->n_params);
     vr_state_set_config(s, "trainable", g->n_trainable);
     vr_state_set_config(s, "precision", t->cfg.step.precision);
+    if (t->train) { /* the data itself: resuming on other data would silently train on it */
+        vr_state_set_config(s, "data_tokens", (int64_t)vr_data_num_tokens(t->train));
+        vr_state_set_config(s, "data_crc32", vr_data_fingerprint(t->train));
+    }
     int ids[3] = {g->params, g->optim[0], g->optim[1]};
     for (int k = 0; k < 3; k++) {
         bufs[k] = NULL;
@@ -105,6 +109,14 @@ static vr_status resume(vr_trainer *t, const char *path)
     if (!st && strcmp(file->optimizer, want->optimizer))
         st = vr_error(VR_ERR_FORMAT, "%s: the state was saved with --optim %s, not %s", path, file->optimizer,
                       want->optimizer);
+    int64_t fcrc = 0, wcrc = 0, fn = 0, wn = 0;
+    if (!st && vr_state_get_config(want, "data_crc32", &wcrc) && vr_state_get_config(file, "data_crc32", &fcrc) &&
+        vr_state_get_config(want, "data_tokens", &wn) && vr_state_get_config(file, "data_tokens", &fn) &&
+        (fcrc != wcrc || fn != wn))
+        st = vr_error(VR_ERR_FORMAT,
+                      "%s: the state was saved training on other data (%lld tokens, crc32 %08llx; this run's --data "
+                      "has %lld tokens, crc32 %08llx): give the --data it was trained on",
+                      path, (long long)fn, (unsigned long long)fcrc, (long long)wn, (unsigned long long)wcrc);
     if (!st)
         st = vr_state_config_match(path, file, want);
     if (!st && file->data_seed != t->cfg.seed)

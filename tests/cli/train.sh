@@ -95,6 +95,8 @@ b[-50] ^= 0xFF
 open(sys.argv[2], "wb").write(b)
 PY
 expect 1 bad.bin train --resume "$tmp/bad.bin" --steps 30
+for i in $(seq 300); do printf 'the quick brown fox jumps over the lazy dog. '; done >"$tmp/text.txt"
+expect 1 "other data" train --resume "$tmp/st.bin" --data "$tmp/text.txt" --steps 30
 expect 1 cuda train --device cuda --steps 1
 "$vram" train --help | grep -q -- --resume
 "$vram" eval --help | grep -q -- --init
