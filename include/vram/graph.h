@@ -173,6 +173,8 @@ typedef enum vr_precision { VR_PREC_FP32, VR_PREC_BF16, VR_PREC_FP16 } vr_precis
 typedef enum vr_optim { VR_OPTIM_NONE, VR_OPTIM_SGD, VR_OPTIM_MOMENTUM, VR_OPTIM_ADAM, VR_OPTIM_ADAMW } vr_optim;
 typedef enum vr_recompute { VR_RECOMPUTE_NONE, VR_RECOMPUTE_BLOCK, VR_RECOMPUTE_SELECTIVE } vr_recompute;
 typedef enum vr_model_kind { VR_MODEL_GPT, VR_MODEL_MLP } vr_model_kind;
+/* Whose kernels will run the graph: it sizes the nodes' scratch by their formulas. */
+typedef enum vr_kernels { VR_KERNELS_CPU, VR_KERNELS_CUDA } vr_kernels;
 
 /* Names of the enums above, and their parsers (VR_ERR_INVALID naming `what`). */
 const char *vr_precision_name(vr_precision p);
@@ -220,6 +222,7 @@ typedef struct vr_step_config {
     const char *freeze;       /* comma-separated globs over parameter names ('h.*.attn*,wte'); NULL none */
     float grad_clip;          /* > 0: global-norm clipping (sumsq nodes feed every optimizer node) */
     uint64_t workspace_bytes; /* library workspace held for the step (cuBLAS: 32 MiB), role temp; 0 none */
+    vr_kernels kernels;       /* CPU (0) or CUDA scratch formulas (the classifier's chunk of logits) */
 } vr_step_config;
 
 typedef struct vr_graph {
@@ -261,6 +264,9 @@ const char *vr_mlp_preset_names(void);
 
 /* Fills Vp when 0 and checks the fields; VR_ERR_INVALID naming the field. */
 vr_status vr_gpt_config_check(vr_gpt_config *c);
+
+/* Element counts of the 16 parameter tensors in llm.c's order (wte, wpe, ln1w, ... lnfb; Vp 0 = V rounded up to 128). */
+void vr_gpt_param_sizes(const vr_gpt_config *c, int64_t sizes[16]);
 
 /* Number of parameters (elements of the flat buffer, wte counted with Vp rows). */
 int64_t vr_gpt_num_params(const vr_gpt_config *c);
@@ -358,7 +364,11 @@ int vr_graph_find(const vr_graph *g, const char *name);
 bool vr_graph_is_saved(const vr_graph *g, int id);
 
 /* Workspace bytes the op's kernel needs for this node (0 for most ops; the
- * classifier: min(N,128) rows of V floats, as vr_cpu_classifier_scratch_bytes). */
+ * classifier: min(N,128) rows of V floats, as vr_cpu_classifier_scratch_bytes;
+ * with g->step.kernels CUDA: min(N,1024) rows of V rounded up to 64 in the
+ * activation dtype, as vr_cuda_classifier_scratch_bytes). The CUDA backward
+ * kernels' other scratch (attention delta, LayerNorm partial sums, embedding
+ * sort) is taken from the step's workspace tensor. */
 uint64_t vr_node_scratch_bytes(const vr_graph *g, const vr_node *n);
 
 /* Counts nodes of a phase. */

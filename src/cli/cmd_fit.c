@@ -123,7 +123,7 @@ static int parse_tflops(const char *s, vr_fit_cost_model *cm)
     char buf[128];
     snprintf(buf, sizeof buf, "%s", s);
     if (!strchr(buf, '=')) {
-        double d;
+        double d = 0;
         if (parse_double("--tflops", buf, &d))
             return 2;
         if (d <= 0)
@@ -135,7 +135,7 @@ static int parse_tflops(const char *s, vr_fit_cost_model *cm)
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(tok, '=');
         vr_precision p;
-        double d;
+        double d = 0;
         if (!eq)
             return vr_cli_fail("fit", 2, "--tflops: '%s' is not PRECISION=X", tok);
         *eq = 0;
@@ -200,6 +200,7 @@ static int resolve_device(const opts *o, target *t, vr_step_config *s, vr_fit_co
             return vr_cli_fail("fit", 2, "%s", vr_last_error());
         t->cuda = true;
         s->workspace_bytes = CUDA_WORKSPACE;
+        s->kernels = VR_KERNELS_CUDA;
         uint64_t cost = 0;
         if (o->has_context)
             t->context = o->context, t->context_how = "as given";

@@ -166,8 +166,10 @@ int vr_cmd_plan(int argc, char **argv)
         return vr_cli_fail("plan", 2, "--memory: '%s' is not one of planned|dynamic", o.memory);
     if (o.policy && pc.memory != VR_MEMORY_DYNAMIC)
         return vr_cli_fail("plan", 2, "--policy: only with --memory dynamic");
-    if (t.cuda)
+    if (t.cuda) {
         s.workspace_bytes = CUDA_WORKSPACE;
+        s.kernels = VR_KERNELS_CUDA;
+    }
     pc.capacity = t.capacity > t.context ? t.capacity - t.context : t.capacity ? 1 : 0;
 
     vr_graph *g = NULL;
