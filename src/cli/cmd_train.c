@@ -57,7 +57,7 @@ static void usage(FILE *f)
             "  --eval-every N           held-out loss every N steps (0: at the end only; -1: never)\n"
             "  --eval-batches N         held-out batches per evaluation (8)\n"
             "running\n"
-            "  --device cpu|cuda|auto   (cpu; cuda needs the CUDA executor, not built yet)\n"
+            "  --device cpu|cuda|auto   (cpu; auto: cuda when a GPU is there)\n"
             "  --memory planned|dynamic one arena at the plan's offsets, or PyTorch-like caching allocator (planned)\n"
             "  --policy NAME            allocator policy with --memory dynamic (pytorch)\n"
             "  --inplace                gelu/relu/add write their output over a dying input (as vram plan)\n"
@@ -177,11 +177,16 @@ static int shape_from_checkpoint(const char *cmd, const char *path, const vr_mod
     return 0;
 }
 
-/* cpu, cuda[:N], cpu:SIZE; auto picks cpu until the CUDA executor exists. */
+/* cpu, cuda[:N], cpu:SIZE; auto (and no --device) picks cuda when this build has CUDA and a GPU is there. */
 static int resolve_device(const char *cmd, const char *spec, const char **out)
 {
     if (!spec || !strcmp(spec, "auto")) {
-        *out = "cpu";
+        int n = 0;
+#ifdef VRAM_HAVE_CUDA
+        if (spec && vr_cuda_device_count(&n) != VR_OK)
+            n = 0;
+#endif
+        *out = n > 0 ? "cuda" : "cpu";
         return 0;
     }
     if (strncmp(spec, "cpu", 3) && strncmp(spec, "cuda", 4))

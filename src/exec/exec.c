@@ -117,9 +117,16 @@ static vr_status pick_backend(vr_exec *e)
         e->be = vr__exec_backend_cpu();
         return VR_OK;
     }
-    if (k == VR_DEVICE_CUDA)
-        return vr_error(VR_ERR_UNSUPPORTED, "exec: device %s: the CUDA executor is not built yet; train on the CPU "
-                        "(--device cpu) or plan the GPU run with 'vram plan --device cuda'", vr_device_name(e->dev));
+    if (k == VR_DEVICE_CUDA) {
+        e->be = vr__exec_backend_cuda();
+        if (!e->be)
+            return vr_error(VR_ERR_UNSUPPORTED, "exec: device %s: this build has no CUDA executor (built without "
+                            "nvcc); train on the CPU (--device cpu)", vr_device_name(e->dev));
+        if (e->g->step.precision == VR_PREC_FP16)
+            return vr_error(VR_ERR_UNSUPPORTED, "exec: --precision fp16 on %s needs dynamic loss scaling, not "
+                            "built yet: use bf16", vr_device_name(e->dev));
+        return VR_OK;
+    }
     return vr_error(VR_ERR_UNSUPPORTED, "exec: device %s has no bytes to compute on (meta is for planning: use "
                     "'vram plan')", vr_device_name(e->dev));
 }
@@ -247,6 +254,8 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
         if (e->live[t] && t != e->shared_params && (r == VR_ROLE_OPTIM || r == VR_ROLE_PARAM || r == VR_ROLE_MASTER))
             st = vr_device_memset(dev, e->ptr[t], 0, storage_bytes(e, t));
     }
+    if (!st && e->be->init)
+        st = e->be->init(e);
     if (st) {
         vr_exec_free(e);
         return st;
@@ -262,6 +271,8 @@ void vr_exec_free(vr_exec *e)
 {
     if (!e)
         return;
+    if (e->be && e->be->fini && e->be_state)
+        e->be->fini(e);
     if (e->live)
         for (int t = 0; t < e->g->n_tensors; t++)
             vr__exec_unbind(e, t);
@@ -312,8 +323,143 @@ static vr_status check_io(vr_exec *e, int t, uint64_t bytes, void **dev_ptr)
     return VR_OK;
 }
 
+/* fp32 <-> bf16 / fp16 on the host (round to nearest even). */
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000u, mant = u & 0x7fffffu;
+    int32_t exp = (int32_t)((u >> 23) & 0xff);
+    if (exp == 0xff)
+        return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
+    exp = exp - 127 + 15;
+    if (exp >= 0x1f)
+        return (uint16_t)(sign | 0x7c00u);
+    if (exp <= 0) {
+        if (exp < -10)
+            return (uint16_t)sign;
+        mant |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - exp), half = 1u << (shift - 1);
+        uint32_t r = mant >> shift, rem = mant & ((1u << shift) - 1);
+        if (rem > half || (rem == half && (r & 1)))
+            r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((uint32_t)exp << 10) | (mant >> 13), rem = mant & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1)))
+        r++;
+    return (uint16_t)(sign | r);
+}
+
+static float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, u;
+    if (exp == 0x1f)
+        u = sign | 0x7f800000u | (mant << 13);
+    else if (exp == 0) {
+        if (!mant)
+            u = sign;
+        else {
+            int e = -1;
+            do {
+                mant <<= 1;
+                e++;
+            } while (!(mant & 0x400u));
+            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
+        }
+    } else
+        u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Is t the parameter buffer of a 16-bit graph and host given as fp32? */
+static bool params_as_f32(const vr_exec *e, int t, uint64_t bytes)
+{
+    const vr_graph *g = e->g;
+    return t == g->params && g->param_dtype != VR_F32 && bytes == (uint64_t)g->n_params * sizeof(float);
+}
+
+/* The master copy (flat over the trainable params in buffer order) from fp32 values. */
+static vr_status write_master(vr_exec *e, const float *vals)
+{
+    const vr_graph *g = e->g;
+    if (g->master < 0 || !e->live[g->master])
+        return VR_OK;
+    for (int t = 0; t < g->n_tensors; t++) {
+        const vr_tensor *x = &g->tensors[t];
+        if (x->view_of != g->params || x->param_offset < 0 || x->master < 0)
+            continue;
+        vr_status st = vr_exec_write(e, x->master, vals + x->param_offset, (uint64_t)vr_tensor_numel(x) * 4);
+        if (st)
+            return st;
+    }
+    return VR_OK;
+}
+
+static vr_status write_params16(vr_exec *e, const float *host)
+{
+    const vr_graph *g = e->g;
+    size_t n = (size_t)g->n_params;
+    uint16_t *h = malloc(n * sizeof *h + 1);
+    if (!h)
+        return vr_error(VR_ERR_OOM, "exec: out of host memory");
+    for (size_t i = 0; i < n; i++)
+        h[i] = g->param_dtype == VR_BF16 ? f32_to_bf16(host[i]) : f32_to_f16(host[i]);
+    void *p;
+    vr_status st = check_io(e, g->params, n * 2, &p);
+    if (!st)
+        st = vr_device_memcpy(e->dev, p, h, n * 2, VR_COPY_HOST_TO_DEVICE);
+    free(h);
+    return st ? st : write_master(e, host);
+}
+
+/* The 16-bit parameters widened to fp32, with the master's values where it has them. */
+static vr_status read_params16(vr_exec *e, float *host)
+{
+    const vr_graph *g = e->g;
+    size_t n = (size_t)g->n_params;
+    uint16_t *h = malloc(n * sizeof *h + 1);
+    if (!h)
+        return vr_error(VR_ERR_OOM, "exec: out of host memory");
+    void *p;
+    vr_status st = check_io(e, g->params, n * 2, &p);
+    if (!st)
+        st = vr_device_memcpy(e->dev, h, p, n * 2, VR_COPY_DEVICE_TO_HOST);
+    for (size_t i = 0; i < n && !st; i++)
+        host[i] = g->param_dtype == VR_BF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
+    free(h);
+    for (int t = 0; t < g->n_tensors && !st && g->master >= 0 && e->live[g->master]; t++) {
+        const vr_tensor *x = &g->tensors[t];
+        if (x->view_of == g->params && x->param_offset >= 0 && x->master >= 0)
+            st = vr_exec_read(e, x->master, host + x->param_offset, (uint64_t)vr_tensor_numel(x) * 4);
+    }
+    return st;
+}
+
 vr_status vr_exec_read(vr_exec *e, int t, void *host, uint64_t bytes)
 {
+    if (params_as_f32(e, t, bytes))
+        return read_params16(e, host);
     void *p;
     vr_status st = check_io(e, t, bytes, &p);
     return st ? st : vr_device_memcpy(e->dev, host, p, bytes, VR_COPY_DEVICE_TO_HOST);
@@ -321,9 +467,25 @@ vr_status vr_exec_read(vr_exec *e, int t, void *host, uint64_t bytes)
 
 vr_status vr_exec_write(vr_exec *e, int t, const void *host, uint64_t bytes)
 {
+    if (params_as_f32(e, t, bytes))
+        return write_params16(e, host);
     void *p;
     vr_status st = check_io(e, t, bytes, &p);
-    return st ? st : vr_device_memcpy(e->dev, p, host, bytes, VR_COPY_HOST_TO_DEVICE);
+    if (!st)
+        st = vr_device_memcpy(e->dev, p, host, bytes, VR_COPY_HOST_TO_DEVICE);
+    if (!st && t == e->g->params && e->g->master >= 0 && e->cfg.params_from == NULL) {
+        /* 16-bit values written raw (a resumed state): the master starts from them */
+        size_t n = (size_t)e->g->n_params;
+        float *f = malloc(n * sizeof(float) + 1);
+        if (!f)
+            return vr_error(VR_ERR_OOM, "exec: out of host memory");
+        const uint16_t *h = host;
+        for (size_t i = 0; i < n; i++)
+            f[i] = e->g->param_dtype == VR_BF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
+        st = write_master(e, f);
+        free(f);
+    }
+    return st;
 }
 
 /* ------------------------------------------------------------------ figures */

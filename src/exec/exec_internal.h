@@ -29,16 +29,33 @@ typedef struct vr_exec_args {
     const vr_optim_hparams *h;    /* optimizer nodes */
     float grad_scale;             /* optimizer nodes: clipping factor */
     float weight_decay;           /* optimizer nodes: this parameter's decay (0 for 1-D ones) */
+    void *state;                  /* the backend's per-executor state (vr_exec.be_state) */
+    bool last_sumsq;              /* sumsq nodes: the last one (a device-side clip computes the factor) */
 } vr_exec_args;
 
 typedef struct vr_exec_backend {
     const char *name;
     /* Runs one node; VR_ERR_UNSUPPORTED for an op or dtype it lacks. */
     vr_status (*run_node)(const vr_exec_args *a);
+    /* Optional: per-executor state (e->be_state), made once the persistent
+     * tensors are bound (the workspace tensor has its address), and freed. */
+    vr_status (*init)(vr_exec *e);
+    void (*fini)(vr_exec *e);
+    /* Optional: the clipping factor is computed on the device by the last sumsq
+     * node and read by the optimizer nodes there (no host round trip); after the
+     * step, clip_result reads back the norm and the factor. NULL: the executor
+     * reads the squared norm after the last sumsq node (host). */
+    vr_status (*clip_result)(vr_exec *e, double *norm, double *scale);
+    /* Device memory figures are cheap to read per node (host memory: yes; a GPU
+     * through NVML: no, so they are sampled during the first step only). */
+    bool cheap_mem_info;
 } vr_exec_backend;
 
 /* The CPU backend (cpu_node.c). */
 const vr_exec_backend *vr__exec_backend_cpu(void);
+
+/* The CUDA backend (cuda_node_cuda.c); NULL in builds without CUDA (cuda_node_nocuda.c). */
+const vr_exec_backend *vr__exec_backend_cuda(void);
 
 struct vr_exec {
     const vr_plan *plan;
@@ -68,6 +85,8 @@ struct vr_exec {
     float *losses;                /* host copy of the losses (rows) */
     int64_t rows;                 /* elements of the losses tensor */
     vr_exec_memory mem;
+    void *be_state;               /* the backend's (CUDA: its vr_cuda_ctx and clip scalars) */
+    int64_t steps_run;            /* steps completed (device figures sampled on the first only, unless cheap) */
 };
 
 /* Makes storage tensor s live: gives it its address (arena offset or a block

@@ -113,7 +113,7 @@ static void measure(vr_exec *e, int i)
         memcpy(e->mem.at_peak, l, sizeof e->mem.at_peak);
     }
     vr_device_mem m;
-    if (vr_device_mem_info(e->dev, &m) == VR_OK) {
+    if ((e->be->cheap_mem_info || e->steps_run == 0) && vr_device_mem_info(e->dev, &m) == VR_OK) {
         e->mem.device_used = m.used_by_us;
         if (m.used_by_us > e->mem.device_peak)
             e->mem.device_peak = m.used_by_us;
@@ -131,6 +131,8 @@ static void node_args(const vr_exec *e, int i, int micro, const vr_optim_hparams
     memset(a, 0, sizeof *a);
     a->g = g;
     a->node = nd;
+    a->state = e->be_state;
+    a->last_sumsq = i == e->last_sumsq;
     for (int k = 0; k < VR_NODE_MAX_IN; k++)
         a->in[k] = tensor_ptr(e, nd->in[k]);
     for (int k = 0; k < VR_NODE_MAX_OUT; k++) {
@@ -212,7 +214,7 @@ static vr_status run_pass(vr_exec *e, int end, int micro, const vr_exec_batch *b
                 break;
             }
         }
-        if (i == e->last_sumsq)
+        if (i == e->last_sumsq && !e->be->clip_result)
             st = clip_factor(e, nd->out[0], ps);
         release_after_node(e, i);
         for (int k = 0; e->inplace[k] >= 0; k++) /* in-place outputs count from here on */
@@ -239,6 +241,13 @@ vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hp
     vr_status st = VR_OK;
     for (int m = 0; m < accum && !st; m++)
         st = run_pass(e, m + 1 == accum ? g->n_nodes : e->opt_start, m, &micro[m], h, &ps, &loss_sum);
+    if (!st && e->last_sumsq >= 0 && e->be->clip_result) {
+        double sc = 1.0;
+        st = e->be->clip_result(e, &ps.grad_norm, &sc);
+        ps.grad_scale = (float)sc;
+    }
+    if (!st)
+        e->steps_run++;
     if (res) {
         res->loss = e->rows ? loss_sum / ((double)e->rows * accum) : NAN;
         res->grad_norm = ps.grad_norm;

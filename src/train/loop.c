@@ -89,6 +89,11 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
         st = vr_error(VR_ERR_INVALID, "--warmup/--lr: %s", vr_last_error());
     if (!st)
         st = vr_device_open(c->device ? c->device : "cpu", &t->dev);
+    if (!st && vr_device_kind_of(t->dev) == VR_DEVICE_CUDA) { /* the CUDA kernels' scratch and cuBLAS workspace */
+        t->cfg.step.kernels = VR_KERNELS_CUDA;
+        if (!t->cfg.step.workspace_bytes)
+            t->cfg.step.workspace_bytes = (uint64_t)32 << 20;
+    }
     if (!st)
         st = vr_graph_build(&t->cfg.model, &t->cfg.step, &t->g);
     vr_plan_config pc = {.memory = c->memory, .alloc_policy = c->alloc_policy, .inplace = c->inplace};
@@ -186,6 +191,7 @@ vr_status vr__trainer_eval_setup(vr_trainer *t)
     vr_step_config s;
     memset(&s, 0, sizeof s);
     s.precision = c->step.precision;
+    s.kernels = c->step.kernels;
     vr_status st = vr_graph_build(&c->model, &s, &t->eg);
     vr_plan_config pc = {.memory = c->memory, .alloc_policy = c->alloc_policy, .inplace = c->inplace};
     if (!st)

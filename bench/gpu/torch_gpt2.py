@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""GPT-2 124M training steps in PyTorch, the peer of `vram train --device cuda`.
+
+A nanoGPT-equivalent model (tied wte/lm_head, vocabulary padded to 50304, pre-LayerNorm blocks,
+GELU tanh, F.scaled_dot_product_attention causal), GPT-2 init (normal 0.02, residual projections
+0.02/sqrt(2L), biases 0), fused AdamW (betas 0.9/0.95, eps 1e-8, weight decay 0.1 on 2-D params),
+global-norm clipping 1.0, bf16 autocast over fp32 weights. Random tokens (or --init: an llm.c
+checkpoint for the same initial weights as vram).
+
+Prints one JSON line: mode, median step ms, tokens/s, peak memory_reserved/allocated, the CUDA
+context, and the losses per step.
+
+  python3 bench/gpu/torch_gpt2.py --mode eager|compile [--steps 30] [--batch 16] [--seq 1024]
+"""
+import argparse
+import json
+import math
+import statistics
+import struct
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+L, C, NH, V, VP, MAXT = 12, 768, 12, 50257, 50304, 1024
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(C)
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.attn_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C)
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.mlp_proj = nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q = q.view(B, T, NH, C // NH).transpose(1, 2)
+        k = k.view(B, T, NH, C // NH).transpose(1, 2)
+        v = v.view(B, T, NH, C // NH).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.attn_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        x = x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(VP, C)
+        self.wpe = nn.Embedding(MAXT, C)
+        self.h = nn.ModuleList([Block() for _ in range(L)])
+        self.ln_f = nn.LayerNorm(C)
+        for n, p in self.named_parameters():
+            if n.endswith("proj.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * L))
+            elif p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02)
+            elif n.endswith(".bias"):
+                nn.init.zeros_(p)
+        with torch.no_grad():
+            self.wte.weight[V:].zero_()
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        for b in self.h:
+            x = b(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight[:V])
+        return F.cross_entropy(logits.float().view(-1, V), targets.view(-1))
+
+
+def load_llmc(model, path):
+    """llm.c checkpoint (fp32, params in llm.c's order) into the model (tools/llmc_ckpt.py's layout)."""
+    with open(path, "rb") as f:
+        hdr = struct.unpack("256i", f.read(1024))
+        assert hdr[0] == 20240326, "not an llm.c checkpoint"
+        data = torch.frombuffer(bytearray(f.read()), dtype=torch.float32)
+    maxT, v, l, nh, c, vp = hdr[2], hdr[3], hdr[4], hdr[5], hdr[6], hdr[7]
+    assert (maxT, v, l, nh, c, vp) == (MAXT, V, L, NH, C, VP), "checkpoint shape differs"
+    off = 0
+
+    def take(shape):
+        nonlocal off
+        n = math.prod(shape)
+        t = data[off:off + n].view(shape)
+        off += n
+        return t
+
+    hs = model.h
+    with torch.no_grad():
+        model.wte.weight.copy_(take((VP, C)))
+        model.wpe.weight.copy_(take((MAXT, C)))
+        for name, shape in [("ln_1.weight", (C,)), ("ln_1.bias", (C,)), ("c_attn.weight", (3 * C, C)),
+                            ("c_attn.bias", (3 * C,)), ("attn_proj.weight", (C, C)), ("attn_proj.bias", (C,)),
+                            ("ln_2.weight", (C,)), ("ln_2.bias", (C,)), ("c_fc.weight", (4 * C, C)),
+                            ("c_fc.bias", (4 * C,)), ("mlp_proj.weight", (C, 4 * C)), ("mlp_proj.bias", (C,))]:
+            for i in range(L):
+                mod, attr = name.split(".")
+                getattr(getattr(hs[i], mod), attr).copy_(take(shape))
+        model.ln_f.weight.copy_(take((C,)))
+        model.ln_f.bias.copy_(take((C,)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--init", default=None)
+    ap.add_argument("--tokens", default=None, help="int32 file of (steps, B, T+1) tokens (same batches as vram)")
+    a = ap.parse_args()
+    torch.manual_seed(1337)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    dev = "cuda"
+    torch.zeros(1, device=dev)
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    context = total - free - torch.cuda.memory_reserved()
+    model = GPT().to(dev)
+    if a.init:
+        load_llmc(model, a.init)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    nodecay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    step_model = torch.compile(model) if a.mode == "compile" else model
+    g = torch.Generator().manual_seed(1)
+    B, T = a.batch, a.seq
+    times, losses = [], []
+    for s in range(a.steps):
+        if a.tokens:
+            buf = torch.from_file(a.tokens, size=a.steps * B * (T + 1), dtype=torch.int32)
+            row = buf.view(a.steps, B, T + 1)[s].long()
+            x, y = row[:, :T].to(dev), row[:, 1:].to(dev)
+        else:
+            xy = torch.randint(0, V, (B, T + 1), generator=g)
+            x, y = xy[:, :T].to(dev), xy[:, 1:].to(dev)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = step_model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        lv = loss.item()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1000)
+        losses.append(lv)
+    warm = times[min(5, len(times) - 1):]
+    ms = statistics.median(warm)
+    free, total = torch.cuda.mem_get_info()
+    print(json.dumps({
+        "mode": a.mode, "torch": torch.__version__, "device": torch.cuda.get_device_name(),
+        "B": B, "T": T, "steps": a.steps, "median_ms": ms, "tokens_per_s": B * T / ms * 1000,
+        "max_reserved": torch.cuda.max_memory_reserved(), "max_allocated": torch.cuda.max_memory_allocated(),
+        "context": context, "device_used_end": total - free, "losses": losses,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+/* vram exec — builds without CUDA have no CUDA backend (--device cuda fails
+ * cleanly in vr_exec_create; opening a cuda device already fails there). */
+#include "exec/exec_internal.h"
+
+const vr_exec_backend *vr__exec_backend_cuda(void) { return NULL; }
