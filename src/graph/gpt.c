@@ -81,10 +81,10 @@ vr_status vr_gpt_config_check(vr_gpt_config *c)
     return VR_OK;
 }
 
-/* Element counts of the 16 parameter tensors, in llm.c's order. */
-static void param_sizes(const vr_gpt_config *c, int64_t s[16])
+void vr_gpt_param_sizes(const vr_gpt_config *c, int64_t s[16])
 {
-    int64_t L = c->L, C = c->C, Vp = c->Vp ? c->Vp : (c->V + 127) / 128 * 128;
+    /* Unsigned products: an llm.c header's fields (up to 2^24 each) wrap rather than overflow. */
+    uint64_t L = (uint64_t)c->L, C = (uint64_t)c->C, Vp = (uint64_t)(c->Vp ? c->Vp : (c->V + 127) / 128 * 128);
     s[0] = Vp * C;       /* wte */
     s[1] = c->maxT * C;  /* wpe */
     s[2] = L * C;        /* ln1w */
@@ -106,7 +106,7 @@ static void param_sizes(const vr_gpt_config *c, int64_t s[16])
 int64_t vr_gpt_num_params(const vr_gpt_config *c)
 {
     int64_t s[16], n = 0;
-    param_sizes(c, s);
+    vr_gpt_param_sizes(c, s);
     for (int i = 0; i < 16; i++)
         n += s[i];
     return n;
@@ -165,7 +165,7 @@ vr_status vr_gpt_forward(vr_graph *g, const vr_gpt_config *cfg, int B, int T)
     g->model.T = T;
 
     int64_t size[16], base[16], off = 0;
-    param_sizes(&c, size);
+    vr_gpt_param_sizes(&c, size);
     for (int i = 0; i < 16; i++) {
         base[i] = off;
         off += size[i];

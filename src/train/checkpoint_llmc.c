@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "vram/atomic_file.h"
+#include "vram/graph.h"
 
 #define HEADER_BYTES ((uint64_t)VR_LLMC_HEADER_INTS * sizeof(int32_t))
 
@@ -53,24 +54,14 @@ vr_status vr_llmc_config_check(const vr_llmc_config *cfg, const char *what)
 
 void vr_llmc_param_sizes(const vr_llmc_config *cfg, size_t s[VR_LLMC_NUM_TENSORS])
 {
-    size_t Vp = (size_t)cfg->padded_vocab_size, C = (size_t)cfg->channels;
-    size_t maxT = (size_t)cfg->max_seq_len, L = (size_t)cfg->num_layers;
-    s[0] = Vp * C;         /* wte */
-    s[1] = maxT * C;       /* wpe */
-    s[2] = L * C;          /* ln1w */
-    s[3] = L * C;          /* ln1b */
-    s[4] = L * 3 * C * C;  /* qkvw */
-    s[5] = L * 3 * C;      /* qkvb */
-    s[6] = L * C * C;      /* attprojw */
-    s[7] = L * C;          /* attprojb */
-    s[8] = L * C;          /* ln2w */
-    s[9] = L * C;          /* ln2b */
-    s[10] = L * 4 * C * C; /* fcw */
-    s[11] = L * 4 * C;     /* fcb */
-    s[12] = L * C * 4 * C; /* fcprojw */
-    s[13] = L * C;         /* fcprojb */
-    s[14] = C;             /* lnfw */
-    s[15] = C;             /* lnfb */
+    vr_gpt_config c = {.L = cfg->num_layers, .C = cfg->channels, .NH = cfg->num_heads,
+                       .V = cfg->vocab_size, .Vp = cfg->padded_vocab_size, .maxT = cfg->max_seq_len};
+    if (c.Vp == 0)
+        c.V = 0; /* the header's Vp as it stands: 0 rounds V = 0 up to 0 rows of wte */
+    int64_t sizes[VR_LLMC_NUM_TENSORS];
+    vr_gpt_param_sizes(&c, sizes);
+    for (int i = 0; i < VR_LLMC_NUM_TENSORS; i++)
+        s[i] = (size_t)sizes[i];
 }
 
 size_t vr_llmc_num_params(const vr_llmc_config *cfg)
