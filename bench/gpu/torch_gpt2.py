@@ -70,8 +70,8 @@ class GPT(nn.Module):
         x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for b in self.h:
             x = b(x)
-        logits = F.linear(self.ln_f(x), self.wte.weight[:V])
-        return F.cross_entropy(logits.float().view(-1, V), targets.view(-1))
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # (B,T,Vp) as nanoGPT's padded vocabulary
+        return F.cross_entropy(logits.view(-1, VP), targets.view(-1))
 
 
 def load_llmc(model, path):

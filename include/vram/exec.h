@@ -27,7 +27,12 @@
  *
  * Tensor values live on the device: use vr_exec_read / vr_exec_write to move
  * them (parameters in and out, optimizer state for checkpoints, gradients in
- * tests). Only fp32 graphs run on the CPU. */
+ * tests). Only fp32 graphs run on the CPU; the CUDA backend (cuda_node_cuda.c)
+ * runs fp32 and bf16 (fp32 master and optimizer state), its clipping factor
+ * computed on the device. The parameter buffer of a 16-bit graph may also be
+ * read and written as n_params fp32 values: written, they are rounded into the
+ * params and copied into the master; read, they are the master's values (the
+ * widened params where there is no master). */
 #ifndef VRAM_EXEC_H
 #define VRAM_EXEC_H
 

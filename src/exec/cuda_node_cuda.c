@@ -105,7 +105,7 @@ static vr_status embedding_bwd(const vr_exec_args *a, const cuda_state *s, vr_cu
     const vr_tensor *tok = T_(a, n->in[1]);
     int B = (int)tok->shape[0], T = (int)tok->shape[1], C = lastdim(a, n->in[0]);
     void *dwte = a->out[0], *dwpe = a->out[1];
-    int V = dwte ? rows(a, n->out[0]) : 0;
+    int V = dwte ? rows(a, n->out[0]) : 1; /* the kernel wants V >= 1 even without dwte */
     void *scr = NULL;
     size_t need = dwte ? vr_cuda_embedding_bwd_scratch_bytes(B, T, V) : 0;
     vr_status st = ws_scratch(s, need, "embedding_bwd", &scr);
@@ -119,7 +119,7 @@ static vr_status embedding_bwd(const vr_exec_args *a, const cuda_state *s, vr_cu
             st = vr_cuda_embedding_bwd(&s->ctx, dt, dwte, NULL, a->in[0], I32(a->in[1]), B, T, C, V, a->acc[0], scr,
                                        sb);
         if (!st && dwpe)
-            st = vr_cuda_embedding_bwd(&s->ctx, dt, NULL, dwpe, a->in[0], I32(a->in[1]), B, T, C, V, a->acc[1], NULL,
+            st = vr_cuda_embedding_bwd(&s->ctx, dt, NULL, dwpe, a->in[0], I32(a->in[1]), B, T, C, 1, a->acc[1], NULL,
                                        0);
     }
     if (!st && dwpe && !a->acc[1]) { /* rows T..maxT-1: no position in this batch, gradient 0 */
