@@ -5,7 +5,7 @@
  * read/write, unmap = madvise(MADV_DONTNEED) + mprotect(PROT_NONE) (the pages
  * go back to the kernel), release = munmap. Allocations and reservations are
  * tracked (ptrmap.c, vmspace.c) to check frees and count bytes against the
- * capacity; without a cap the capacity is the host's RAM. */
+ * capacity (host_book.c); without a cap the capacity is the host's RAM. */
 #define _GNU_SOURCE
 #include "device/device_impl.h"
 
@@ -16,16 +16,12 @@
 #include <sys/mman.h>
 #include <sys/sysinfo.h>
 
-#include "device/ptrmap.h"
-#include "device/vmspace.h"
+#include "device/host_book.h"
 #include "vram/util.h"
 
 typedef struct cpu_device {
     vr_device base;
-    uint64_t capacity;    /* 0 = no cap */
-    uint64_t used;        /* malloc'd (rounded) + mapped bytes */
-    vr_ptrmap live;
-    vr_vmspace vm;
+    vr_host_book book;    /* capacity 0 = no cap */
 } cpu_device;
 
 static cpu_device *cpu(vr_device *dev) { return (cpu_device *)dev; }
@@ -61,24 +57,16 @@ static vr_status cpu_mem_info(vr_device *dev, vr_device_mem *out)
     uint64_t total, avail;
     host_memory(&total, &avail);
     pthread_mutex_lock(&dev->lock);
-    out->used_by_us = c->used;
-    if (c->capacity) {
-        out->total = c->capacity;
-        out->free = c->capacity - c->used < avail ? c->capacity - c->used : avail;
+    const vr_host_book *b = &c->book;
+    out->used_by_us = b->used;
+    if (b->capacity) {
+        out->total = b->capacity;
+        out->free = b->capacity - b->used < avail ? b->capacity - b->used : avail;
     } else {
         out->total = total;
         out->free = avail;
     }
     pthread_mutex_unlock(&dev->lock);
-    return VR_OK;
-}
-
-/* Checks the cap; call with the lock held. */
-static vr_status charge(cpu_device *c, const char *op, uint64_t bytes)
-{
-    if (c->capacity && bytes > c->capacity - c->used)
-        return vr__device_oom(&c->base, op, bytes, c->used, c->capacity);
-    c->used += bytes;
     return VR_OK;
 }
 
@@ -88,7 +76,7 @@ static vr_status cpu_malloc(vr_device *dev, size_t bytes, void **ptr)
     uint64_t size = vr__round_up(bytes, VR_DEVICE_ALIGN);
     void *p = NULL;
     pthread_mutex_lock(&dev->lock);
-    vr_status st = charge(c, "malloc", size);
+    vr_status st = vr__book_charge(dev, &c->book, "malloc", size);
     pthread_mutex_unlock(&dev->lock);
     if (st != VR_OK)
         return st;
@@ -98,12 +86,12 @@ static vr_status cpu_malloc(vr_device *dev, size_t bytes, void **ptr)
                       vr_format_size(bytes, b, sizeof b));
     }
     pthread_mutex_lock(&dev->lock);
-    if (st == VR_OK && !vr__ptrmap_put(&c->live, (uintptr_t)p, size)) {
+    if (st == VR_OK && !vr__ptrmap_put(&c->book.live, (uintptr_t)p, size)) {
         free(p);
         st = vr_error(VR_ERR_OOM, "device %s: no host memory to track an allocation", dev->name);
     }
     if (st != VR_OK)
-        c->used -= size;
+        c->book.used -= size;
     pthread_mutex_unlock(&dev->lock);
     if (st == VR_OK)
         *ptr = p;
@@ -112,23 +100,10 @@ static vr_status cpu_malloc(vr_device *dev, size_t bytes, void **ptr)
 
 static void cpu_free(vr_device *dev, void *ptr, size_t bytes)
 {
-    cpu_device *c = cpu(dev);
-    uint64_t size;
     pthread_mutex_lock(&dev->lock);
-    if (!vr__ptrmap_take(&c->live, (uintptr_t)ptr, &size))
-        vr__device_misuse(dev, "free(%p, %zu): not a live allocation", ptr, bytes);
-    if (size != vr__round_up(bytes, VR_DEVICE_ALIGN))
-        vr__device_misuse(dev, "free(%p, %zu): it was allocated with %llu bytes (rounded to 512)", ptr, bytes,
-                          (unsigned long long)size);
-    c->used -= size;
+    vr__book_untrack(dev, &cpu(dev)->book, ptr, bytes);
     pthread_mutex_unlock(&dev->lock);
     free(ptr);
-}
-
-static size_t cpu_vm_granularity(vr_device *dev)
-{
-    (void)dev;
-    return VR_DEVICE_GRANULE;
 }
 
 static vr_status cpu_vm_reserve(vr_device *dev, size_t bytes, void **base)
@@ -147,7 +122,7 @@ static vr_status cpu_vm_reserve(vr_device *dev, size_t bytes, void **base)
     if (raw + bytes + g > at + bytes)
         munmap(at + bytes, (size_t)(raw + bytes + g - (at + bytes)));
     pthread_mutex_lock(&dev->lock);
-    bool ok = vr__vm_add(&c->vm, (uintptr_t)at, bytes);
+    bool ok = vr__vm_add(&c->book.vm, (uintptr_t)at, bytes);
     pthread_mutex_unlock(&dev->lock);
     if (!ok) {
         munmap(at, bytes);
@@ -159,51 +134,35 @@ static vr_status cpu_vm_reserve(vr_device *dev, size_t bytes, void **base)
 
 static vr_status cpu_vm_map(vr_device *dev, void *addr, size_t bytes)
 {
-    cpu_device *c = cpu(dev);
-    vr_status st = VR_OK;
+    vr_host_book *b = &cpu(dev)->book;
+    vr_vm_range *r = NULL;
     pthread_mutex_lock(&dev->lock);
-    vr_vm_range *r = vr__vm_find(&c->vm, (uintptr_t)addr, bytes);
-    if (!r)
-        st = vr_error(VR_ERR_INVALID, "device %s: vm map of [%p, +%zu) is outside every reservation", dev->name, addr, bytes);
-    else if (!vr__vm_all(&c->vm, r, (uintptr_t)addr, bytes, false))
-        st = vr_error(VR_ERR_INVALID, "device %s: vm map of [%p, +%zu) overlaps mapped memory", dev->name, addr, bytes);
-    else
-        st = charge(c, "vm map", bytes);
+    vr_status st = vr__vm_check_map(&b->vm, dev->name, "vm map", addr, bytes, &r);
+    if (st == VR_OK)
+        st = vr__book_charge(dev, b, "vm map", bytes);
     if (st == VR_OK && mprotect(addr, bytes, PROT_READ | PROT_WRITE) != 0) {
         st = vr_error(VR_ERR_OOM, "device %s: vm map of %zu bytes: mprotect: %s", dev->name, bytes, strerror(errno));
-        c->used -= bytes;
+        b->used -= bytes;
     }
     if (st == VR_OK)
-        vr__vm_set(&c->vm, r, (uintptr_t)addr, bytes, true);
+        vr__vm_set(&b->vm, r, (uintptr_t)addr, bytes, true);
     pthread_mutex_unlock(&dev->lock);
     return st;
 }
 
 static void cpu_vm_unmap(vr_device *dev, void *addr, size_t bytes)
 {
-    cpu_device *c = cpu(dev);
     pthread_mutex_lock(&dev->lock);
-    vr_vm_range *r = vr__vm_find(&c->vm, (uintptr_t)addr, bytes);
-    if (!r || (uintptr_t)addr % VR_DEVICE_GRANULE || bytes % VR_DEVICE_GRANULE ||
-        !vr__vm_all(&c->vm, r, (uintptr_t)addr, bytes, true))
-        vr__device_misuse(dev, "vm unmap(%p, %zu): not a mapped, granule-aligned range", addr, bytes);
+    vr__book_unmap(dev, &cpu(dev)->book, addr, bytes); /* checks the range before the pages are touched */
     if (madvise(addr, bytes, MADV_DONTNEED) != 0 || mprotect(addr, bytes, PROT_NONE) != 0)
         vr__device_misuse(dev, "vm unmap(%p, %zu): %s", addr, bytes, strerror(errno));
-    vr__vm_set(&c->vm, r, (uintptr_t)addr, bytes, false);
-    c->used -= bytes;
     pthread_mutex_unlock(&dev->lock);
 }
 
 static void cpu_vm_release(vr_device *dev, void *base, size_t bytes)
 {
-    cpu_device *c = cpu(dev);
     pthread_mutex_lock(&dev->lock);
-    vr_vm_range *r = vr__vm_find(&c->vm, (uintptr_t)base, bytes);
-    if (!r || r->base != (uintptr_t)base || r->bytes != bytes)
-        vr__device_misuse(dev, "vm release(%p, %zu): not a reservation", base, bytes);
-    if (r->mapped)
-        vr__device_misuse(dev, "vm release(%p, %zu): %zu granules are still mapped", base, bytes, r->mapped);
-    vr__vm_remove(&c->vm, r);
+    vr__book_release(dev, &cpu(dev)->book, base, bytes);
     pthread_mutex_unlock(&dev->lock);
     munmap(base, bytes);
 }
@@ -211,11 +170,10 @@ static void cpu_vm_release(vr_device *dev, void *base, size_t bytes)
 static void cpu_close(vr_device *dev)
 {
     cpu_device *c = cpu(dev);
-    if (c->live.count || c->vm.n)
+    if (c->book.live.count || c->book.vm.n)
         fprintf(stderr, "vram: device %s closed with %zu allocations and %zu reservations still live\n", dev->name,
-                c->live.count, c->vm.n);
-    vr__ptrmap_free(&c->live);
-    vr__vm_free(&c->vm);
+                c->book.live.count, c->book.vm.n);
+    vr__book_free(&c->book);
     vr__device_fini(dev);
     free(c);
 }
@@ -225,7 +183,7 @@ static const vr_device_ops cpu_ops = {
     .mem_info = cpu_mem_info,
     .malloc = cpu_malloc,
     .free = cpu_free,
-    .vm_granularity = cpu_vm_granularity,
+    .vm_granularity = vr__host_vm_granularity,
     .vm_reserve = cpu_vm_reserve,
     .vm_map = cpu_vm_map,
     .vm_unmap = cpu_vm_unmap,
@@ -244,8 +202,7 @@ vr_status vr__cpu_open(uint64_t capacity, vr_device **out)
     cpu_device *c = calloc(1, sizeof *c);
     if (!c)
         return vr_error(VR_ERR_OOM, "device cpu: no host memory");
-    c->capacity = capacity;
-    c->vm.granule = VR_DEVICE_GRANULE;
+    vr__book_init(&c->book, capacity);
     char name[64] = "cpu", cap[32];
     if (capacity)
         snprintf(name, sizeof name, "cpu (%s)", vr_format_size(capacity, cap, sizeof cap));

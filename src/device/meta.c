@@ -7,14 +7,13 @@
  * reservations in a sorted array (vmspace.c), so every operation is O(1) or
  * O(log n) and never touches memory. malloc'd bytes (rounded up to 512) and
  * vm-mapped bytes and phys handles count against the capacity (default
- * 80 GiB); phys mappings sit in a hash map so that unmap finds their handle. */
+ * 80 GiB; host_book.c keeps the books); phys mappings sit in a hash map so that unmap finds their handle. */
 #include "device/device_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "device/ptrmap.h"
-#include "device/vmspace.h"
+#include "device/host_book.h"
 #include "vram/util.h"
 
 #define META_BASE ((uintptr_t)1 << 56)
@@ -22,11 +21,8 @@
 
 typedef struct meta_device {
     vr_device base;
-    uint64_t capacity;
-    uint64_t used;        /* malloc'd (rounded) + mapped bytes */
+    vr_host_book book;    /* capacity never 0 */
     uintptr_t next;       /* bump pointer */
-    vr_ptrmap live;       /* address -> rounded size */
-    vr_vmspace vm;
     vr_ptrmap phys_maps;  /* address of a phys mapping -> its bytes */
     size_t nphys;         /* phys handles not yet released */
 } meta_device;
@@ -51,11 +47,11 @@ static uintptr_t bump(meta_device *m, uint64_t bytes, uint64_t align)
 
 static vr_status meta_mem_info(vr_device *dev, vr_device_mem *out)
 {
-    meta_device *m = meta(dev);
+    const vr_host_book *b = &meta(dev)->book;
     pthread_mutex_lock(&dev->lock);
-    out->total = m->capacity;
-    out->used_by_us = m->used;
-    out->free = m->capacity - m->used;
+    out->total = b->capacity;
+    out->used_by_us = b->used;
+    out->free = b->capacity - b->used;
     pthread_mutex_unlock(&dev->lock);
     return VR_OK;
 }
@@ -66,16 +62,16 @@ static vr_status meta_malloc(vr_device *dev, size_t bytes, void **ptr)
     uint64_t size = vr__round_up(bytes, VR_DEVICE_ALIGN);
     vr_status st = VR_OK;
     pthread_mutex_lock(&dev->lock);
-    if (size > m->capacity - m->used) {
-        st = vr__device_oom(dev, "malloc", bytes, m->used, m->capacity);
+    if (size > m->book.capacity - m->book.used) {
+        st = vr__device_oom(dev, "malloc", bytes, m->book.used, m->book.capacity); /* names the bytes asked for */
     } else {
         uintptr_t at = bump(m, size, VR_DEVICE_ALIGN);
         if (!at)
             st = vr_error(VR_ERR_OOM, "device %s: fake address space exhausted", dev->name);
-        else if (!vr__ptrmap_put(&m->live, at, size))
+        else if (!vr__ptrmap_put(&m->book.live, at, size))
             st = vr_error(VR_ERR_OOM, "device %s: no host memory to track an allocation", dev->name);
         else {
-            m->used += size;
+            m->book.used += size;
             *ptr = (void *)at;
         }
     }
@@ -85,22 +81,9 @@ static vr_status meta_malloc(vr_device *dev, size_t bytes, void **ptr)
 
 static void meta_free(vr_device *dev, void *ptr, size_t bytes)
 {
-    meta_device *m = meta(dev);
-    uint64_t size;
     pthread_mutex_lock(&dev->lock);
-    if (!vr__ptrmap_take(&m->live, (uintptr_t)ptr, &size))
-        vr__device_misuse(dev, "free(%p, %zu): not a live allocation", ptr, bytes);
-    if (size != vr__round_up(bytes, VR_DEVICE_ALIGN))
-        vr__device_misuse(dev, "free(%p, %zu): it was allocated with %llu bytes (rounded to 512)", ptr, bytes,
-                          (unsigned long long)size);
-    m->used -= size;
+    vr__book_untrack(dev, &meta(dev)->book, ptr, bytes);
     pthread_mutex_unlock(&dev->lock);
-}
-
-static size_t meta_vm_granularity(vr_device *dev)
-{
-    (void)dev;
-    return VR_DEVICE_GRANULE;
 }
 
 static vr_status meta_vm_reserve(vr_device *dev, size_t bytes, void **base)
@@ -111,7 +94,7 @@ static vr_status meta_vm_reserve(vr_device *dev, size_t bytes, void **base)
     uintptr_t at = bump(m, bytes, VR_DEVICE_GRANULE);
     if (!at)
         st = vr_error(VR_ERR_OOM, "device %s: fake address space exhausted", dev->name);
-    else if (!vr__vm_add(&m->vm, at, bytes))
+    else if (!vr__vm_add(&m->book.vm, at, bytes))
         st = vr_error(VR_ERR_OOM, "device %s: no host memory to track a reservation", dev->name);
     else
         *base = (void *)at;
@@ -121,47 +104,29 @@ static vr_status meta_vm_reserve(vr_device *dev, size_t bytes, void **base)
 
 static vr_status meta_vm_map(vr_device *dev, void *addr, size_t bytes)
 {
-    meta_device *m = meta(dev);
-    vr_status st = VR_OK;
+    vr_host_book *b = &meta(dev)->book;
+    vr_vm_range *r = NULL;
     pthread_mutex_lock(&dev->lock);
-    vr_vm_range *r = vr__vm_find(&m->vm, (uintptr_t)addr, bytes);
-    if (!r)
-        st = vr_error(VR_ERR_INVALID, "device %s: vm map of [%p, +%zu) is outside every reservation", dev->name, addr, bytes);
-    else if (!vr__vm_all(&m->vm, r, (uintptr_t)addr, bytes, false))
-        st = vr_error(VR_ERR_INVALID, "device %s: vm map of [%p, +%zu) overlaps mapped memory", dev->name, addr, bytes);
-    else if (bytes > m->capacity - m->used)
-        st = vr__device_oom(dev, "vm map", bytes, m->used, m->capacity);
-    else {
-        vr__vm_set(&m->vm, r, (uintptr_t)addr, bytes, true);
-        m->used += bytes;
-    }
+    vr_status st = vr__vm_check_map(&b->vm, dev->name, "vm map", addr, bytes, &r);
+    if (st == VR_OK)
+        st = vr__book_charge(dev, b, "vm map", bytes);
+    if (st == VR_OK)
+        vr__vm_set(&b->vm, r, (uintptr_t)addr, bytes, true);
     pthread_mutex_unlock(&dev->lock);
     return st;
 }
 
 static void meta_vm_unmap(vr_device *dev, void *addr, size_t bytes)
 {
-    meta_device *m = meta(dev);
     pthread_mutex_lock(&dev->lock);
-    vr_vm_range *r = vr__vm_find(&m->vm, (uintptr_t)addr, bytes);
-    if (!r || (uintptr_t)addr % VR_DEVICE_GRANULE || bytes % VR_DEVICE_GRANULE ||
-        !vr__vm_all(&m->vm, r, (uintptr_t)addr, bytes, true))
-        vr__device_misuse(dev, "vm unmap(%p, %zu): not a mapped, granule-aligned range", addr, bytes);
-    vr__vm_set(&m->vm, r, (uintptr_t)addr, bytes, false);
-    m->used -= bytes;
+    vr__book_unmap(dev, &meta(dev)->book, addr, bytes);
     pthread_mutex_unlock(&dev->lock);
 }
 
 static void meta_vm_release(vr_device *dev, void *base, size_t bytes)
 {
-    meta_device *m = meta(dev);
     pthread_mutex_lock(&dev->lock);
-    vr_vm_range *r = vr__vm_find(&m->vm, (uintptr_t)base, bytes);
-    if (!r || r->base != (uintptr_t)base || r->bytes != bytes)
-        vr__device_misuse(dev, "vm release(%p, %zu): not a reservation", base, bytes);
-    if (r->mapped)
-        vr__device_misuse(dev, "vm release(%p, %zu): %zu granules are still mapped", base, bytes, r->mapped);
-    vr__vm_remove(&m->vm, r);
+    vr__book_release(dev, &meta(dev)->book, base, bytes);
     pthread_mutex_unlock(&dev->lock);
 }
 
@@ -171,12 +136,9 @@ static vr_status meta_phys_create(vr_device *dev, size_t bytes, vr_phys **out)
     vr_phys *ph = calloc(1, sizeof *ph);
     if (!ph)
         return vr_error(VR_ERR_OOM, "device %s: no host memory for a phys handle", dev->name);
-    vr_status st = VR_OK;
     pthread_mutex_lock(&dev->lock);
-    if (bytes > m->capacity - m->used) {
-        st = vr__device_oom(dev, "phys create", bytes, m->used, m->capacity);
-    } else {
-        m->used += bytes;
+    vr_status st = vr__book_charge(dev, &m->book, "phys create", bytes);
+    if (st == VR_OK) {
         m->nphys++;
         ph->bytes = bytes;
     }
@@ -192,23 +154,20 @@ static vr_status meta_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t o
 {
     meta_device *m = meta(dev);
     vr_status st = VR_OK;
+    vr_vm_range *r = NULL;
     pthread_mutex_lock(&dev->lock);
-    vr_vm_range *r = vr__vm_find(&m->vm, (uintptr_t)addr, bytes);
     if (offset > ph->bytes || bytes > ph->bytes - offset)
         st = vr_error(VR_ERR_INVALID, "device %s: phys map of %zu bytes at offset %zu of a %zu-byte handle", dev->name,
                       bytes, offset, ph->bytes);
-    else if (!r)
-        st = vr_error(VR_ERR_INVALID, "device %s: phys map of [%p, +%zu) is outside every reservation", dev->name, addr, bytes);
-    else if (!vr__vm_all(&m->vm, r, (uintptr_t)addr, bytes, false))
-        st = vr_error(VR_ERR_INVALID, "device %s: phys map of [%p, +%zu) overlaps mapped memory", dev->name, addr, bytes);
-    else if (!vr__ptrmap_put(&m->phys_maps, (uintptr_t)addr, (uint64_t)bytes) ||
-             !vr__ptrmap_put(&m->phys_maps, (uintptr_t)addr + 1, (uint64_t)(uintptr_t)ph)) {
+    else
+        st = vr__vm_check_map(&m->book.vm, dev->name, "phys map", addr, bytes, &r);
+    if (st == VR_OK && (!vr__ptrmap_put(&m->phys_maps, (uintptr_t)addr, (uint64_t)bytes) ||
+                        !vr__ptrmap_put(&m->phys_maps, (uintptr_t)addr + 1, (uint64_t)(uintptr_t)ph))) {
         uint64_t dummy;
         vr__ptrmap_take(&m->phys_maps, (uintptr_t)addr, &dummy);
         st = vr_error(VR_ERR_OOM, "device %s: no host memory to track a mapping", dev->name);
-    }
-    else {
-        vr__vm_set(&m->vm, r, (uintptr_t)addr, bytes, true);
+    } else if (st == VR_OK) {
+        vr__vm_set(&m->book.vm, r, (uintptr_t)addr, bytes, true);
         ph->mapped += bytes;
     }
     pthread_mutex_unlock(&dev->lock);
@@ -228,8 +187,8 @@ static void meta_phys_unmap(vr_device *dev, void *addr, size_t bytes)
             (len) > end - at)
             vr__device_misuse(dev, "phys unmap(%p, %zu): %#lx is not the start of a phys mapping inside it", addr, bytes,
                               (unsigned long)at);
-        vr_vm_range *r = vr__vm_find(&m->vm, at, len);
-        vr__vm_set(&m->vm, r, at, len, false);
+        vr_vm_range *r = vr__vm_find(&m->book.vm, at, len);
+        vr__vm_set(&m->book.vm, r, at, len, false);
         ((vr_phys *)(uintptr_t)ph)->mapped -= len;
         at += len;
     }
@@ -242,7 +201,7 @@ static void meta_phys_release(vr_device *dev, vr_phys *ph)
     pthread_mutex_lock(&dev->lock);
     if (ph->mapped)
         vr__device_misuse(dev, "phys release: %llu bytes of the handle are still mapped", (unsigned long long)ph->mapped);
-    m->used -= ph->bytes;
+    m->book.used -= ph->bytes;
     m->nphys--;
     pthread_mutex_unlock(&dev->lock);
     free(ph);
@@ -251,12 +210,11 @@ static void meta_phys_release(vr_device *dev, vr_phys *ph)
 static void meta_close(vr_device *dev)
 {
     meta_device *m = meta(dev);
-    if (m->live.count || m->vm.n || m->nphys)
+    if (m->book.live.count || m->book.vm.n || m->nphys)
         fprintf(stderr, "vram: device %s closed with %zu allocations, %zu reservations and %zu phys handles still live\n",
-                dev->name, m->live.count, m->vm.n, m->nphys);
-    vr__ptrmap_free(&m->live);
+                dev->name, m->book.live.count, m->book.vm.n, m->nphys);
+    vr__book_free(&m->book);
     vr__ptrmap_free(&m->phys_maps);
-    vr__vm_free(&m->vm);
     vr__device_fini(dev);
     free(m);
 }
@@ -266,7 +224,7 @@ static const vr_device_ops meta_ops = {
     .mem_info = meta_mem_info,
     .malloc = meta_malloc,
     .free = meta_free,
-    .vm_granularity = meta_vm_granularity,
+    .vm_granularity = vr__host_vm_granularity,
     .vm_reserve = meta_vm_reserve,
     .vm_map = meta_vm_map,
     .vm_unmap = meta_vm_unmap,
@@ -289,11 +247,10 @@ vr_status vr__meta_open(uint64_t capacity, vr_device **out)
     meta_device *m = calloc(1, sizeof *m);
     if (!m)
         return vr_error(VR_ERR_OOM, "device meta: no host memory");
-    m->capacity = capacity ? capacity : VR_META_DEFAULT_CAPACITY;
+    vr__book_init(&m->book, capacity ? capacity : VR_META_DEFAULT_CAPACITY);
     m->next = META_BASE;
-    m->vm.granule = VR_DEVICE_GRANULE;
     char name[64], cap[32];
-    snprintf(name, sizeof name, "meta (%s)", vr_format_size(m->capacity, cap, sizeof cap));
+    snprintf(name, sizeof name, "meta (%s)", vr_format_size(m->book.capacity, cap, sizeof cap));
     vr__device_init(&m->base, &meta_ops, VR_DEVICE_META, name);
     *out = &m->base;
     return VR_OK;

@@ -73,6 +73,19 @@ void vr__vm_set(vr_vmspace *vs, vr_vm_range *r, uintptr_t addr, size_t bytes, bo
     }
 }
 
+vr_status vr__vm_check_map(vr_vmspace *vs, const char *dev_name, const char *op, void *addr, size_t bytes,
+                           vr_vm_range **r)
+{
+    *r = vr__vm_find(vs, (uintptr_t)addr, bytes);
+    if (!*r)
+        return vr_error(VR_ERR_INVALID, "device %s: %s of [%p, +%zu) is outside every reservation", dev_name, op,
+                        addr, bytes);
+    if (!vr__vm_all(vs, *r, (uintptr_t)addr, bytes, false))
+        return vr_error(VR_ERR_INVALID, "device %s: %s of [%p, +%zu) overlaps mapped memory", dev_name, op, addr,
+                        bytes);
+    return VR_OK;
+}
+
 void vr__vm_remove(vr_vmspace *vs, vr_vm_range *r)
 {
     size_t i = (size_t)(r - vs->r);
