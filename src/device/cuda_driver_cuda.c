@@ -123,3 +123,33 @@ CUmemAllocationProp vr__cuda_alloc_prop(int index)
     prop.location.id = index;
     return prop;
 }
+
+vr_status vr__cuda_enter(vr_device *dev, const vr_cu_api **api)
+{
+    *api = vr__cu();
+    if (!*api)
+        return vr__error_prefix(VR_ERR_DEVICE, dev->name);
+    return vr__cuda_use(dev->index);
+}
+
+CUresult vr__cu_set_rw(const vr_cu_api *api, int index, CUdeviceptr addr, size_t bytes)
+{
+    CUmemAccessDesc access = {0};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = index;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return api->MemSetAccess(addr, bytes, &access, 1);
+}
+
+void vr__cuda_sync_before_unmap(vr_device *dev)
+{
+    if (vr__cuda_use(dev->index) != VR_OK)
+        fprintf(stderr, "vram: %s\n", vr_last_error());
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        char b[200];
+        cudaGetLastError();
+        fprintf(stderr, "vram: device %s: cudaDeviceSynchronize before cuMemUnmap: %s\n", dev->name,
+                vr__cuda_err(e, b, sizeof b));
+    }
+}

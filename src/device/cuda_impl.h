@@ -48,6 +48,18 @@ vr_status vr__cuda_create_context(int index);
 /* Allocation properties of pinned memory on device `index`. */
 CUmemAllocationProp vr__cuda_alloc_prop(int index);
 
+/* How the phys and vm ops start: the driver entry points in *cu, then device
+ * dev made current (an error naming the device when there are none). */
+vr_status vr__cuda_enter(vr_device *dev, const vr_cu_api **cu);
+
+/* cuMemSetAccess: read/write for device `index` over [addr, addr+bytes). */
+CUresult vr__cu_set_rw(const vr_cu_api *cu, int index, CUdeviceptr addr, size_t bytes);
+
+/* Before cuMemUnmap (which, unlike cudaFree, does not wait for kernels still
+ * using the memory): makes dev current and synchronizes it; failures are
+ * reported on stderr. */
+void vr__cuda_sync_before_unmap(vr_device *dev);
+
 typedef struct cuda_device {
     vr_device base;
     uint64_t used;            /* malloc'd (rounded to 512) + mapped bytes; under base.lock */

@@ -27,10 +27,8 @@ static cuda_device *cud(vr_device *dev) { return (cuda_device *)dev; }
 vr_status vr__cuda_phys_create(vr_device *dev, size_t bytes, vr_phys **out)
 {
     cuda_device *c = cud(dev);
-    const vr_cu_api *cu = vr__cu();
-    if (!cu)
-        return vr__error_prefix(VR_ERR_DEVICE, dev->name);
-    vr_status st = vr__cuda_use(dev->index);
+    const vr_cu_api *cu;
+    vr_status st = vr__cuda_enter(dev, &cu);
     if (st != VR_OK)
         return st;
     vr_phys *ph = calloc(1, sizeof *ph);
@@ -62,16 +60,12 @@ vr_status vr__cuda_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t offs
     if (offset > ph->bytes || bytes > ph->bytes - offset)
         return vr_error(VR_ERR_INVALID, "device %s: phys map of %zu bytes at offset %zu of a %zu-byte handle", dev->name,
                         bytes, offset, ph->bytes);
-    vr_status st = VR_OK;
+    vr_vm_range *r = NULL;
     pthread_mutex_lock(&dev->lock);
-    vr_vm_range *r = vr__vm_find(&c->vm, (uintptr_t)addr, bytes);
-    if (!r)
-        st = vr_error(VR_ERR_INVALID, "device %s: phys map of [%p, +%zu) is outside every reservation", dev->name, addr, bytes);
-    else if (!vr__vm_all(&c->vm, r, (uintptr_t)addr, bytes, false))
-        st = vr_error(VR_ERR_INVALID, "device %s: phys map of [%p, +%zu) overlaps mapped memory", dev->name, addr, bytes);
-    else if (!vr__ptrmap_put(&c->phys_maps, (uintptr_t)addr, bytes))
+    vr_status st = vr__vm_check_map(&c->vm, dev->name, "phys map", addr, bytes, &r);
+    if (st == VR_OK && !vr__ptrmap_put(&c->phys_maps, (uintptr_t)addr, bytes))
         st = vr_error(VR_ERR_OOM, "device %s: no host memory to track a mapping", dev->name);
-    else
+    else if (st == VR_OK)
         vr__vm_set(&c->vm, r, (uintptr_t)addr, bytes, true);
     pthread_mutex_unlock(&dev->lock);
     if (st != VR_OK)
@@ -79,11 +73,7 @@ vr_status vr__cuda_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t offs
     char b[160];
     CUresult res = cu->MemMap((CUdeviceptr)(uintptr_t)addr, bytes, 0, ph->h, offset);
     if (res == CUDA_SUCCESS) {
-        CUmemAccessDesc access = {0};
-        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        access.location.id = dev->index;
-        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        res = cu->MemSetAccess((CUdeviceptr)(uintptr_t)addr, bytes, &access, 1);
+        res = vr__cu_set_rw(cu, dev->index, (CUdeviceptr)(uintptr_t)addr, bytes);
         if (res != CUDA_SUCCESS)
             cu->MemUnmap((CUdeviceptr)(uintptr_t)addr, bytes);
     }
@@ -105,15 +95,8 @@ void vr__cuda_phys_unmap(vr_device *dev, void *addr, size_t bytes)
     const vr_cu_api *cu = vr__cu();
     if (!cu)
         return;
-    if (vr__cuda_use(dev->index) != VR_OK)
-        fprintf(stderr, "vram: %s\n", vr_last_error());
-    cudaError_t e = cudaDeviceSynchronize();
+    vr__cuda_sync_before_unmap(dev);
     char b[200];
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        fprintf(stderr, "vram: device %s: cudaDeviceSynchronize before cuMemUnmap: %s\n", dev->name,
-                vr__cuda_err(e, b, sizeof b));
-    }
     uintptr_t at = (uintptr_t)addr, end = at + bytes;
     while (at < end) {
         uint64_t len = 0;

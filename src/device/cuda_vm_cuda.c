@@ -25,10 +25,8 @@ size_t vr__cuda_vm_granularity(vr_device *dev) { return cud(dev)->vm.granule; }
 vr_status vr__cuda_vm_reserve(vr_device *dev, size_t bytes, void **base)
 {
     cuda_device *c = cud(dev);
-    const vr_cu_api *cu = vr__cu();
-    if (!cu)
-        return vr__error_prefix(VR_ERR_DEVICE, dev->name);
-    vr_status st = vr__cuda_use(dev->index);
+    const vr_cu_api *cu;
+    vr_status st = vr__cuda_enter(dev, &cu);
     if (st != VR_OK)
         return st;
     CUdeviceptr p = 0;
@@ -98,11 +96,7 @@ static vr_status map_granules(vr_device *dev, const vr_cu_api *cu, uintptr_t add
                             vr__cu_err(r != CUDA_SUCCESS ? r : rr, b, sizeof b));
         }
     }
-    CUmemAccessDesc access = {0};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = dev->index;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    CUresult r = cu->MemSetAccess((CUdeviceptr)addr, bytes, &access, 1);
+    CUresult r = vr__cu_set_rw(cu, dev->index, (CUdeviceptr)addr, bytes);
     if (r != CUDA_SUCCESS) {
         unmap_granules(dev, cu, addr, bytes);
         return vr_error(VR_ERR_DEVICE, "device %s: cuMemSetAccess: %s", dev->name, vr__cu_err(r, b, sizeof b));
@@ -113,19 +107,14 @@ static vr_status map_granules(vr_device *dev, const vr_cu_api *cu, uintptr_t add
 vr_status vr__cuda_vm_map(vr_device *dev, void *addr, size_t bytes)
 {
     cuda_device *c = cud(dev);
-    const vr_cu_api *cu = vr__cu();
-    if (!cu)
-        return vr__error_prefix(VR_ERR_DEVICE, dev->name);
-    vr_status st = vr__cuda_use(dev->index);
+    const vr_cu_api *cu;
+    vr_status st = vr__cuda_enter(dev, &cu);
     if (st != VR_OK)
         return st;
+    vr_vm_range *r = NULL;
     pthread_mutex_lock(&dev->lock);
-    vr_vm_range *r = vr__vm_find(&c->vm, (uintptr_t)addr, bytes);
-    if (!r)
-        st = vr_error(VR_ERR_INVALID, "device %s: vm map of [%p, +%zu) is outside every reservation", dev->name, addr, bytes);
-    else if (!vr__vm_all(&c->vm, r, (uintptr_t)addr, bytes, false))
-        st = vr_error(VR_ERR_INVALID, "device %s: vm map of [%p, +%zu) overlaps mapped memory", dev->name, addr, bytes);
-    else  /* claim the granules first so that no other thread maps them meanwhile */
+    st = vr__vm_check_map(&c->vm, dev->name, "vm map", addr, bytes, &r);
+    if (st == VR_OK)  /* claim the granules first so that no other thread maps them meanwhile */
         vr__vm_set(&c->vm, r, (uintptr_t)addr, bytes, true);
     pthread_mutex_unlock(&dev->lock);
     if (st != VR_OK)
@@ -155,15 +144,7 @@ void vr__cuda_vm_unmap(vr_device *dev, void *addr, size_t bytes)
                 addr, bytes);
         return;
     }
-    if (vr__cuda_use(dev->index) != VR_OK)
-        fprintf(stderr, "vram: %s\n", vr_last_error());
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-        char b[200];
-        cudaGetLastError();
-        fprintf(stderr, "vram: device %s: cudaDeviceSynchronize before cuMemUnmap: %s\n", dev->name,
-                vr__cuda_err(e, b, sizeof b));
-    }
+    vr__cuda_sync_before_unmap(dev);
     unmap_granules(dev, cu, (uintptr_t)addr, bytes);
     pthread_mutex_lock(&dev->lock);
     r = vr__vm_find(&c->vm, (uintptr_t)addr, bytes);
