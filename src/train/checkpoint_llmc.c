@@ -5,9 +5,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "vram/atomic_file.h"
+#include "train/file_io.h"
 #include "vram/graph.h"
 
 #define HEADER_BYTES ((uint64_t)VR_LLMC_HEADER_INTS * sizeof(int32_t))
@@ -76,17 +76,11 @@ size_t vr_llmc_num_params(const vr_llmc_config *cfg)
 static vr_status open_checked(const char *path, vr_llmc_config *cfg, FILE **out)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return vr_error(VR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    vr_status s = VR_OK;
-    struct stat st;
+    FILE *f;
+    uint64_t size;
+    vr_status s = vr__file_open_read(path, &f, &size);
+    if (s != VR_OK) return s;
     int32_t h[VR_LLMC_HEADER_INTS];
-    uint64_t size = 0;
-    if (fstat(fileno(f), &st) != 0) {
-        s = vr_error(VR_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        goto fail;
-    }
-    size = (uint64_t)st.st_size;
     if (size < HEADER_BYTES || fread(h, 1, HEADER_BYTES, f) != HEADER_BYTES) {
         s = vr_error(VR_ERR_FORMAT, "%s: %llu bytes is too small for the %llu-byte llm.c model header",
                      path, (unsigned long long)size, (unsigned long long)HEADER_BYTES);

@@ -7,10 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <zlib.h>
 
 #include "vram/atomic_file.h"
+#include "train/file_io.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the training state format is little-endian; add byte swaps for this host"
@@ -207,11 +207,9 @@ vr_status vr_state_save(const char *path, const vr_train_state *s)
 /* Opens path and reads + checks header and table; *f is left open on success. */
 static vr_status read_table(const char *path, FILE **f, entry *e, uint32_t *nsec)
 {
-    *f = fopen(path, "rb");
-    if (!*f) return vr_error(VR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(*f), &st) != 0) return vr_error(VR_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    uint64_t size = (uint64_t)st.st_size;
+    uint64_t size;
+    vr_status s = vr__file_open_read(path, f, &size);
+    if (s != VR_OK) return s;
     uint8_t head[HEADER_BYTES + MAX_SECTIONS * ENTRY_BYTES];
     const uint8_t *p = head;
     if (size < HEADER_BYTES || fread(head, 1, HEADER_BYTES, *f) != HEADER_BYTES)

@@ -6,7 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+
+#include "train/file_io.h"
 
 #define DEFAULT_GENERATED_BYTES (4u << 20)
 
@@ -37,14 +38,10 @@ static vr_status check_bytes(const char *what, const uint16_t *tok, uint64_t n, 
 
 static vr_status load_text(const char *path, uint16_t **out, uint64_t *n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return vr_error(VR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
-        fclose(f);
-        return vr_error(VR_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    }
-    uint64_t size = (uint64_t)st.st_size;
+    FILE *f;
+    uint64_t size;
+    vr_status s = vr__file_open_read(path, &f, &size);
+    if (s != VR_OK) return s;
     uint16_t *tok = malloc(size ? size * sizeof *tok : 1);
     if (!tok) {
         fclose(f);

@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "vram/atomic_file.h"
+#include "train/file_io.h"
 
 #define HEADER_BYTES (VR_TOKENS_HEADER_INTS * sizeof(int32_t))
 
@@ -18,14 +18,10 @@ vr_status vr_tokens_read(const char *path, int vocab, uint16_t **out, uint64_t *
 {
     *out = NULL;
     *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return vr_error(VR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
-        fclose(f);
-        return vr_error(VR_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    }
-    uint64_t size = (uint64_t)st.st_size;
+    FILE *f;
+    uint64_t size;
+    vr_status s = vr__file_open_read(path, &f, &size);
+    if (s != VR_OK) return s;
     int32_t h[VR_TOKENS_HEADER_INTS];
     if (size < HEADER_BYTES || fread(h, 1, HEADER_BYTES, f) != HEADER_BYTES) {
         fclose(f);
@@ -68,9 +64,8 @@ vr_status vr_tokens_read(const char *path, int vocab, uint16_t **out, uint64_t *
     if (vocab > 0) {
         for (uint64_t i = 0; i < count; i++) {
             if (tok[i] >= vocab) {
-                vr_status s = vr_error(VR_ERR_FORMAT,
-                                       "%s: token %u at position %llu is out of range for vocab %d",
-                                       path, tok[i], (unsigned long long)i, vocab);
+                s = vr_error(VR_ERR_FORMAT, "%s: token %u at position %llu is out of range for vocab %d",
+                             path, tok[i], (unsigned long long)i, vocab);
                 free(tok);
                 return s;
             }
