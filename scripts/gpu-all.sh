@@ -4,13 +4,7 @@
 # Run from the repo root with .deps carried:  bash scripts/gpu-all.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
-. scripts/gpu-setup.sh
-export PATH=/usr/local/cuda/bin:$PATH
-export LIBRARY_PATH=/tmp/sysroot/usr/lib/x86_64-linux-gnu:${LIBRARY_PATH:-}
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 \
-  || { tail -30 "$OUT/cmake.log"; exit 1; }
+. scripts/gpu-build-prologue.sh
 cmake --build build-gpu -j16 > "$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
 echo "== build ok"
 ./build-gpu/vram info | tee "$OUT/info.txt"
