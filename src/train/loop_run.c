@@ -28,19 +28,27 @@ void vr_train_print_memory(vr_trainer *t, FILE *out)
                 p->at_peak[r] == m.at_peak[r] && p->max_live[r] == m.max_live[r] ? "" : "   DIFFERS");
     fprintf(out, "%-8s %14s %14s %14s %14s%s\n", "peak", sz(p->peak, a), sz(m.peak, b), "", "",
             p->peak == m.peak ? "   (equal, bytes)" : "   DIFFERS");
-    if (planned)
+    if (planned) {
         fprintf(out, "device    arena %s planned, %s allocated once; device used at most %s\n", sz(p->arena_size, a),
                 sz(m.arena, b), sz(m.device_peak, c));
-    if (planned && t->eexec) {
-        vr_exec_memory em;
-        vr_exec_get_memory(t->eexec, &em);
-        fprintf(out, "          (with the evaluation step's arena, %s: its no-grad graph shares the parameters)\n",
-                sz(em.arena, a));
-    }
-    else
+        if (t->eexec) {
+            vr_exec_memory em;
+            vr_exec_get_memory(t->eexec, &em);
+            fprintf(out, "          (with the evaluation step's arena, %s: its no-grad graph shares the parameters)\n",
+                    sz(em.arena, a));
+        }
+    } else
         fprintf(out, "device    allocator peak allocated %s (plan %s), peak reserved %s (plan %s); device used at most "
                 "%s\n", sz(m.peak_allocated, a), sz(p->dynamic.peak_allocated, b), sz(m.peak_reserved, c),
                 sz(p->dynamic.peak_reserved, d), sz(m.device_peak, e));
+    if (vr_device_kind_of(t->dev) == VR_DEVICE_CUDA) {
+        uint64_t pk = vr_trainer_process_peak(t);
+        fprintf(out, "process   CUDA context %s; this process's device use at most %s (NVML)", sz(vr_trainer_context_bytes(t), a),
+                pk ? sz(pk, b) : "unknown");
+        if (t->cfg.max_memory)
+            fprintf(out, ", --max-memory %s", sz(t->cfg.max_memory, c));
+        fprintf(out, "\n");
+    }
 }
 
 static cJSON *memory_json(vr_trainer *t)
@@ -63,6 +71,12 @@ static cJSON *memory_json(vr_trainer *t)
     cJSON_AddNumberToObject(o, "plan_arena", (double)p->arena_size);
     cJSON_AddNumberToObject(o, "run_arena", (double)m.arena);
     cJSON_AddNumberToObject(o, "device_peak", (double)m.device_peak);
+    if (vr_device_kind_of(t->dev) == VR_DEVICE_CUDA) {
+        cJSON_AddNumberToObject(o, "context", (double)vr_trainer_context_bytes(t));
+        cJSON_AddNumberToObject(o, "process_peak", (double)vr_trainer_process_peak(t));
+        if (t->cfg.max_memory)
+            cJSON_AddNumberToObject(o, "max_memory", (double)t->cfg.max_memory);
+    }
     if (p->has_dynamic) {
         cJSON_AddNumberToObject(o, "plan_peak_reserved", (double)p->dynamic.peak_reserved);
         cJSON_AddNumberToObject(o, "run_peak_reserved", (double)m.peak_reserved);
@@ -135,6 +149,8 @@ vr_status vr_train_run(const vr_train_config *c, const vr_train_run_opts *o, FIL
     if (st)
         return st;
     bool json = o->progress == VR_PROGRESS_JSON, quiet = o->progress == VR_PROGRESS_QUIET;
+    if (o->save_init && (st = vr_trainer_save_llmc(t, o->save_init)))
+        goto done;
     if (o->eval_every >= 0 && (st = vr__trainer_eval_setup(t)))
         goto done;
     if (o->print_plan && !json && !quiet) {
