@@ -11,12 +11,21 @@ Prints one JSON line: mode, median step ms, tokens/s, peak memory_reserved/alloc
 context, and the losses per step.
 
   python3 bench/gpu/torch_gpt2.py --mode eager|compile [--steps 30] [--batch 16] [--seq 1024]
+
+Same run as vram (bench/gpu/validate.sh): --init CKPT --tokens FILE (vram train --save-init / --dump-batches),
+--warmup N --schedule cosine --min-lr-frac X (vram's lr schedule, lr_at(step) as src/train/schedule.c),
+--vocab-loss real (softmax over the V real tokens, as vram and llm.c; nanoGPT's default is the padded Vp).
+
+Largest batch in a memory cap: --find-max-batch --capacity-gib 16 caps PyTorch's allocator with
+set_per_process_memory_fraction((cap - CUDA context) / total), doubles B from 1 until a step raises
+torch.OutOfMemoryError, then bisects; each probe runs --probe-steps full steps. Prints one JSON line.
 """
 import argparse
 import json
 import math
 import statistics
 import struct
+import sys
 import time
 
 import torch
@@ -55,6 +64,7 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(MAXT, C)
         self.h = nn.ModuleList([Block() for _ in range(L)])
         self.ln_f = nn.LayerNorm(C)
+        self.real_vocab = False
         for n, p in self.named_parameters():
             if n.endswith("proj.weight"):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * L))
@@ -71,6 +81,8 @@ class GPT(nn.Module):
         for b in self.h:
             x = b(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # (B,T,Vp) as nanoGPT's padded vocabulary
+        if self.real_vocab:  # softmax over the V real tokens only, as vram and llm.c
+            return F.cross_entropy(logits[..., :V].reshape(-1, V).float(), targets.view(-1))
         return F.cross_entropy(logits.view(-1, VP), targets.view(-1))
 
 
@@ -106,6 +118,82 @@ def load_llmc(model, path):
         model.ln_f.bias.copy_(take((C,)))
 
 
+def lr_at(a, step):
+    """vram's schedule (src/train/schedule.c): linear warmup, then constant or cosine to min_lr_frac."""
+    if step < a.warmup:
+        return a.lr * (step + 1) / a.warmup
+    if a.schedule == "constant":
+        return a.lr
+    lr_min = a.lr * a.min_lr_frac
+    decay = a.steps - a.warmup
+    if decay <= 0 or step >= a.steps:
+        return lr_min
+    ratio = (step - a.warmup) / decay
+    return lr_min + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (a.lr - lr_min)
+
+
+def find_max_batch(a, model, step_model, opt, context, total):
+    """Largest B whose training steps run under set_per_process_memory_fraction((cap - context) / total)."""
+    import gc
+    cap = int(a.capacity_gib * (1 << 30))
+    torch.cuda.set_per_process_memory_fraction(max(cap - context, 0) / total)
+    T = a.seq
+    g = torch.Generator().manual_seed(1)
+    probes = []
+
+    def fits(B):
+        t0 = time.perf_counter()
+        torch.cuda.reset_peak_memory_stats()
+        ok = True
+        try:
+            for _ in range(a.probe_steps):
+                xy = torch.randint(0, V, (B, T + 1), generator=g)
+                x, y = xy[:, :T].to("cuda"), xy[:, 1:].to("cuda")
+                if a.mode == "compile":
+                    torch._dynamo.mark_dynamic(x, 0)
+                    torch._dynamo.mark_dynamic(y, 0)
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = step_model(x, y)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                loss.item()
+            torch.cuda.synchronize()
+        except torch.OutOfMemoryError:
+            ok = False
+        loss = x = y = xy = None
+        opt.zero_grad(set_to_none=True)
+        gc.collect()
+        reserved = torch.cuda.max_memory_reserved()
+        torch.cuda.empty_cache()
+        probes.append({"B": B, "fits": ok, "max_reserved": reserved, "s": round(time.perf_counter() - t0, 1)})
+        print(json.dumps(probes[-1]), file=sys.stderr, flush=True)
+        return ok
+
+    lo, hi = 0, None
+    B = 1
+    while B <= a.max_probe:
+        if fits(B):
+            lo = B
+            B *= 2
+        else:
+            hi = B
+            break
+    while hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    best = [p for p in probes if p["B"] == lo and p["fits"]]
+    print(json.dumps({
+        "mode": a.mode, "torch": torch.__version__, "device": torch.cuda.get_device_name(), "T": T,
+        "capacity": cap, "context": context, "fraction": max(cap - context, 0) / total, "max_batch": lo,
+        "first_oom": hi, "max_reserved_at_max": best[-1]["max_reserved"] if best else 0, "probes": probes,
+    }))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
@@ -115,6 +203,15 @@ def main():
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--init", default=None)
     ap.add_argument("--tokens", default=None, help="int32 file of (steps, B, T+1) tokens (same batches as vram)")
+    ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
+    ap.add_argument("--min-lr-frac", type=float, default=0.1)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--vocab-loss", choices=["padded", "real"], default="padded")
+    ap.add_argument("--find-max-batch", action="store_true")
+    ap.add_argument("--capacity-gib", type=float, default=16.0)
+    ap.add_argument("--probe-steps", type=int, default=2)
+    ap.add_argument("--max-probe", type=int, default=1024)
     a = ap.parse_args()
     torch.manual_seed(1337)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -124,13 +221,16 @@ def main():
     free, total = torch.cuda.mem_get_info()
     context = total - free - torch.cuda.memory_reserved()
     model = GPT().to(dev)
+    model.real_vocab = a.vocab_loss == "real"
     if a.init:
         load_llmc(model, a.init)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     nodecay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay}, {"params": nodecay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
     step_model = torch.compile(model) if a.mode == "compile" else model
+    if a.find_max_batch:
+        return find_max_batch(a, model, step_model, opt, context, total)
     g = torch.Generator().manual_seed(1)
     B, T = a.batch, a.seq
     times, losses = [], []
@@ -142,6 +242,9 @@ def main():
         else:
             xy = torch.randint(0, V, (B, T + 1), generator=g)
             x, y = xy[:, :T].to(dev), xy[:, 1:].to(dev)
+        lr = lr_at(a, s)
+        for grp in opt.param_groups:
+            grp["lr"] = lr
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16):

@@ -57,6 +57,14 @@ typedef struct vr_train_config {
     const char *init;             /* llm.c checkpoint to start from, or NULL */
     const char *resume;           /* vram state to continue, or NULL */
     bool poison;                  /* executor poisoning (tests) */
+    uint64_t max_memory;          /* --max-memory: device bytes this process may use in all, the CUDA context
+                                   * included (0 = the device's free memory). A planned arena larger than
+                                   * max_memory - context is refused before anything is allocated, with the
+                                   * plan's numbers and the largest batch that fits; in dynamic mode the
+                                   * caching allocator is capped at max_memory - context; on cuda the process's
+                                   * device use (NVML) is checked after every step against max_memory. */
+    const char *dump_batches;     /* GPT: write every training micro-batch as B rows of T+1 int32 tokens
+                                   * (inputs then the last target), the batches of the run in order, or NULL */
 } vr_train_config;
 
 /* Defaults: a GPT "tiny", B 8, adamw lr 1e-3, cosine to 10% after `steps`, seed 1337, cpu, planned. */
@@ -97,6 +105,12 @@ vr_status vr_trainer_save_state(vr_trainer *t, const char *path);
 /* Copies the n_params parameters (llm.c / flat order) to host memory. */
 vr_status vr_trainer_read_params(vr_trainer *t, float *host, int64_t n);
 
+/* The CUDA context (or whatever the process held on the device before the run, NVML) and the most device
+ * memory this process was seen to use (NVML, sampled after each step with max_memory, else at the end);
+ * 0 when unknown (cpu, no NVML). */
+uint64_t vr_trainer_context_bytes(const vr_trainer *t);
+uint64_t vr_trainer_process_peak(vr_trainer *t);
+
 /* Optimizer steps completed so far (after --resume: the state's). */
 int64_t vr_trainer_steps_done(const vr_trainer *t);
 
@@ -117,6 +131,7 @@ typedef struct vr_train_run_opts {
     int64_t eval_every;           /* evaluate every N steps and at the end (0 = only at the end; -1 never) */
     int64_t save_every;           /* also save every N steps (0 = only at the end) */
     const char *save;             /* llm.c checkpoint to write, or NULL */
+    const char *save_init;        /* llm.c checkpoint of the initial parameters (before step 1), or NULL */
     const char *save_state;       /* vram state to write, or NULL */
     bool print_plan;              /* print the plan's memory table first */
 } vr_train_run_opts;

@@ -51,6 +51,8 @@ static void usage(FILE *f)
             "  --shuffle                shuffled windows instead of sequential batches\n"
             "  --init CKPT              start from an llm.c GPT-2 checkpoint (its shape unless flags say otherwise)\n"
             "  --save CKPT              write an llm.c checkpoint at the end (atomically)\n"
+            "  --save-init CKPT         write an llm.c checkpoint of the initial parameters (before step 1)\n"
+            "  --dump-batches FILE      write every training batch as B rows of T+1 int32 tokens, in order\n"
             "  --save-state FILE        write a resumable state (params, optimizer, step, data position)\n"
             "  --resume FILE            continue a saved state bit-exactly (same flags otherwise)\n"
             "  --save-every N           also save every N steps\n"
@@ -59,6 +61,9 @@ static void usage(FILE *f)
             "running\n"
             "  --device cpu|cuda|auto   (cpu; auto: cuda when a GPU is there)\n"
             "  --memory planned|dynamic one arena at the plan's offsets, or PyTorch-like caching allocator (planned)\n"
+            "  --max-memory SIZE        device memory the whole run may use, CUDA context included (e.g. 16GiB):\n"
+            "                           a planned arena that does not fit is refused before it runs; dynamic:\n"
+            "                           the allocator is capped; cuda: the process's use is checked each step\n"
             "  --policy NAME            allocator policy with --memory dynamic (pytorch)\n"
             "  --inplace                gelu/relu/add write their output over a dying input (as vram plan)\n"
             "  --threads N              CPU threads for OpenMP and OpenBLAS (their defaults: all cores)\n"
@@ -69,6 +74,8 @@ static void usage(FILE *f)
 
 typedef struct topts {
     vr_model_flags m;
+    const char *save_init, *dump_batches;
+    uint64_t max_memory;
     const char *data, *init, *save, *save_state, *resume, *device, *memory, *policy, *schedule;
     long long steps, warmup, seed, save_every, eval_batches, eval_every, threads;
     bool has_warmup, has_eval_every, has_seed, json, quiet, shuffle, inplace;
@@ -106,6 +113,20 @@ static int parse_args(int argc, char **argv, topts *o)
             continue;
         if (!strcmp(a, "--json") || !strcmp(a, "--quiet") || !strcmp(a, "--shuffle") || !strcmp(a, "--inplace")) {
             *(a[2] == 'j' ? &o->json : a[2] == 'q' ? &o->quiet : a[2] == 's' ? &o->shuffle : &o->inplace) = true;
+            continue;
+        }
+        if (!strcmp(a, "--max-memory") || !strcmp(a, "--save-init") || !strcmp(a, "--dump-batches")) {
+            if (i + 1 >= argc)
+                return vr_cli_fail("train", 2, "%s needs a value", a);
+            const char *v = argv[++i];
+            if (a[2] == 's')
+                o->save_init = v;
+            else if (a[2] == 'd')
+                o->dump_batches = v;
+            else if (vr_parse_size(v, a, &o->max_memory) != VR_OK)
+                return vr_cli_fail("train", 2, "%s", vr_last_error());
+            else if (!o->max_memory)
+                return vr_cli_fail("train", 2, "--max-memory: must be more than 0");
             continue;
         }
         static const char *with_value[] = {"--data", "--init", "--save", "--save-state", "--resume", "--device",
@@ -244,6 +265,8 @@ int vr_cmd_train(int argc, char **argv)
     c.eval_batches = (int)o.eval_batches;
     c.init = o.init;
     c.resume = o.resume;
+    c.max_memory = o.max_memory;
+    c.dump_batches = o.dump_batches;
 
     if (o.threads)
         vr_exec_cpu_set_threads((int)o.threads);
@@ -255,6 +278,7 @@ int vr_cmd_train(int argc, char **argv)
         .eval_every = o.has_eval_every ? o.eval_every : 0,
         .save_every = o.save_every,
         .save = o.save,
+        .save_init = o.save_init,
         .save_state = o.save_state,
         .print_plan = true,
     };

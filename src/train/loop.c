@@ -95,13 +95,25 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
             t->cfg.step.workspace_bytes = (uint64_t)32 << 20;
     }
     if (!st)
+        st = vr__trainer_memory_open(t);
+    if (!st)
         st = vr_graph_build(&t->cfg.model, &t->cfg.step, &t->g);
     vr_plan_config pc = {.memory = c->memory, .alloc_policy = c->alloc_policy, .inplace = c->inplace};
     if (!st)
         st = vr_plan_create(t->g, &pc, &t->plan);
+    if (!st)
+        st = vr__trainer_memory_check(t, t->plan, 0, "training");
     vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison};
     if (!st)
         st = vr_exec_create(t->plan, t->dev, &ec, &t->exec);
+    if (!st)
+        st = vr__trainer_memory_cap(t, t->exec);
+    if (!st && c->dump_batches) {
+        if (c->model.kind != VR_MODEL_GPT)
+            st = vr_error(VR_ERR_INVALID, "--dump-batches: GPT models only");
+        else if (!(t->dump = fopen(c->dump_batches, "wb")))
+            st = vr_error(VR_ERR_IO, "--dump-batches: cannot write '%s'", c->dump_batches);
+    }
     if (!st)
         st = open_data(t);
     if (!st)
@@ -130,6 +142,8 @@ void vr_trainer_free(vr_trainer *t)
     vr_plan_free(t->plan);
     vr_graph_free(t->g);
     vr_data_close(t->train);
+    if (t->dump)
+        fclose(t->dump);
     vr__mlp_task_free(&t->task);
     for (int k = 0; t->inputs && k < t->accum; k++) {
         free(t->inputs[k]);
@@ -158,7 +172,8 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
     uint64_t t0 = vr_now_ns();
     vr_status st = VR_OK;
     for (int k = 0; k < t->accum && !st; k++)
-        st = next_train_batch(t, k);
+        if (!(st = next_train_batch(t, k)))
+            st = vr__trainer_dump_batch(t, k);
     vr_optim_hparams h = t->cfg.hp;
     h.step = t->step + 1;
     h.lr = (float)vr_lr_at(&t->sched, t->step);
@@ -168,6 +183,8 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
     if (st)
         return st;
     t->step++;
+    if ((st = vr__trainer_memory_sample(t)))
+        return st;
     uint64_t tokens = (uint64_t)t->cfg.model.B * (uint64_t)t->cfg.model.T * (uint64_t)t->accum;
     t->tokens_seen += tokens;
     if (info) {
@@ -196,10 +213,14 @@ vr_status vr__trainer_eval_setup(vr_trainer *t)
     vr_plan_config pc = {.memory = c->memory, .alloc_policy = c->alloc_policy, .inplace = c->inplace};
     if (!st)
         st = vr_plan_create(t->eg, &pc, &t->eplan);
+    if (!st)
+        st = vr__trainer_memory_check(t, t->eplan, t->plan->arena_size, "evaluation");
     vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison,
                          .params_from = t->exec};
     if (!st)
         st = vr_exec_create(t->eplan, t->dev, &ec, &t->eexec);
+    if (!st)
+        st = vr__trainer_memory_cap(t, t->eexec);
     if (!st && c->model.kind == VR_MODEL_GPT) {
         vr_data_config dc = vr_data_config_default(c->model.B, c->model.T);
         dc.kind = vr_data_kind_for(c->data);

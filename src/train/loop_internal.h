@@ -47,7 +47,23 @@ struct vr_trainer {
     uint64_t tokens_seen;
     uint64_t rng;                 /* the init RNG's state after initialisation */
     vr_lr_schedule sched;
+    /* device memory (loop_memory.c) */
+    uint64_t context;             /* process's device bytes before the run (CUDA context), NVML */
+    uint64_t process_peak;        /* most device bytes of this process seen (NVML) */
+    FILE *dump;                   /* --dump-batches */
 };
+
+/* --max-memory and out-of-memory refusals (loop_memory.c). */
+vr_status vr__trainer_memory_open(vr_trainer *t);
+/* Before an executor of `plan` is created: refuses (VR_ERR_OOM, with the plan's numbers) a planned arena
+ * that, beside `held` bytes already allocated by this run, does not fit the cap or the device's free memory. */
+vr_status vr__trainer_memory_check(vr_trainer *t, const vr_plan *plan, uint64_t held, const char *what);
+/* After the executor of a dynamic run is created: caps its allocator at max_memory - context. */
+vr_status vr__trainer_memory_cap(vr_trainer *t, vr_exec *e);
+/* After a step: samples the process's device use (NVML) and checks it against max_memory. */
+vr_status vr__trainer_memory_sample(vr_trainer *t);
+/* --dump-batches: appends micro-batch k's rows. */
+vr_status vr__trainer_dump_batch(vr_trainer *t, int k);
 
 /* Sets up the eval graph, plan, executor and held-out data (idempotent). */
 vr_status vr__trainer_eval_setup(vr_trainer *t);
