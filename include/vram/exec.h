@@ -57,6 +57,12 @@ typedef struct vr_exec_config {
                                    * live, so a kernel reading bytes nothing wrote shows up (tests) */
     const vr_exec *params_from;   /* use this executor's parameter buffer instead of owning one (an
                                    * evaluation graph beside a training graph of the same model) */
+    bool cuda_graph;              /* CUDA, planned memory, no poison, one micro-batch, a training graph:
+                                   * the first step runs node by node, the second is captured into a
+                                   * CUDA graph, later steps replay it (lr and step reach the optimizers
+                                   * through device memory; other hyperparameters changing recapture).
+                                   * The environment variable VRAM_CUDA_GRAPH=1 (0) turns it on (off).
+                                   * Same results; the bookkeeping (live bytes per node) still runs. */
 } vr_exec_config;
 
 /* Optimizer hyperparameters of one step (torch.optim's meanings). */

@@ -29,8 +29,11 @@ typedef struct cuda_state {
     vr_cuda_ctx ctx;
     void *ws;          /* the whole workspace tensor (NULL: none) */
     size_t ws_bytes;   /* usable by kernels (less the clip tail) */
-    float *clip;       /* [0] factor, [1] norm; NULL without a workspace */
+    float *clip;       /* [0] factor, [1] norm, [4..7] the step's optimizer scalars (graph mode);
+                        * NULL without a workspace */
     float max_norm;
+    void *stream;      /* graph mode: a stream of its own (ctx.stream), else NULL (legacy stream) */
+    void *graph;       /* graph mode: the captured step (cudaGraphExec_t), NULL until captured */
 } cuda_state;
 
 static const vr_tensor *T_(const vr_exec_args *a, int id) { return &a->g->tensors[id]; }
@@ -287,13 +290,57 @@ static vr_status cuda_init(vr_exec *e)
         }
     }
     s->max_norm = e->g->step.grad_clip;
-    vr_status st = vr_cuda_ctx_init(&s->ctx, NULL, s->ws, s->ws ? s->ws_bytes : 0);
+    vr_status st = VR_OK;
+    if (e->cfg.cuda_graph && s->clip)
+        st = vr_cuda_stream_create(&s->stream);
+    if (!st)
+        st = vr_cuda_ctx_init(&s->ctx, s->stream, s->ws, s->ws ? s->ws_bytes : 0);
     if (st) {
+        vr_cuda_stream_destroy(s->stream);
         free(s);
         return st;
     }
+    if (s->stream)
+        s->ctx.opt_scalars = s->clip + 4;
     e->be_state = s;
     return VR_OK;
+}
+
+static bool cuda_graph_ok(vr_exec *e)
+{
+    const cuda_state *s = e->be_state;
+    return s && s->stream && s->ctx.opt_scalars;
+}
+
+static vr_status cuda_graph_scalars(vr_exec *e, const vr_optim_hparams *h)
+{
+    cuda_state *s = e->be_state;
+    float v[4];
+    vr_cuda_opt_scalars(v, h->lr, h->beta1, h->beta2, h->step > 0 ? (int)h->step : 1);
+    return vr_cuda_upload(&s->ctx, s->clip + 4, v, sizeof v);
+}
+
+static vr_status cuda_capture_begin(vr_exec *e)
+{
+    cuda_state *s = e->be_state;
+    if (s->graph) {
+        vr_cuda_sync(&s->ctx);
+        vr_cuda_graph_destroy(s->graph);
+        s->graph = NULL;
+    }
+    return vr_cuda_capture_begin(&s->ctx);
+}
+
+static vr_status cuda_capture_end(vr_exec *e, bool keep)
+{
+    cuda_state *s = e->be_state;
+    return vr_cuda_capture_end(&s->ctx, keep, &s->graph);
+}
+
+static vr_status cuda_replay(vr_exec *e)
+{
+    cuda_state *s = e->be_state;
+    return vr_cuda_graph_launch(&s->ctx, s->graph);
 }
 
 static void cuda_fini(vr_exec *e)
@@ -301,7 +348,9 @@ static void cuda_fini(vr_exec *e)
     cuda_state *s = e->be_state;
     if (s) {
         vr_cuda_sync(&s->ctx);
+        vr_cuda_graph_destroy(s->graph);
         vr_cuda_ctx_destroy(&s->ctx);
+        vr_cuda_stream_destroy(s->stream);
         free(s);
     }
     e->be_state = NULL;
@@ -328,6 +377,11 @@ const vr_exec_backend *vr__exec_backend_cuda(void)
                                          .init = cuda_init,
                                          .fini = cuda_fini,
                                          .clip_result = cuda_clip_result,
+                                         .graph_ok = cuda_graph_ok,
+                                         .graph_scalars = cuda_graph_scalars,
+                                         .capture_begin = cuda_capture_begin,
+                                         .capture_end = cuda_capture_end,
+                                         .replay = cuda_replay,
                                          .cheap_mem_info = false};
     return &cuda;
 }

@@ -239,6 +239,12 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
     count_uses(g, N, e->uses_all);
     count_uses(g, e->opt_start, e->uses_pre);
 
+    const char *cg = getenv("VRAM_CUDA_GRAPH");
+    if (cg && *cg)
+        e->cfg.cuda_graph = strcmp(cg, "0") != 0;
+    if (e->cfg.cuda_graph && (e->cfg.memory != VR_MEMORY_PLANNED || e->cfg.poison || e->opt_start >= N ||
+                              (g->step.train && g->step.accum > 1)))
+        e->cfg.cuda_graph = false; /* replays need fixed addresses and nothing queued between nodes */
     if (e->cfg.memory == VR_MEMORY_PLANNED) {
         st = make_arena(e);
     } else {
@@ -256,6 +262,8 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
     }
     if (!st && e->be->init)
         st = e->be->init(e);
+    if (!st)
+        e->graph = e->cfg.cuda_graph && e->be->graph_ok && e->be->graph_ok(e);
     if (st) {
         vr_exec_free(e);
         return st;

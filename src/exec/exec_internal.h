@@ -46,6 +46,15 @@ typedef struct vr_exec_backend {
      * step, clip_result reads back the norm and the factor. NULL: the executor
      * reads the squared norm after the last sumsq node (host). */
     vr_status (*clip_result)(vr_exec *e, double *norm, double *scale);
+    /* Optional, CUDA graphs (vr_exec_config.cuda_graph): graph_ok says whether this executor can
+     * (its init made a stream of its own); graph_scalars passes the step's lr and step to the device
+     * before each step; capture_begin/capture_end (keep: instantiate, else discard) bracket one
+     * step's node calls; replay queues the captured step. */
+    bool (*graph_ok)(vr_exec *e);
+    vr_status (*graph_scalars)(vr_exec *e, const vr_optim_hparams *h);
+    vr_status (*capture_begin)(vr_exec *e);
+    vr_status (*capture_end)(vr_exec *e, bool keep);
+    vr_status (*replay)(vr_exec *e);
     /* Device memory figures are cheap to read per node (host memory: yes; a GPU
      * through NVML: no, so they are sampled during the first step only). */
     bool cheap_mem_info;
@@ -87,6 +96,9 @@ struct vr_exec {
     vr_exec_memory mem;
     void *be_state;               /* the backend's (CUDA: its vr_cuda_ctx and clip scalars) */
     int64_t steps_run;            /* steps completed (device figures sampled on the first only, unless cheap) */
+    bool graph;                   /* CUDA graph mode on (cfg.cuda_graph and the backend can) */
+    bool graph_captured;          /* a captured step is ready to replay */
+    vr_optim_hparams graph_h;     /* the hyperparameters baked into it (lr and step are not) */
 };
 
 /* Makes storage tensor s live: gives it its address (arena offset or a block

@@ -189,21 +189,34 @@ static vr_status clip_factor(vr_exec *e, int normsq, pass_state *ps)
     return VR_OK;
 }
 
+/* How a pass queues its device work: node by node, node by node into a CUDA graph
+ * being captured, or one replay of the captured graph (the node loop then only
+ * keeps the books: binding, live bytes, releasing; the addresses are the arena's). */
+enum { PASS_NODES, PASS_CAPTURE, PASS_REPLAY };
+
 static vr_status run_pass(vr_exec *e, int end, int micro, const vr_exec_batch *b, const vr_optim_hparams *h,
-                          pass_state *ps, double *loss_sum)
+                          pass_state *ps, double *loss_sum, int mode)
 {
     const vr_graph *g = e->g;
     release_leftovers(e);
     memcpy(e->left, end == g->n_nodes ? e->uses_all : e->uses_pre, sizeof(int) * (size_t)g->n_tensors);
     vr_status st = VR_OK;
+    bool capturing = false;
     for (int i = 0; i < end && !st; i++) {
         if ((st = bind_for_node(e, i)))
             break;
         if (i == 0 && (st = upload_inputs(e, b)))
             break;
+        if (i == 0 && mode == PASS_CAPTURE) {
+            if ((st = e->be->capture_begin(e)))
+                break;
+            capturing = true;
+        } else if (i == 0 && mode == PASS_REPLAY && (st = e->be->replay(e))) {
+            break;
+        }
         measure(e, i);
         const vr_node *nd = &g->nodes[i];
-        if (nd->op != VR_OP_RESHAPE) {
+        if (nd->op != VR_OP_RESHAPE && mode != PASS_REPLAY) {
             vr_exec_args a;
             node_args(e, i, micro, h, ps->grad_scale, &a);
             st = e->be->run_node(&a);
@@ -220,12 +233,27 @@ static vr_status run_pass(vr_exec *e, int end, int micro, const vr_exec_batch *b
         for (int k = 0; e->inplace[k] >= 0; k++) /* in-place outputs count from here on */
             vr__exec_count(e, e->inplace[k]);
     }
+    if (capturing) {
+        vr_status ce = e->be->capture_end(e, !st);
+        if (!st)
+            st = ce;
+        if (!st)
+            st = e->be->replay(e);
+    }
     if (!st && g->losses >= 0) {
         st = vr_exec_read(e, g->losses, e->losses, (uint64_t)e->rows * sizeof(float));
         for (int64_t r = 0; r < e->rows && !st; r++)
             *loss_sum += e->losses[r];
     }
     return st;
+}
+
+/* The hyperparameters a captured step holds as launch arguments are those of h? (lr and step
+ * are read from device memory.) */
+static bool same_baked(const vr_optim_hparams *a, const vr_optim_hparams *b)
+{
+    return a->beta1 == b->beta1 && a->beta2 == b->beta2 && a->eps == b->eps && a->weight_decay == b->weight_decay &&
+           a->momentum == b->momentum && a->dampening == b->dampening && a->nesterov == b->nesterov;
 }
 
 vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hparams *h, vr_exec_result *res)
@@ -239,8 +267,30 @@ vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hp
     pass_state ps = {.grad_scale = 1.0f, .grad_norm = NAN};
     double loss_sum = 0;
     vr_status st = VR_OK;
-    for (int m = 0; m < accum && !st; m++)
-        st = run_pass(e, m + 1 == accum ? g->n_nodes : e->opt_start, m, &micro[m], h, &ps, &loss_sum);
+    int mode = PASS_NODES;
+    if (e->graph && h) {
+        st = e->be->graph_scalars(e, h);
+        if (!st && accum == 1 && e->steps_run > 0) /* the first step warms up (algorithms, modules) */
+            mode = e->graph_captured && same_baked(&e->graph_h, h) ? PASS_REPLAY : PASS_CAPTURE;
+    }
+    if (mode == PASS_CAPTURE) {
+        e->graph_captured = false;
+        st = run_pass(e, g->n_nodes, 0, &micro[0], h, &ps, &loss_sum, mode);
+        if (!st) {
+            e->graph_captured = true;
+            e->graph_h = *h;
+        } else { /* could not capture: this step, and the later ones, node by node */
+            e->graph = false;
+            loss_sum = 0;
+            st = VR_OK;
+            mode = PASS_NODES;
+        }
+    } else if (mode == PASS_REPLAY) {
+        st = run_pass(e, g->n_nodes, 0, &micro[0], h, &ps, &loss_sum, mode);
+    }
+    if (mode == PASS_NODES)
+        for (int m = 0; m < accum && !st; m++)
+            st = run_pass(e, m + 1 == accum ? g->n_nodes : e->opt_start, m, &micro[m], h, &ps, &loss_sum, mode);
     if (!st && e->last_sumsq >= 0 && e->be->clip_result) {
         double sc = 1.0;
         st = e->be->clip_result(e, &ps.grad_norm, &sc);

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "exec_test_util.h"
+#include "exec/exec_internal.h"
 #include "vram/device.h"
 
 typedef struct run_out {
@@ -152,12 +153,91 @@ static void dynamic_equals_plan(void **state)
     run_free(&p);
 }
 
+/* Steps of a bf16 tiny GPT with lr and step changing every step (and weight decay at step 5, which
+ * recaptures): node by node, and with cuda_graph (step 1 node by node, step 2 captured, the rest
+ * replayed). Same losses, norms and parameters (sumsq's fp32 atomics may reorder a few additions:
+ * 1e-5), and the plan still equals the run. */
+static void graph_steps(bool graph, int steps, double *loss, double *norm, float **params, run_out *o)
+{
+    memset(o, 0, sizeof *o);
+    vr_model_config m = et_gpt(4, 32);
+    vr_step_config s = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .precision = VR_PREC_BF16,
+                        .grad_clip = 1.0f, .kernels = VR_KERNELS_CUDA, .workspace_bytes = (uint64_t)4 << 20};
+    assert_int_equal(vr_graph_build(&m, &s, &o->g), VR_OK);
+    vr_plan_config pc = {.memory = VR_MEMORY_PLANNED};
+    assert_int_equal(vr_plan_create(o->g, &pc, &o->plan), VR_OK);
+    vr_device *dev = NULL;
+    assert_int_equal(vr_device_open("cuda", &dev), VR_OK);
+    vr_exec_config ec = {.memory = VR_MEMORY_PLANNED, .cuda_graph = graph};
+    vr_exec *e = NULL;
+    if (vr_exec_create(o->plan, dev, &ec, &e) != VR_OK)
+        fail_msg("%s", vr_last_error());
+    assert_true(e->graph == graph);
+    float *p = et_params(o->g, 42);
+    assert_int_equal(vr_exec_write(e, o->g->params, p, (uint64_t)o->g->n_params * 4), VR_OK);
+    vr_optim_hparams h = vr_optim_hparams_default(VR_OPTIM_ADAMW);
+    for (int k = 0; k < steps; k++) {
+        void *inputs;
+        int32_t *targets;
+        et_batch(o->g, 7 + k, &inputs, &targets);
+        vr_exec_batch b = {inputs, targets};
+        h.lr = 1e-3f / (float)(k + 1);
+        h.step = k + 1;
+        if (k == 4)
+            h.weight_decay = 0.05f;
+        vr_exec_result r;
+        if (vr_exec_step(e, &b, &h, &r) != VR_OK)
+            fail_msg("%s", vr_last_error());
+        loss[k] = r.loss;
+        norm[k] = r.grad_norm;
+        free(inputs);
+        free(targets);
+        if (graph && k >= 1)
+            assert_true(e->graph && e->graph_captured);
+    }
+    assert_int_equal(vr_exec_read(e, o->g->params, p, (uint64_t)o->g->n_params * 4), VR_OK);
+    *params = p;
+    vr_exec_get_memory(e, &o->mem);
+    vr_exec_free(e);
+    vr_device_close(dev);
+}
+
+static void cuda_graph_equals_nodes(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    enum { K = 7 };
+    double l0[K], n0[K], l1[K], n1[K];
+    float *p0, *p1;
+    run_out a, b;
+    graph_steps(false, K, l0, n0, &p0, &a);
+    graph_steps(true, K, l1, n1, &p1, &b);
+    double dl = 0, dn = 0;
+    for (int k = 0; k < K; k++) {
+        dl = fmax(dl, fabs(l0[k] - l1[k]));
+        dn = fmax(dn, fabs(n0[k] - n1[k]));
+    }
+    float dp = max_diff(p0, p1, a.g->n_params);
+    printf("cuda graph: %d steps, losses %.6f..%.6f, max |loss diff| %.3g, |norm diff| %.3g, param diff %.3g\n", K,
+           l0[0], l0[K - 1], dl, dn, (double)dp);
+    assert_true(l0[K - 1] < l0[0]);
+    assert_true(dl < 1e-5 && dn < 1e-5 && dp < 1e-5f);
+    check_plan_equals_run(&b);
+    assert_true(b.mem.arena == b.plan->arena_size);
+    free(p0);
+    free(p1);
+    a.params = b.params = NULL;
+    run_free(&a);
+    run_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fp32_matches_cpu),
         cmocka_unit_test(bf16_close_to_cpu),
         cmocka_unit_test(dynamic_equals_plan),
+        cmocka_unit_test(cuda_graph_equals_nodes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

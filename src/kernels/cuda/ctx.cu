@@ -66,3 +66,70 @@ extern "C" vr_status vr_cuda_sync(const vr_cuda_ctx *ctx)
     VR_CU_CHECK(cudaStreamSynchronize(VR_STREAM(ctx)), "sync");
     return VR_OK;
 }
+
+/* ---------------------------------------------------------------- streams and CUDA graphs */
+
+extern "C" vr_status vr_cuda_stream_create(void **stream)
+{
+    if (!stream) return vr_cu_bad("stream_create", "NULL pointer");
+    cudaStream_t st = NULL;
+    VR_CU_CHECK(cudaStreamCreate(&st), "stream_create");
+    *stream = st;
+    return VR_OK;
+}
+
+extern "C" void vr_cuda_stream_destroy(void *stream)
+{
+    if (stream) cudaStreamDestroy((cudaStream_t)stream);
+}
+
+extern "C" vr_status vr_cuda_upload(const vr_cuda_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    VR_CU_CTX_OK(ctx, "upload");
+    if (!bytes) return VR_OK;
+    if (!dst || !src) return vr_cu_bad("upload", "NULL pointer");
+    VR_CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, VR_STREAM(ctx)), "upload");
+    return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_capture_begin(const vr_cuda_ctx *ctx)
+{
+    VR_CU_CTX_OK(ctx, "capture_begin");
+    if (!ctx->stream) return vr_cu_bad("capture_begin", "the legacy default stream cannot be captured");
+    VR_CU_CHECK(cudaStreamBeginCapture(VR_STREAM(ctx), cudaStreamCaptureModeThreadLocal), "capture_begin");
+    return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_capture_end(const vr_cuda_ctx *ctx, int keep, void **exec)
+{
+    VR_CU_CTX_OK(ctx, "capture_end");
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(VR_STREAM(ctx), &g);
+    if (e != cudaSuccess || !keep) {
+        if (g) cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        return keep ? vr_cu_status(e, "capture_end", "cudaStreamEndCapture") : VR_OK;
+    }
+    cudaGraphExec_t x = NULL;
+    e = cudaGraphInstantiateWithFlags(&x, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return vr_cu_status(e, "capture_end", "cudaGraphInstantiate");
+    }
+    *exec = x;
+    return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_graph_launch(const vr_cuda_ctx *ctx, void *exec)
+{
+    VR_CU_CTX_OK(ctx, "graph_launch");
+    if (!exec) return vr_cu_bad("graph_launch", "no graph");
+    VR_CU_CHECK(cudaGraphLaunch((cudaGraphExec_t)exec, VR_STREAM(ctx)), "graph_launch");
+    return VR_OK;
+}
+
+extern "C" void vr_cuda_graph_destroy(void *exec)
+{
+    if (exec) cudaGraphExecDestroy((cudaGraphExec_t)exec);
+}

@@ -32,6 +32,10 @@ static inline vr_status vr_cu_launched(const vr_cuda_ctx *ctx, const char *op)
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return vr_cu_status(e, op, "kernel launch");
 #ifdef VRAM_CUDA_SYNC_CHECK
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (VR_STREAM(ctx) && cudaStreamIsCapturing(VR_STREAM(ctx), &cs) == cudaSuccess &&
+        cs != cudaStreamCaptureStatusNone)
+        return VR_OK; /* capturing: nothing runs yet */
     e = cudaStreamSynchronize(VR_STREAM(ctx));
     if (e != cudaSuccess) return vr_cu_status(e, op, "kernel (debug sync)");
 #else

@@ -67,6 +67,11 @@ typedef struct vr_cuda_ctx {
     int allow_tf32;         /* fp32 matmuls may use TF32 tensor cores (default 0: exact fp32) */
     int device;             /* CUDA device index the ctx was made on */
     int sm_count;           /* multiprocessors of that device */
+    const float *opt_scalars; /* device, NULL by default: the optimizers take lr and step from their
+                               * arguments. Else they read them here ([0] lr, [1] 1 - beta1^step,
+                               * [2] sqrt(1 - beta2^step), [3] 1 on the first step, else 0; fill with
+                               * vr_cuda_opt_scalars + vr_cuda_upload), so that a captured CUDA graph
+                               * replays each step with that step's values. Set after ctx_init. */
 } vr_cuda_ctx;
 
 /* Recommended cuBLASLt workspace: 32 MiB (as PyTorch on Hopper). */
@@ -80,6 +85,27 @@ vr_status vr_cuda_ctx_init(vr_cuda_ctx *ctx, void *stream, void *workspace, size
 void vr_cuda_ctx_destroy(vr_cuda_ctx *ctx);
 /* Waits for all work queued on ctx's stream; VR_ERR_DEVICE if any of it failed. */
 vr_status vr_cuda_sync(const vr_cuda_ctx *ctx);
+
+/* ---------------------------------------------------------------- streams and CUDA graphs */
+
+/* A stream of its own (cudaStreamCreate: blocking, so it stays ordered with the legacy default
+ * stream that the device layer's copies use). */
+vr_status vr_cuda_stream_create(void **stream);
+void vr_cuda_stream_destroy(void *stream);
+/* dst (device) = src (host), bytes, queued on ctx's stream (src may be reused on return). */
+vr_status vr_cuda_upload(const vr_cuda_ctx *ctx, void *dst, const void *src, size_t bytes);
+/* Starts capturing the work queued on ctx's stream (which must not be the legacy stream) into a
+ * graph: nothing queued until vr_cuda_capture_end runs. */
+vr_status vr_cuda_capture_begin(const vr_cuda_ctx *ctx);
+/* Ends the capture; keep != 0 instantiates it into *exec (a cudaGraphExec_t), else discards it
+ * (after an error: *exec untouched). */
+vr_status vr_cuda_capture_end(const vr_cuda_ctx *ctx, int keep, void **exec);
+/* Queues one replay of exec on ctx's stream. */
+vr_status vr_cuda_graph_launch(const vr_cuda_ctx *ctx, void *exec);
+void vr_cuda_graph_destroy(void *exec);
+/* The four values of vr_cuda_ctx.opt_scalars for a step (host; computed as the optimizers compute
+ * them from their arguments, so both paths give the same bits). */
+void vr_cuda_opt_scalars(float out[4], float lr, float beta1, float beta2, int step);
 
 /* ---------------------------------------------------------------- memory helpers */
 

@@ -17,9 +17,15 @@ struct opt_args {
 
 template <int KIND, typename TP, typename TG>
 __global__ void k_opt(TP *param, float *master, const TG *grad, float *m, float *v, size_t n, opt_args a,
-                      const float *dev_scale, const int32_t *dev_skip)
+                      const float *dev_scale, const int32_t *dev_skip, const float *hp)
 {
     if (dev_skip && *dev_skip) return;
+    if (hp) { /* this step's lr and bias corrections from the device (a replayed CUDA graph) */
+        a.lr = hp[0];
+        a.bc1 = hp[1];
+        a.bc2_sqrt = hp[2];
+        a.first = hp[3] != 0.0f;
+    }
     float gs = a.grad_scale * (dev_scale ? *dev_scale : 1.0f);
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -55,11 +61,11 @@ static void launch_tg(const vr_cuda_ctx *ctx, vr_cuda_dtype gdt, TP *param, floa
     unsigned g = vr_grid_for(n, 256, ctx);
     cudaStream_t s = VR_STREAM(ctx);
     if (gdt == VR_CUDA_F32)
-        k_opt<KIND><<<g, 256, 0, s>>>(param, master, (const float *)grad, m, v, n, a, ds, sk);
+        k_opt<KIND><<<g, 256, 0, s>>>(param, master, (const float *)grad, m, v, n, a, ds, sk, ctx->opt_scalars);
     else if (gdt == VR_CUDA_BF16)
-        k_opt<KIND><<<g, 256, 0, s>>>(param, master, (const __nv_bfloat16 *)grad, m, v, n, a, ds, sk);
+        k_opt<KIND><<<g, 256, 0, s>>>(param, master, (const __nv_bfloat16 *)grad, m, v, n, a, ds, sk, ctx->opt_scalars);
     else
-        k_opt<KIND><<<g, 256, 0, s>>>(param, master, (const __half *)grad, m, v, n, a, ds, sk);
+        k_opt<KIND><<<g, 256, 0, s>>>(param, master, (const __half *)grad, m, v, n, a, ds, sk, ctx->opt_scalars);
 }
 
 template <int KIND>
@@ -107,6 +113,15 @@ extern "C" vr_status vr_cuda_sgd_momentum(const vr_cuda_ctx *ctx, vr_cuda_dtype 
     a.momentum = momentum, a.dampening = dampening, a.nesterov = nesterov, a.first = step <= 1;
     return run_opt<OPT_MOM>(ctx, "sgd_momentum", pdt, param, master, gdt, grad, mom, NULL, n, a, dev_grad_scale,
                             dev_skip);
+}
+
+extern "C" void vr_cuda_opt_scalars(float out[4], float lr, float beta1, float beta2, int step)
+{
+    int t = step < 1 ? 1 : step;
+    out[0] = lr;
+    out[1] = (float)(1.0 - pow((double)beta1, (double)t));
+    out[2] = (float)sqrt(1.0 - pow((double)beta2, (double)t));
+    out[3] = step <= 1 ? 1.0f : 0.0f;
 }
 
 static opt_args adam_args(float lr, float b1, float b2, float eps, float wd, int step, float grad_scale)
