@@ -194,6 +194,9 @@ int main(int argc, char **argv)
     size_t s2 = vr_cuda_layernorm_bwd_scratch_bytes((int)N, C), s3 = vr_cuda_attention_scratch_bytes(B, T, C, NH);
     if (s2 > b.scratch_bytes) b.scratch_bytes = s2;
     if (s3 > b.scratch_bytes) b.scratch_bytes = s3;
+    // the training step passes its whole 32 MiB workspace as scratch; attention_bwd uses the room
+    // beyond its minimum for the fused backward's fp32 dq (VRAM_ATTN_V1=1: the two-kernel backward)
+    if (b.scratch_bytes < ((size_t)32 << 20)) b.scratch_bytes = (size_t)32 << 20;
     b.scratch = dmalloc(b.scratch_bytes);
     // inputs: small random-ish values (fill), tokens in range
     int32_t *htok = malloc(N * 4);

@@ -655,33 +655,50 @@ static void run_attention(vr_cuda_dtype dt, int B, int T, int C, int NH)
     void *dout_saved = up(dt, ref_out, nout);
     float *rdq = hzero(nqkv);
     vr_cpu_attention_bwd(rdq, dout, qkv, ref_out, rl, B, T, C, NH, 0);
-    size_t sb = vr_cuda_attention_scratch_bytes(B, T, C, NH);
+    // scratch variants: exactly the minimum (bf16/fp16 head size 64: the two deterministic kernels),
+    // room for the fp32 dq of 2 heads (fused backward in chunks of 2 heads), and the training step's
+    // 32 MiB workspace (fused, as few chunks as fit)
+    size_t sb_min = vr_cuda_attention_scratch_bytes(B, T, C, NH);
+    size_t sb_dl = (sb_min + 255) & ~(size_t)255, per_head = (size_t)T * 64 * 4;
+    size_t sbs[3] = {sb_min, sb_dl + 2 * per_head, (size_t)32 << 20};
+    if (sbs[2] < sb_min) sbs[2] = sb_min;
+    size_t sb = sbs[2];
     void *scratch = dalloc(sb);
     void *gq = dnan(dt, nqkv);
-    OK(vr_cuda_attention_bwd(&ctx, dt, gq, dd, dq, dout_saved, lse, B, T, C, NH, 0, scratch, sb));
-    // per part (q, k, v) so that a failure says which
-    float *g = down(dt, gq, nqkv);
-    const char *names[3] = {"attention_bwd dq", "attention_bwd dk", "attention_bwd dv"};
-    // with T = 1 the one probability is 1, so dq = dk = 0 exactly and only rounding noise is left:
-    // no relative error to measure
-    for (int part = T == 1 ? 2 : 0; part < 3; part++) {
-        float *a = hzero(nout), *r = hzero(nout);
-        for (size_t bt = 0; bt < (size_t)B * T; bt++) {
-            memcpy(a + bt * C, g + bt * 3 * C + (size_t)part * C, C * 4);
-            memcpy(r + bt * C, rdq + bt * 3 * C + (size_t)part * C, C * 4);
+    const char *sb_names[3] = {"min scratch", "2-head chunks", "32 MiB scratch"};
+    for (int v = 0; v < 3; v++) {
+        poison(dt, gq, nqkv);
+        OK(vr_cuda_attention_bwd(&ctx, dt, gq, dd, dq, dout_saved, lse, B, T, C, NH, 0, scratch, sbs[v]));
+        // per part (q, k, v) so that a failure says which
+        float *g = down(dt, gq, nqkv);
+        const char *names[3] = {"attention_bwd dq", "attention_bwd dk", "attention_bwd dv"};
+        // with T = 1 the one probability is 1, so dq = dk = 0 exactly and only rounding noise is left:
+        // no relative error to measure
+        for (int part = T == 1 ? 2 : 0; part < 3; part++) {
+            float *a = hzero(nout), *r = hzero(nout);
+            for (size_t bt = 0; bt < (size_t)B * T; bt++) {
+                memcpy(a + bt * C, g + bt * 3 * C + (size_t)part * C, C * 4);
+                memcpy(r + bt * C, rdq + bt * 3 * C + (size_t)part * C, C * 4);
+            }
+            double e = relerr(a, r, nout);
+            print_message("    %-30s %-14s %-4s n=%-10zu rel err %.2e (tol %.0e)\n", names[part], sb_names[v],
+                          vr_cuda_dtype_name(dt), nout, e, tol);
+            if (!(e <= tol))
+                fail_msg("%s (%s, %s): rel err %.3e > %.0e", names[part], sb_names[v], vr_cuda_dtype_name(dt), e,
+                         tol);
+            free(a), free(r);
         }
-        double e = relerr(a, r, nout);
-        print_message("    %-44s %-4s n=%-10zu rel err %.2e (tol %.0e)\n", names[part], vr_cuda_dtype_name(dt), nout,
-                      e, tol);
-        if (!(e <= tol)) fail_msg("%s (%s): rel err %.3e > %.0e", names[part], vr_cuda_dtype_name(dt), e, tol);
-        free(a), free(r);
+        free(g);
     }
-    free(g);
     float *prior = hrand(nqkv, -1, 1);
     void *ap = up(dt, prior, nqkv);
     OK(vr_cuda_attention_bwd(&ctx, dt, ap, dd, dq, dout_saved, lse, B, T, C, NH, 1, scratch, sb));
     float *fresh = down(dt, gq, nqkv);
     expect_acc("attention_bwd dqkv", dt, ap, prior, fresh, nqkv);
+    cudaFree(ap);
+    ap = up(dt, prior, nqkv);
+    OK(vr_cuda_attention_bwd(&ctx, dt, ap, dd, dq, dout_saved, lse, B, T, C, NH, 1, scratch, sb_min));
+    expect_acc("attention_bwd dqkv (min scratch)", dt, ap, prior, fresh, nqkv);
     free(qkv), free(dout), free(ref), free(rl), free(ref_out), free(rdq), free(prior), free(fresh);
     cudaFree(dq), cudaFree(dd), cudaFree(out), cudaFree(lse), cudaFree(dout_saved), cudaFree(scratch);
     cudaFree(gq), cudaFree(ap);

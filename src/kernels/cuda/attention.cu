@@ -19,6 +19,7 @@
  * backward), the same maths in fp32. It is the fp32 path and the reference the tensor-core path is
  * tested against. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
 
@@ -678,7 +679,218 @@ __global__ void __launch_bounds__(128) k_att_bwd_dq_tc(T *dqkv, const T *dout, c
     store_acc(dqkv + (size_t)b * T_ * C3 + (size_t)h * TC_D, C3, q0 + warp * 16, T_, dq, scale, acc);
 }
 
+/* ---------------------------------------------------------------- fused backward (v2, default) */
+
+/* acc(16 x 64) += A(16 x 64, fragments) X where X is a shared tile of 64 rows x 64 (rows = the
+ * reduction dimension): dQ += dS K. */
+template <typename T>
+__device__ __forceinline__ void mma_ab(float acc[8][4], const uint32_t a[4][4], const T *x)
+{
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+#pragma unroll
+        for (int dp = 0; dp < 4; dp++) {
+            uint32_t b[4];
+            ldsm_x4_t(b, x + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * TC_LD + dp * 16 + (lane >> 4) * 8);
+            mma16816<T>(acc[2 * dp], a[kk], b[0], b[1]);
+            mma16816<T>(acc[2 * dp + 1], a[kk], b[2], b[3]);
+        }
+    }
+}
+
+/* delta = rowsum(dout * out) for head size 64: 8 threads per (b, t, h) row, 16-byte loads. */
+template <typename T>
+__global__ void k_att_delta64(float *delta, const T *dout, const T *out, int B, int T_, int C, int NH)
+{
+    size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t w = g >> 3; // (b, t, h) row
+    int part = (int)(g & 7);
+    bool ok = w < (size_t)B * T_ * NH;
+    float s = 0.0f;
+    int h = 0, t = 0, b = 0;
+    if (ok) {
+        h = (int)(w % NH);
+        size_t bt = w / NH;
+        t = (int)(bt % T_), b = (int)(bt / T_);
+        size_t off = bt * C + (size_t)h * TC_D + part * 8;
+        vr_vec<T> x = vr_ld16_nc(dout + off), y = vr_ld16_nc(out + off);
+#pragma unroll
+        for (int i = 0; i < 8; i++) s += vr_tof(x.v[i]) * vr_tof(y.v[i]);
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    if (ok && part == 0) delta[((size_t)b * NH + h) * T_ + t] = s;
+}
+
+/* dK, dV and (atomically, fp32) dQ for a block of 64 keys: FlashAttention-2's backward order. The
+ * block walks the query blocks from the diagonal down: S^T = K Q^T, P^T, dP^T = V dO^T, dS^T;
+ * dV += P^T dO, dK += dS^T Q in registers; dS goes through shared memory (as [query][key]) and
+ * dQ(64 queries) += dS K is added with fp32 atomics into dqacc (bh-chunk, T, 64), unscaled. Grid
+ * (key blocks, heads of this chunk); bh0 = the chunk's first (b, h). */
+template <typename T>
+__global__ void __launch_bounds__(128) k_att_bwd_fused_tc(float *dqacc, T *dqkv, const T *dout, const T *qkv,
+                                                          const float *lse, const float *delta, int T_, int C,
+                                                          int NH, float scale, int acc, int bh0)
+{
+    __shared__ __align__(16) T sQ[2][TC_BR * TC_LD];
+    __shared__ __align__(16) T sG[2][TC_BR * TC_LD];
+    __shared__ __align__(16) T sK[TC_BR * TC_LD];
+    __shared__ float sL[2][TC_BR], sD[2][TC_BR];
+    int nq = (T_ + TC_BR - 1) / TC_BR;
+    int kt = blockIdx.x;
+    int bh = bh0 + (int)blockIdx.y, b = bh / NH, h = bh % NH;
+    size_t C3 = (size_t)3 * C;
+    const T *base = qkv + (size_t)b * T_ * C3 + (size_t)h * TC_D;
+    const T *gbase = dout + (size_t)b * T_ * C + (size_t)h * TC_D;
+    const float *lrow = lse + (size_t)bh * T_, *drow = delta + (size_t)bh * T_;
+    float *dqa = dqacc + (size_t)blockIdx.y * T_ * TC_D;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int k0 = kt * TC_BR;
+    float scale_log2 = scale * VR_LOG2E;
+
+    // K stays in sK (for dQ = dS K); V is staged in sG[1] and read into registers once
+    tile_load_async(sK, base + C, k0, T_, C3);
+    tile_load_async(sG[1], base + 2 * (size_t)C, k0, T_, C3);
+    tile_load_async(sQ[0], base, k0, T_, C3);
+    tile_load_async(sG[0], gbase, k0, T_, (size_t)C);
+    cp_async_commit();
+    if (threadIdx.x < TC_BR) {
+        int i = k0 + threadIdx.x;
+        sL[0][threadIdx.x] = i < T_ ? lrow[i] * VR_LOG2E : INFINITY;
+        sD[0][threadIdx.x] = i < T_ ? drow[i] : 0.0f;
+    }
+    uint32_t kf[4][4], vf[4][4];
+    cp_async_wait<0>();
+    __syncthreads();
+    load_a_frags(kf, sK, warp * 16);
+    load_a_frags(vf, sG[1], warp * 16);
+    __syncthreads();
+
+    float dk[8][4], dv[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.0f;
+    int key[2] = {k0 + warp * 16 + (lane >> 2), k0 + warp * 16 + (lane >> 2) + 8};
+
+    for (int qt = kt; qt < nq; qt++) {
+        int cur = (qt - kt) & 1;
+        if (qt + 1 < nq) {
+            int q1 = (qt + 1) * TC_BR;
+            tile_load_async(sQ[cur ^ 1], base, q1, T_, C3);
+            tile_load_async(sG[cur ^ 1], gbase, q1, T_, (size_t)C);
+            cp_async_commit();
+            if (threadIdx.x < TC_BR) {
+                int i = q1 + threadIdx.x;
+                sL[cur ^ 1][threadIdx.x] = i < T_ ? lrow[i] * VR_LOG2E : INFINITY;
+                sD[cur ^ 1][threadIdx.x] = i < T_ ? drow[i] : 0.0f;
+            }
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        int q0 = qt * TC_BR;
+        float st[8][4], dpt[8][4];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.0f;
+        mma_abt<T>(st, kf, sQ[cur]);
+        mma_abt<T>(dpt, vf, sG[cur]);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qc = nt * 8 + 2 * (lane & 3) + (e & 1);
+                float p = exp2f(st[nt][e] * scale_log2 - sL[cur][qc]);
+                if (qt == kt && q0 + qc < key[e >> 1]) p = 0.0f;
+                st[nt][e] = p;
+                dpt[nt][e] = p * (dpt[nt][e] - sD[cur][qc]);
+            }
+        }
+        mma_pb<T>(dv, st, sG[cur]);  // dV += P^T dO
+        mma_pb<T>(dk, dpt, sQ[cur]); // dK += dS^T Q
+        __syncthreads();             // every warp is done with sG[cur]: it now holds dS as [query][key]
+        T *sS = sG[cur];
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qc = nt * 8 + 2 * (lane & 3) + (e & 1);
+                int kc = warp * 16 + (lane >> 2) + 8 * (e >> 1);
+                sS[qc * TC_LD + kc] = vr_fromf<T>(dpt[nt][e]);
+            }
+        }
+        __syncthreads();
+        uint32_t sf[4][4];
+        load_a_frags(sf, sS, warp * 16);
+        float dq[8][4];
+#pragma unroll
+        for (int i = 0; i < 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+        mma_ab<T>(dq, sf, sK); // dQ(16 queries of this warp) = dS K
+        int r = q0 + warp * 16 + (lane >> 2);
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            int rr = r + 8 * half;
+            if (rr < T_) {
+                float *row = dqa + (size_t)rr * TC_D;
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+                    float *dst = row + nt * 8 + 2 * (lane & 3);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                    atomicAdd(reinterpret_cast<float2 *>(dst), make_float2(dq[nt][2 * half], dq[nt][2 * half + 1]));
+#else
+                    atomicAdd(dst, dq[nt][2 * half]);
+                    atomicAdd(dst + 1, dq[nt][2 * half + 1]);
+#endif
+                }
+            }
+        }
+        __syncthreads(); // sS (sG[cur]) and sQ[cur] are refilled by the next prefetch
+    }
+    T *dk_base = dqkv + (size_t)b * T_ * C3 + C + (size_t)h * TC_D;
+    store_acc(dk_base, C3, k0 + warp * 16, T_, dk, scale, acc);
+    store_acc(dk_base + C, C3, k0 + warp * 16, T_, dv, 1.0f, acc);
+}
+
+/* dq part of dqkv (=|+=) scale * dqacc for the chunk's heads; 8 elements per thread. */
+template <typename T>
+__global__ void k_att_dq_convert(T *dqkv, const float *dqacc, int bh0, int nbh, int T_, int C, int NH, float scale,
+                                 int acc)
+{
+    size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= (size_t)nbh * T_ * (TC_D / 8)) return;
+    int d8 = (int)(g % (TC_D / 8)) * 8;
+    size_t rt = g / (TC_D / 8);
+    int t = (int)(rt % T_), bhl = (int)(rt / T_);
+    int bh = bh0 + bhl, b = bh / NH, h = bh % NH;
+    const float4 *src = reinterpret_cast<const float4 *>(dqacc + rt * TC_D + d8);
+    float4 x0 = src[0], x1 = src[1];
+    float v[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    T *dst = dqkv + ((size_t)b * T_ + t) * 3 * (size_t)C + (size_t)h * TC_D + d8;
+    vr_vec<T> o;
+    if (acc) o = vr_ld16(dst);
+#pragma unroll
+    for (int i = 0; i < 8; i++) o.v[i] = vr_fromf<T>(v[i] * scale + (acc ? vr_tof(o.v[i]) : 0.0f));
+    vr_st16(dst, o);
+}
+
 /* ---------------------------------------------------------------- entry points */
+
+/* VRAM_ATTN_V1=1 selects the first tensor-core kernels (forward 64 queries per block; backward as
+ * two deterministic kernels without atomics) instead of v2. Read once. */
+static int att_v1(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("VRAM_ATTN_V1");
+        v = e && e[0] && e[0] != '0';
+    }
+    return v;
+}
 
 static int use_tc(vr_cuda_dtype dt, int C, int NH, const void *p1, const void *p2, const void *p3)
 {
@@ -708,10 +920,39 @@ static vr_status att_fwd_t(const vr_cuda_ctx *ctx, void *out, float *lse, const 
 template <typename T>
 static vr_status att_bwd_t(const vr_cuda_ctx *ctx, void *dqkv, const void *dout, const void *qkv,
                            const void *out, const float *lse, int B, int T_, int C, int NH, int acc, float *delta,
-                           int tc)
+                           size_t scratch_bytes, int tc)
 {
     cudaStream_t s = VR_STREAM(ctx);
     size_t rows = (size_t)B * NH * T_;
+    (void)scratch_bytes;
+    if constexpr (!__is_same(T, float)) {
+        // v2: the fused backward, when the scratch beyond delta holds the fp32 dQ of at least one head
+        size_t dbytes = (rows * sizeof(float) + 255) & ~(size_t)255, per_bh = (size_t)T_ * TC_D * sizeof(float);
+        if (tc && !att_v1() && vr_aligned16(out) && scratch_bytes >= dbytes + per_bh) {
+            k_att_delta64<T><<<(unsigned)((rows * 8 + 255) / 256), 256, 0, s>>>(delta, (const T *)dout,
+                                                                              (const T *)out, B, T_, C, NH);
+            VR_CU_LAUNCHED(ctx, "attention_bwd (delta)");
+            float *dqacc = (float *)((char *)delta + dbytes);
+            int BH = B * NH;
+            int maxbh = (int)((scratch_bytes - dbytes) / per_bh < (size_t)BH ? (scratch_bytes - dbytes) / per_bh
+                                                                              : (size_t)BH);
+            int nchunk = (BH + maxbh - 1) / maxbh, per = (BH + nchunk - 1) / nchunk;
+            float scale = rsqrtf((float)TC_D);
+            for (int bh0 = 0; bh0 < BH; bh0 += per) {
+                int nbh = BH - bh0 < per ? BH - bh0 : per;
+                VR_CU_CHECK(cudaMemsetAsync(dqacc, 0, (size_t)nbh * per_bh, s), "attention_bwd");
+                dim3 grid((T_ + TC_BR - 1) / TC_BR, nbh);
+                k_att_bwd_fused_tc<T><<<grid, 128, 0, s>>>(dqacc, (T *)dqkv, (const T *)dout, (const T *)qkv, lse,
+                                                          delta, T_, C, NH, scale, acc, bh0);
+                VR_CU_LAUNCHED(ctx, "attention_bwd (fused dk, dv, dq)");
+                size_t n8 = (size_t)nbh * T_ * (TC_D / 8);
+                k_att_dq_convert<T><<<(unsigned)((n8 + 255) / 256), 256, 0, s>>>((T *)dqkv, dqacc, bh0, nbh, T_, C,
+                                                                                NH, scale, acc);
+                VR_CU_LAUNCHED(ctx, "attention_bwd (dq convert)");
+            }
+            return VR_OK;
+        }
+    }
     k_att_delta<T><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(delta, (const T *)dout, (const T *)out, B, T_, C, NH);
     VR_CU_LAUNCHED(ctx, "attention_bwd (delta)");
     if constexpr (!__is_same(T, float)) {
@@ -769,5 +1010,6 @@ extern "C" vr_status vr_cuda_attention_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype
         return vr_error(VR_ERR_INVALID, "cuda kernels: %s: scratch of %zu bytes < %zu needed", op, scratch_bytes,
                         need);
     int tc = use_tc(dt, C, NH, dqkv, dout, qkv);
-    return VR_CU_DISPATCH(dt, att_bwd_t, ctx, dqkv, dout, qkv, out, lse, B, T, C, NH, acc, (float *)scratch, tc);
+    return VR_CU_DISPATCH(dt, att_bwd_t, ctx, dqkv, dout, qkv, out, lse, B, T, C, NH, acc, (float *)scratch,
+                          scratch_bytes, tc);
 }
