@@ -15,6 +15,18 @@
  *   dK += dS^T Q;  dQ: a block owns 64 queries and walks the key blocks, dQ += dS K.
  *   The scores are recomputed twice (once per kernel): about 40% more tensor work than a fused
  *   backward, in exchange for deterministic sums and no (B,T,C) fp32 accumulation buffer.
+ * v2 (default; VRAM_ATTN_V1=1 selects the kernels above):
+ * - forward: 128 queries per block of 4 warps, 32 rows per warp (two 16-row tiles share every K/V
+ *   fragment read from shared memory: half the ldmatrix traffic per mma), key blocks double-buffered
+ *   with one barrier per block; a warp skips key blocks above its rows and masks only its diagonal.
+ * - backward: one fused kernel per (b, h, 64-key block) in FlashAttention-2's order: dK, dV in
+ *   registers as above, dS through shared memory and dQ += dS K added with fp32 (float2) atomics into
+ *   the scratch beyond delta, then rounded into dqkv by a small kernel: 5 products per tile pair
+ *   instead of 7. It runs when the scratch passed holds delta plus the fp32 dQ of at least one head
+ *   (T*64*4 bytes); the heads go in chunks that fit (the training step passes its whole 32 MiB
+ *   workspace: 2 chunks at GPT-2 124M, B=16). vr_cuda_attention_scratch_bytes is unchanged (delta
+ *   only); given just that, the two deterministic kernels run. The atomics make dQ's last bits vary
+ *   run to run (the order of fp32 additions).
  * Scalar path (fp32, or other head sizes up to 128): one warp per query row (or key row in the dK/dV
  * backward), the same maths in fp32. It is the fp32 path and the reference the tensor-core path is
  * tested against. */
@@ -679,6 +691,187 @@ __global__ void __launch_bounds__(128) k_att_bwd_dq_tc(T *dqkv, const T *dout, c
     store_acc(dqkv + (size_t)b * T_ * C3 + (size_t)h * TC_D, C3, q0 + warp * 16, T_, dq, scale, acc);
 }
 
+/* ---------------------------------------------------------------- forward v2 (default) */
+
+/* As mma_abt for a warp that owns 32 rows (two 16-row A tiles): each B fragment read from shared
+ * memory feeds 4 mma instead of 2 (half the ldmatrix traffic per product). */
+template <typename T>
+__device__ __forceinline__ void mma_abt2(float acc[2][8][4], const uint32_t a[2][4][4], const T *x)
+{
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t b[4];
+            ldsm_x4(b, x + (np * 16 + (lane & 7) + (lane >> 4) * 8) * TC_LD + kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                mma16816<T>(acc[mt][2 * np], a[mt][kk], b[0], b[1]);
+                mma16816<T>(acc[mt][2 * np + 1], a[mt][kk], b[2], b[3]);
+            }
+        }
+    }
+}
+
+/* As mma_pb for 32 rows (two 16-row P tiles). */
+template <typename T>
+__device__ __forceinline__ void mma_pb2(float acc[2][8][4], const float p[2][8][4], const T *x)
+{
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            a[mt][0] = pack2<T>(p[mt][2 * kk][0], p[mt][2 * kk][1]);
+            a[mt][1] = pack2<T>(p[mt][2 * kk][2], p[mt][2 * kk][3]);
+            a[mt][2] = pack2<T>(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
+            a[mt][3] = pack2<T>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < 4; dp++) {
+            uint32_t b[4];
+            ldsm_x4_t(b, x + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * TC_LD + dp * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                mma16816<T>(acc[mt][2 * dp], a[mt], b[0], b[1]);
+                mma16816<T>(acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
+#define TC_BQ2 128 /* forward v2: queries per block (4 warps x 32 rows) */
+
+/* Forward v2: a block of 4 warps owns 128 queries, 32 per warp (two 16-row tiles sharing each K/V
+ * fragment), and walks the 64-key blocks 0..last double-buffered (cp.async); a warp skips the key
+ * blocks entirely above its rows and masks only those that cross its diagonal. Q is staged in the
+ * second K/V buffers, read into registers once, before the pipeline starts. */
+template <typename T>
+__global__ void __launch_bounds__(128) k_att_fwd_tc2(T *out, float *lse, const T *qkv, int T_, int C, int NH,
+                                                     float scale_log2)
+{
+    __shared__ __align__(16) T sKV[4][TC_BR * TC_LD]; // [2*buf]: K, [2*buf+1]: V
+    int nqb = (T_ + TC_BQ2 - 1) / TC_BQ2, nk = (T_ + TC_BR - 1) / TC_BR;
+    int qb = nqb - 1 - (int)blockIdx.x; // the longest rows first
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    size_t C3 = (size_t)3 * C;
+    const T *base = qkv + (size_t)b * T_ * C3 + (size_t)h * TC_D;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int q0 = qb * TC_BQ2;
+    int wr0 = q0 + warp * 32; // the warp's first row
+    int last = (q0 + TC_BQ2 - 1) / TC_BR;
+    if (last > nk - 1) last = nk - 1;
+
+    tile_load_async(sKV[2], base, q0, T_, C3);
+    tile_load_async(sKV[3], base, q0 + TC_BR, T_, C3);
+    tile_load_async(sKV[0], base + C, 0, T_, C3);
+    tile_load_async(sKV[1], base + 2 * (size_t)C, 0, T_, C3);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    uint32_t qf[2][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) load_a_frags(qf[mt], sKV[2 + (warp >> 1)], (warp & 1) * 32 + mt * 16);
+    __syncthreads();
+
+    float o[2][8][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+    float m[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}}, l[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+
+    for (int kt = 0; kt <= last; kt++) {
+        int cur = kt & 1;
+        // one barrier per key block: after it, block kt has landed for everyone and every warp is done
+        // with block kt-1, so its buffer can take the prefetch of block kt+1 (overlapping this compute)
+        cp_async_wait<0>();
+        __syncthreads();
+        if (kt < last) {
+            tile_load_async(sKV[2 * (cur ^ 1)], base + C, (kt + 1) * TC_BR, T_, C3);
+            tile_load_async(sKV[2 * (cur ^ 1) + 1], base + 2 * (size_t)C, (kt + 1) * TC_BR, T_, C3);
+            cp_async_commit();
+        }
+        if (kt * TC_BR <= wr0 + 31) { // warp-uniform: some key of this block is at or below the warp's rows
+            float s[2][8][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int i = 0; i < 8; i++) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.0f;
+            mma_abt2<T>(s, qf, sKV[2 * cur]);
+            bool diag = kt * TC_BR + TC_BR - 1 > wr0;
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                int row0 = wr0 + mt * 16 + (lane >> 2);
+                float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float x = s[mt][nt][e] * scale_log2;
+                        if (diag) {
+                            int key = kt * TC_BR + nt * 8 + 2 * (lane & 3) + (e & 1);
+                            if (key > row0 + 8 * (e >> 1)) x = -INFINITY;
+                        }
+                        s[mt][nt][e] = x;
+                        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                    float mn = fmaxf(m[mt][r], mx[r]);
+                    float corr = exp2f(m[mt][r] - mn);
+                    l[mt][r] *= corr;
+#pragma unroll
+                    for (int nt = 0; nt < 8; nt++) {
+                        o[mt][nt][2 * r] *= corr;
+                        o[mt][nt][2 * r + 1] *= corr;
+                    }
+                    m[mt][r] = mn;
+                }
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float p = exp2f(s[mt][nt][e] - m[mt][e >> 1]);
+                        s[mt][nt][e] = p;
+                        l[mt][e >> 1] += p;
+                    }
+                }
+            }
+            mma_pb2<T>(o, s, sKV[2 * cur + 1]);
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 1);
+            l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 2);
+        }
+        float inv[2] = {1.0f / l[mt][0], 1.0f / l[mt][1]};
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+            o[mt][nt][0] *= inv[0];
+            o[mt][nt][1] *= inv[0];
+            o[mt][nt][2] *= inv[1];
+            o[mt][nt][3] *= inv[1];
+        }
+        store_acc(out + (size_t)b * T_ * C + (size_t)h * TC_D, (size_t)C, wr0 + mt * 16, T_, o[mt], 1.0f, 0);
+        if ((lane & 3) == 0) {
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                int row = wr0 + mt * 16 + (lane >> 2) + 8 * r;
+                if (row < T_) lse[(size_t)bh * T_ + row] = (m[mt][r] + __log2f(l[mt][r])) * VR_LN2;
+            }
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- fused backward (v2, default) */
 
 /* acc(16 x 64) += A(16 x 64, fragments) X where X is a shared tile of 64 rows x 64 (rows = the
@@ -777,6 +970,10 @@ __global__ void __launch_bounds__(128) k_att_bwd_fused_tc(float *dqacc, T *dqkv,
 
     for (int qt = kt; qt < nq; qt++) {
         int cur = (qt - kt) & 1;
+        // after this barrier query block qt has landed and every warp is done with block qt-1 (its
+        // buffers, sS included), which then take the prefetch of block qt+1
+        cp_async_wait<0>();
+        __syncthreads();
         if (qt + 1 < nq) {
             int q1 = (qt + 1) * TC_BR;
             tile_load_async(sQ[cur ^ 1], base, q1, T_, C3);
@@ -787,11 +984,7 @@ __global__ void __launch_bounds__(128) k_att_bwd_fused_tc(float *dqacc, T *dqkv,
                 sL[cur ^ 1][threadIdx.x] = i < T_ ? lrow[i] * VR_LOG2E : INFINITY;
                 sD[cur ^ 1][threadIdx.x] = i < T_ ? drow[i] : 0.0f;
             }
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
         }
-        __syncthreads();
         int q0 = qt * TC_BR;
         float st[8][4], dpt[8][4];
 #pragma unroll
@@ -849,7 +1042,6 @@ __global__ void __launch_bounds__(128) k_att_bwd_fused_tc(float *dqacc, T *dqkv,
                 }
             }
         }
-        __syncthreads(); // sS (sG[cur]) and sQ[cur] are refilled by the next prefetch
     }
     T *dk_base = dqkv + (size_t)b * T_ * C3 + C + (size_t)h * TC_D;
     store_acc(dk_base, C3, k0 + warp * 16, T_, dk, scale, acc);
@@ -904,6 +1096,12 @@ static vr_status att_fwd_t(const vr_cuda_ctx *ctx, void *out, float *lse, const 
 {
     cudaStream_t s = VR_STREAM(ctx);
     if constexpr (!__is_same(T, float)) {
+        if (tc && !att_v1()) {
+            dim3 grid((T_ + TC_BQ2 - 1) / TC_BQ2, B * NH);
+            float scale_log2 = rsqrtf((float)TC_D) * VR_LOG2E;
+            k_att_fwd_tc2<T><<<grid, 128, 0, s>>>((T *)out, lse, (const T *)qkv, T_, C, NH, scale_log2);
+            return vr_cu_launched(ctx, "attention_fwd");
+        }
         if (tc) {
             dim3 grid((T_ + TC_BR - 1) / TC_BR, B * NH);
             float scale_log2 = rsqrtf((float)TC_D) * VR_LOG2E;
