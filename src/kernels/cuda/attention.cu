@@ -754,7 +754,7 @@ __global__ void __launch_bounds__(128) k_att_fwd_tc2(T *out, float *lse, const T
 {
     __shared__ __align__(16) T sKV[4][TC_BR * TC_LD]; // [2*buf]: K, [2*buf+1]: V
     int nqb = (T_ + TC_BQ2 - 1) / TC_BQ2, nk = (T_ + TC_BR - 1) / TC_BR;
-    int qb = nqb - 1 - (int)blockIdx.x; // the longest rows first
+    int qb = nqb - 1 - (int)blockIdx.x; // the longest rows first (a head's blocks run together: K/V stay in L2)
     int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     size_t C3 = (size_t)3 * C;
     const T *base = qkv + (size_t)b * T_ * C3 + (size_t)h * TC_D;
@@ -932,7 +932,7 @@ __global__ void __launch_bounds__(128) k_att_bwd_fused_tc(float *dqacc, T *dqkv,
     __shared__ __align__(16) T sK[TC_BR * TC_LD];
     __shared__ float sL[2][TC_BR], sD[2][TC_BR];
     int nq = (T_ + TC_BR - 1) / TC_BR;
-    int kt = blockIdx.x;
+    int kt = blockIdx.x; // the longest columns first (a head's blocks run together: Q/dO stay in L2)
     int bh = bh0 + (int)blockIdx.y, b = bh / NH, h = bh % NH;
     size_t C3 = (size_t)3 * C;
     const T *base = qkv + (size_t)b * T_ * C3 + (size_t)h * TC_D;
