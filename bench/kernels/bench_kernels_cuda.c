@@ -225,7 +225,13 @@ int main(int argc, char **argv)
     report("layernorm_fwd (N,768)", time_op(op_ln_fwd, NULL), 0, NC * 2 * 2 + N * 8, 2 * L + 1);
     b.ic = C, b.oc = 3 * C;
     report("matmul_fwd qkv 768->2304 +bias", time_op(op_mm_fwd, NULL), 2.0 * N * C * 3 * C, 0, L);
-    report("attention_fwd (tensor cores)", time_op(op_att_fwd, NULL), 4.0 * B * NH * ((double)T * (T + 1) / 2) * 64, 0, L);
+    // VRAM_ATTN_V1 (attention.cu): "1" both directions on the v1 kernels, "fwd"/"bwd" one of them
+    const char *av1 = getenv("VRAM_ATTN_V1");
+    int v1f = av1 && av1[0] && strcmp(av1, "0") && strcmp(av1, "bwd"), v1b = av1 && av1[0] && strcmp(av1, "0") && strcmp(av1, "fwd");
+    char att_fwd_name[64], att_bwd_name[64];
+    snprintf(att_fwd_name, sizeof att_fwd_name, "attention_fwd (tensor cores, %s)", v1f ? "v1" : "v2");
+    snprintf(att_bwd_name, sizeof att_bwd_name, "%s", v1b ? "attention_bwd v1 (delta+dkv+dq)" : "attention_bwd v2 (fused, atomic dq)");
+    report(att_fwd_name, time_op(op_att_fwd, NULL), 4.0 * B * NH * ((double)T * (T + 1) / 2) * 64, 0, L);
     b.ic = C, b.oc = C;
     report("matmul_fwd attproj 768->768 +bias", time_op(op_mm_fwd, NULL), 2.0 * N * C * C, 0, L);
     report("add_fwd residual (N,768)", time_op(op_add, NULL), 0, NC * 2 * 3, 2 * L);
@@ -248,7 +254,7 @@ int main(int argc, char **argv)
     report("matmul_bwd fc", time_op(op_mm_bwd, NULL), 4.0 * N * C * 4 * C, 0, L);
     b.ic = C, b.oc = C;
     report("matmul_bwd attproj", time_op(op_mm_bwd, NULL), 4.0 * N * C * C, 0, L);
-    report("attention_bwd (delta + dkv + dq)", time_op(op_att_bwd, NULL),
+    report(att_bwd_name, time_op(op_att_bwd, NULL),
            2.5 * 4.0 * B * NH * ((double)T * (T + 1) / 2) * 64, 0, L);
     b.ic = C, b.oc = 3 * C;
     report("matmul_bwd qkv", time_op(op_mm_bwd, NULL), 4.0 * N * C * 3 * C, 0, L);

@@ -15,7 +15,7 @@
  *   dK += dS^T Q;  dQ: a block owns 64 queries and walks the key blocks, dQ += dS K.
  *   The scores are recomputed twice (once per kernel): about 40% more tensor work than a fused
  *   backward, in exchange for deterministic sums and no (B,T,C) fp32 accumulation buffer.
- * v2 (default; VRAM_ATTN_V1=1 selects the kernels above):
+ * v2 (default; VRAM_ATTN_V1=1 selects the kernels above, =fwd or =bwd for one direction only):
  * - forward: 128 queries per block of 4 warps, 32 rows per warp (two 16-row tiles share every K/V
  *   fragment read from shared memory: half the ldmatrix traffic per mma), key blocks double-buffered
  *   with one barrier per block; a warp skips key blocks above its rows and masks only its diagonal.
@@ -32,6 +32,7 @@
  * tested against. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
 
@@ -1072,16 +1073,20 @@ __global__ void k_att_dq_convert(T *dqkv, const float *dqacc, int bh0, int nbh, 
 
 /* ---------------------------------------------------------------- entry points */
 
-/* VRAM_ATTN_V1=1 selects the first tensor-core kernels (forward 64 queries per block; backward as
- * two deterministic kernels without atomics) instead of v2. Read once. */
-static int att_v1(void)
+/* VRAM_ATTN_V1 selects the first tensor-core kernels (forward 64 queries per block; backward as two
+ * deterministic kernels without atomics) instead of v2: "1" both, "fwd" the forward only, "bwd" the
+ * backward only. Read once. Returns whether v1 is selected for the forward (bwd = 0) or backward. */
+static int att_v1(int bwd)
 {
-    static int v = -1;
+    static int v = -1; // bit 0: forward, bit 1: backward
     if (v < 0) {
         const char *e = getenv("VRAM_ATTN_V1");
-        v = e && e[0] && e[0] != '0';
+        if (!e || !e[0] || !strcmp(e, "0")) v = 0;
+        else if (!strcmp(e, "fwd")) v = 1;
+        else if (!strcmp(e, "bwd")) v = 2;
+        else v = 3;
     }
-    return v;
+    return (v >> (bwd ? 1 : 0)) & 1;
 }
 
 static int use_tc(vr_cuda_dtype dt, int C, int NH, const void *p1, const void *p2, const void *p3)
@@ -1096,7 +1101,7 @@ static vr_status att_fwd_t(const vr_cuda_ctx *ctx, void *out, float *lse, const 
 {
     cudaStream_t s = VR_STREAM(ctx);
     if constexpr (!__is_same(T, float)) {
-        if (tc && !att_v1()) {
+        if (tc && !att_v1(0)) {
             dim3 grid((T_ + TC_BQ2 - 1) / TC_BQ2, B * NH);
             float scale_log2 = rsqrtf((float)TC_D) * VR_LOG2E;
             k_att_fwd_tc2<T><<<grid, 128, 0, s>>>((T *)out, lse, (const T *)qkv, T_, C, NH, scale_log2);
@@ -1126,7 +1131,7 @@ static vr_status att_bwd_t(const vr_cuda_ctx *ctx, void *dqkv, const void *dout,
     if constexpr (!__is_same(T, float)) {
         // v2: the fused backward, when the scratch beyond delta holds the fp32 dQ of at least one head
         size_t dbytes = (rows * sizeof(float) + 255) & ~(size_t)255, per_bh = (size_t)T_ * TC_D * sizeof(float);
-        if (tc && !att_v1() && vr_aligned16(out) && scratch_bytes >= dbytes + per_bh) {
+        if (tc && !att_v1(1) && vr_aligned16(out) && scratch_bytes >= dbytes + per_bh) {
             k_att_delta64<T><<<(unsigned)((rows * 8 + 255) / 256), 256, 0, s>>>(delta, (const T *)dout,
                                                                               (const T *)out, B, T_, C, NH);
             VR_CU_LAUNCHED(ctx, "attention_bwd (delta)");
