@@ -1131,7 +1131,7 @@ static vr_status att_bwd_t(const vr_cuda_ctx *ctx, void *dqkv, const void *dout,
     if constexpr (!__is_same(T, float)) {
         // v2: the fused backward, when the scratch beyond delta holds the fp32 dQ of at least one head
         size_t dbytes = (rows * sizeof(float) + 255) & ~(size_t)255, per_bh = (size_t)T_ * TC_D * sizeof(float);
-        if (tc && !att_v1(1) && vr_aligned16(out) && scratch_bytes >= dbytes + per_bh) {
+        if (tc && !att_v1(1) && vr_aligned16(out) && vr_aligned16(delta) && scratch_bytes >= dbytes + per_bh) {
             k_att_delta64<T><<<(unsigned)((rows * 8 + 255) / 256), 256, 0, s>>>(delta, (const T *)dout,
                                                                               (const T *)out, B, T_, C, NH);
             VR_CU_LAUNCHED(ctx, "attention_bwd (delta)");
