@@ -63,6 +63,12 @@ typedef struct vr_exec_config {
                                    * through device memory; other hyperparameters changing recapture).
                                    * The environment variable VRAM_CUDA_GRAPH=1 (0) turns it on (off).
                                    * Same results; the bookkeeping (live bytes per node) still runs. */
+    bool per_node_optimizer;      /* CUDA: one sumsq and one update launch per parameter tensor, as the
+                                   * graph's nodes, instead of the default multi-tensor apply (the global
+                                   * norm over all gradients in one pass, the update of all parameters in
+                                   * one launch, from a table of addresses in the step's workspace). The
+                                   * environment variable VRAM_MULTI_TENSOR=0 (1) sets (clears) it. Same
+                                   * results: the update bit for bit, the norm to fp32 summation order. */
 } vr_exec_config;
 
 /* Optimizer hyperparameters of one step (torch.optim's meanings). */

@@ -11,6 +11,22 @@
  * turns the squared norm into the factor (vr_cuda_clip_scale) and every
  * optimizer node reads it there, so a step never waits on the host for it.
  *
+ * Multi-tensor apply (default; vr_exec_config.per_node_optimizer or
+ * VRAM_MULTI_TENSOR=0 turn it off): the first sumsq node sums the squares of
+ * every sumsq node's gradient in one pass (and computes the clip factor), the
+ * first update node updates every parameter in one launch; the other nodes of
+ * those groups queue nothing (the executor's books still run node by node).
+ * Both read a table of {grad, param, master, m, v, numel, decay} per tensor
+ * (vr_cuda_mt_tensor), built on the host from the nodes' own arguments at the
+ * group's first node (every gradient is live from the end of the backward to
+ * its update), kept in the workspace just below the clip tail (so the plan
+ * counts it), and uploaded only when an address changed: once per executor in
+ * planned mode, whenever the allocator moved a gradient in dynamic mode. A
+ * captured CUDA graph keeps the table's address; a table that would change
+ * during a capture fails the capture (node by node from then on). The region
+ * is carved out whether or not multi-tensor is on, so both modes give the
+ * kernels the same workspace.
+ *
  * Dtypes come from the graph: activations, params and grads of the node's
  * dtype (fp32 or bf16), statistics fp32, and under mixed precision the
  * optimizer updates the fp32 master and rounds it into the params.
@@ -25,6 +41,18 @@
 
 #define VR_CLIP_BYTES 256 /* tail of the workspace: clip factor, norm (fp32) */
 
+/* One group of nodes run multi-tensor (the sumsq nodes, or the update nodes). */
+typedef struct mt_group {
+    int first;                 /* its first node, -1: none */
+    int count;                 /* its nodes */
+    vr_cuda_mt_tensor *dev;    /* device table (workspace tail), count entries */
+    vr_cuda_mt_tensor *host;   /* what dev holds when uploaded */
+    int len;                   /* entries in it */
+    int64_t chunks;
+    bool uploaded;
+    bool done;                 /* this pass: the first node ran the whole group */
+} mt_group;
+
 typedef struct cuda_state {
     vr_cuda_ctx ctx;
     void *ws;          /* the whole workspace tensor (NULL: none) */
@@ -34,6 +62,11 @@ typedef struct cuda_state {
     float max_norm;
     void *stream;      /* graph mode: a stream of its own (ctx.stream), else NULL (legacy stream) */
     void *graph;       /* graph mode: the captured step (cudaGraphExec_t), NULL until captured */
+    bool capturing;    /* between capture_begin and capture_end */
+    bool mt;           /* multi-tensor apply on */
+    mt_group sq, opt;  /* the sumsq nodes, the update nodes */
+    float *partials;   /* device, VR_CUDA_MT_MAX_PARTIALS floats (workspace tail) */
+    vr_cuda_mt_tensor *build; /* host scratch table */
 } cuda_state;
 
 static const vr_tensor *T_(const vr_exec_args *a, int id) { return &a->g->tensors[id]; }
@@ -186,10 +219,170 @@ static vr_status sumsq(const vr_exec_args *a, const cuda_state *s)
     return st;
 }
 
+/* ------------------------------------------------------------------ multi-tensor apply */
+
+static bool is_update(vr_op op)
+{
+    return op == VR_OP_SGD || op == VR_OP_SGD_MOMENTUM || op == VR_OP_ADAM || op == VR_OP_ADAMW;
+}
+
+/* Node by node from now on (something in the graph or the step does not fit a table). */
+static void mt_off(const vr_exec_args *a, cuda_state *s)
+{
+    s->mt = false;
+    s->sq.done = s->opt.done = false;
+    a->exec->multi_tensor = false;
+}
+
+/* Lays out s->build[0..len) and makes the group's device table equal to it. */
+static vr_status mt_table(cuda_state *s, mt_group *grp, int len)
+{
+    int64_t chunks = vr_cuda_mt_layout(s->build, len);
+    size_t bytes = (size_t)len * sizeof *s->build;
+    if (grp->uploaded && grp->len == len && !memcmp(grp->host, s->build, bytes))
+        return VR_OK;
+    if (s->capturing) /* a host copy cannot be replayed: fail the capture, node by node */
+        return vr_error(VR_ERR_INVALID, "cuda: multi-tensor table changed during a CUDA graph capture");
+    grp->uploaded = false;
+    vr_status st = vr_cuda_upload(&s->ctx, grp->dev, s->build, bytes);
+    if (st)
+        return st;
+    memcpy(grp->host, s->build, bytes);
+    grp->len = len;
+    grp->chunks = chunks;
+    grp->uploaded = true;
+    return VR_OK;
+}
+
+/* The first sumsq node: all of them in one pass (and the clip factor). *ran: false when the group
+ * does not fit (then node by node). */
+static vr_status mt_sumsq(const vr_exec_args *a, cuda_state *s, bool *ran)
+{
+    vr_exec *e = a->exec;
+    const vr_graph *g = a->g;
+    *ran = false;
+    if (a->acc[0] || !a->out[0] || !s->clip)
+        return VR_OK;
+    vr_cuda_dtype dt0 = VR_CUDA_F32;
+    bool clip = false;
+    int len = 0;
+    for (int i = s->sq.first; i < g->n_nodes; i++) {
+        if (g->nodes[i].op != VR_OP_SUMSQ)
+            continue;
+        vr_exec_args b;
+        vr__exec_node_args(e, i, a->micro, a->h, a->grad_scale, &b);
+        vr_cuda_dtype dt = VR_CUDA_F32;
+        if (dtype_of(&b, b.node->in[0], &dt) || (len && dt != dt0) || b.out[0] != a->out[0] ||
+            (i != s->sq.first && !b.acc[0]) || len >= s->sq.count)
+            return VR_OK;
+        clip = clip || b.last_sumsq;
+        int64_t n = numel(&b, b.node->in[0]);
+        if (n == 0)
+            continue;
+        if (!b.in[0])
+            return VR_OK;
+        if (!len)
+            dt0 = dt;
+        memset(&s->build[len], 0, sizeof s->build[len]);
+        s->build[len].grad = b.in[0];
+        s->build[len].n = n;
+        len++;
+    }
+    vr_status st = mt_table(s, &s->sq, len);
+    if (!st)
+        st = vr_cuda_mt_sumsq(&s->ctx, dt0, s->sq.dev, len, len ? s->sq.chunks : 0, s->partials, F(a->out[0]),
+                              clip ? &s->clip[0] : NULL, &s->clip[1], s->max_norm, 1.0f);
+    *ran = !st;
+    return st;
+}
+
+/* The first update node: every parameter in one launch. */
+static vr_status mt_update(const vr_exec_args *a, cuda_state *s, bool *ran)
+{
+    vr_exec *e = a->exec;
+    const vr_graph *g = a->g;
+    const vr_optim_hparams *h = a->h;
+    vr_op op = a->node->op;
+    *ran = false;
+    if (!h)
+        return VR_OK;
+    vr_cuda_dtype pdt0 = VR_CUDA_F32, gdt0 = VR_CUDA_F32;
+    bool clip = a->node->in[1] >= 0;
+    int len = 0;
+    for (int i = s->opt.first; i < g->n_nodes; i++) {
+        if (!is_update(g->nodes[i].op))
+            continue;
+        vr_exec_args b;
+        vr__exec_node_args(e, i, a->micro, h, a->grad_scale, &b);
+        const vr_node *n = b.node;
+        vr_cuda_dtype pdt = VR_CUDA_F32, gdt = VR_CUDA_F32;
+        if (n->op != op || dtype_of(&b, n->out[0], &pdt) || dtype_of(&b, n->in[0], &gdt) ||
+            (len && (pdt != pdt0 || gdt != gdt0)) || (n->in[1] >= 0) != clip || len >= s->opt.count)
+            return VR_OK;
+        if (b.weight_decay != 0.0f && b.weight_decay != h->weight_decay)
+            return VR_OK;
+        int64_t cnt = numel(&b, n->out[0]);
+        if (cnt == 0)
+            continue;
+        bool need_m = op != VR_OP_SGD, need_v = op == VR_OP_ADAM || op == VR_OP_ADAMW;
+        if (!b.out[0] || !b.in[0] || (!b.out[1] && pdt != VR_CUDA_F32) || (need_m && !b.out[2]) ||
+            (need_v && !b.out[3]))
+            return VR_OK; /* node by node says what is wrong */
+        if (!len) {
+            pdt0 = pdt;
+            gdt0 = gdt;
+        }
+        vr_cuda_mt_tensor *t = &s->build[len++];
+        memset(t, 0, sizeof *t);
+        t->param = b.out[0];
+        t->master = F(b.out[1]);
+        t->grad = b.in[0];
+        t->m = need_m ? F(b.out[2]) : NULL;
+        t->v = need_v ? F(b.out[3]) : NULL;
+        t->n = cnt;
+        t->decay = b.weight_decay != 0.0f;
+    }
+    vr_status st = mt_table(s, &s->opt, len);
+    if (st)
+        return st;
+    if (len) {
+        int kind = op == VR_OP_SGD ? VR_CUDA_MT_SGD
+                   : op == VR_OP_SGD_MOMENTUM ? VR_CUDA_MT_MOMENTUM
+                   : op == VR_OP_ADAM ? VR_CUDA_MT_ADAM
+                                      : VR_CUDA_MT_ADAMW;
+        st = vr_cuda_mt_optim(&s->ctx, kind, pdt0, gdt0, s->opt.dev, len, s->opt.chunks, h->lr, h->beta1, h->beta2,
+                              h->eps, h->momentum, h->dampening, h->nesterov, h->weight_decay,
+                              h->step > 0 ? (int)h->step : 1, a->grad_scale, clip ? s->clip : NULL, NULL);
+    }
+    *ran = !st;
+    return st;
+}
+
+/* A node of a multi-tensor group: the first runs the group (*handled), the others have nothing to
+ * queue when it did. */
+static vr_status mt_node(const vr_exec_args *a, cuda_state *s, mt_group *grp, bool *handled)
+{
+    *handled = false;
+    if (!s->mt || grp->first < 0)
+        return VR_OK;
+    int i = (int)(a->node - a->g->nodes);
+    if (i != grp->first) {
+        *handled = grp->done;
+        return VR_OK;
+    }
+    bool ran = false;
+    vr_status st = grp == &s->sq ? mt_sumsq(a, s, &ran) : mt_update(a, s, &ran);
+    grp->done = ran;
+    if (!ran && !st)
+        mt_off(a, s);
+    *handled = ran;
+    return st;
+}
+
 static vr_status cuda_run_node(const vr_exec_args *a)
 {
     const vr_node *n = a->node;
-    const cuda_state *s = a->state;
+    cuda_state *s = a->state;
     const vr_cuda_ctx *c = &s->ctx;
     vr_cuda_dtype dt = VR_CUDA_F32;
     vr_status st = VR_OK;
@@ -263,16 +456,64 @@ static vr_status cuda_run_node(const vr_exec_args *a)
     case VR_OP_SOFTMAX_XENT_BWD:
         return vr_cuda_softmax_xent_bwd(c, dt, a->out[0], NULL, n->loss_scale, a->in[0], I32(a->in[1]),
                                         rows(a, n->in[0]), lastdim(a, n->in[0]), a->acc[0]);
-    case VR_OP_SUMSQ:
+    case VR_OP_SUMSQ: {
+        bool handled = false;
+        if ((st = mt_node(a, s, &s->sq, &handled)) || handled)
+            return st;
         return sumsq(a, s);
+    }
     case VR_OP_SGD:
     case VR_OP_SGD_MOMENTUM:
     case VR_OP_ADAM:
-    case VR_OP_ADAMW:
+    case VR_OP_ADAMW: {
+        bool handled = false;
+        if ((st = mt_node(a, s, &s->opt, &handled)) || handled)
+            return st;
         return optimizer(a, s);
+    }
     default:
         return vr_error(VR_ERR_UNSUPPORTED, "cuda: no kernel for op %s", vr_op_name(n->op));
     }
+}
+
+static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+/* The groups of multi-tensor apply: the sumsq nodes and the update nodes (one op), all in the
+ * optimizer phase after every backward node, the updates after the last sumsq. false: the graph does
+ * not have that shape (then node by node). */
+static bool mt_groups(const vr_exec *e, cuda_state *s)
+{
+    const vr_graph *g = e->g;
+    s->sq.first = s->opt.first = -1;
+    vr_op op = VR_OP_ADAMW;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const vr_node *n = &g->nodes[i];
+        if (i >= e->opt_start && n->phase != VR_PHASE_OPTIMIZER)
+            return false;
+        if (n->op == VR_OP_SUMSQ) {
+            if (i < e->opt_start || s->opt.first >= 0)
+                return false;
+            if (s->sq.first < 0)
+                s->sq.first = i;
+            s->sq.count++;
+        } else if (is_update(n->op)) {
+            if (i < e->opt_start || (s->opt.first >= 0 && n->op != op))
+                return false;
+            if (s->opt.first < 0)
+                s->opt.first = i;
+            op = n->op;
+            s->opt.count++;
+        }
+    }
+    return s->sq.count + s->opt.count > 0;
+}
+
+static void cuda_state_free(cuda_state *s)
+{
+    free(s->sq.host);
+    free(s->opt.host);
+    free(s->build);
+    free(s);
 }
 
 static vr_status cuda_init(vr_exec *e)
@@ -280,6 +521,7 @@ static vr_status cuda_init(vr_exec *e)
     cuda_state *s = calloc(1, sizeof *s);
     if (!s)
         return vr_error(VR_ERR_OOM, "exec: out of host memory");
+    bool groups = mt_groups(e, s);
     int w = vr_graph_find(e->g, "workspace");
     if (w >= 0 && e->live[w]) {
         uint64_t bytes = e->plan->tensors[w].bytes;
@@ -287,6 +529,27 @@ static vr_status cuda_init(vr_exec *e)
             s->ws = e->ptr[w];
             s->ws_bytes = (size_t)(bytes - VR_CLIP_BYTES) / 256 * 256;
             s->clip = (float *)((char *)s->ws + s->ws_bytes);
+            /* below the clip tail: the partial sums and the two tables (whatever the mode, so that
+             * both modes hand the kernels the same workspace) */
+            size_t e_sz = sizeof(vr_cuda_mt_tensor), part = align256(VR_CUDA_MT_MAX_PARTIALS * sizeof(float));
+            size_t tsq = align256((size_t)s->sq.count * e_sz), top = align256((size_t)s->opt.count * e_sz);
+            size_t region = part + tsq + top;
+            if (groups && region <= s->ws_bytes / 16) {
+                s->ws_bytes -= region;
+                char *r = (char *)s->ws + s->ws_bytes;
+                s->partials = (float *)r;
+                s->sq.dev = (vr_cuda_mt_tensor *)(r + part);
+                s->opt.dev = (vr_cuda_mt_tensor *)(r + part + tsq);
+                int most = s->sq.count > s->opt.count ? s->sq.count : s->opt.count;
+                s->sq.host = calloc((size_t)s->sq.count + 1, e_sz);
+                s->opt.host = calloc((size_t)s->opt.count + 1, e_sz);
+                s->build = calloc((size_t)most + 1, e_sz);
+                if (!s->sq.host || !s->opt.host || !s->build) {
+                    cuda_state_free(s);
+                    return vr_error(VR_ERR_OOM, "exec: out of host memory");
+                }
+                s->mt = !e->cfg.per_node_optimizer;
+            }
         }
     }
     s->max_norm = e->g->step.grad_clip;
@@ -297,12 +560,13 @@ static vr_status cuda_init(vr_exec *e)
         st = vr_cuda_ctx_init(&s->ctx, s->stream, s->ws, s->ws ? s->ws_bytes : 0);
     if (st) {
         vr_cuda_stream_destroy(s->stream);
-        free(s);
+        cuda_state_free(s);
         return st;
     }
     if (s->stream)
         s->ctx.opt_scalars = s->clip + 4;
     e->be_state = s;
+    e->multi_tensor = s->mt;
     return VR_OK;
 }
 
@@ -328,12 +592,15 @@ static vr_status cuda_capture_begin(vr_exec *e)
         vr_cuda_graph_destroy(s->graph);
         s->graph = NULL;
     }
-    return vr_cuda_capture_begin(&s->ctx);
+    vr_status st = vr_cuda_capture_begin(&s->ctx);
+    s->capturing = !st;
+    return st;
 }
 
 static vr_status cuda_capture_end(vr_exec *e, bool keep)
 {
     cuda_state *s = e->be_state;
+    s->capturing = false;
     return vr_cuda_capture_end(&s->ctx, keep, &s->graph);
 }
 
@@ -351,7 +618,7 @@ static void cuda_fini(vr_exec *e)
         vr_cuda_graph_destroy(s->graph);
         vr_cuda_ctx_destroy(&s->ctx);
         vr_cuda_stream_destroy(s->stream);
-        free(s);
+        cuda_state_free(s);
     }
     e->be_state = NULL;
 }

@@ -31,6 +31,8 @@ typedef struct vr_exec_args {
     float weight_decay;           /* optimizer nodes: this parameter's decay (0 for 1-D ones) */
     void *state;                  /* the backend's per-executor state (vr_exec.be_state) */
     bool last_sumsq;              /* sumsq nodes: the last one (a device-side clip computes the factor) */
+    vr_exec *exec;                /* the executor (a backend may look at the other nodes: multi-tensor) */
+    int micro;                    /* micro-batch index of this pass */
 } vr_exec_args;
 
 typedef struct vr_exec_backend {
@@ -59,6 +61,11 @@ typedef struct vr_exec_backend {
      * through NVML: no, so they are sampled during the first step only). */
     bool cheap_mem_info;
 } vr_exec_backend;
+
+/* Fills a backend's arguments for node i as the step loop does (run.c): a backend that runs several
+ * nodes at once (multi-tensor apply) gets every node's addresses exactly as its own call would. */
+void vr__exec_node_args(vr_exec *e, int i, int micro, const vr_optim_hparams *h, float grad_scale,
+                        vr_exec_args *a);
 
 /* The CPU backend (cpu_node.c). */
 const vr_exec_backend *vr__exec_backend_cpu(void);
@@ -99,6 +106,8 @@ struct vr_exec {
     bool graph;                   /* CUDA graph mode on (cfg.cuda_graph and the backend can) */
     bool graph_captured;          /* a captured step is ready to replay */
     vr_optim_hparams graph_h;     /* the hyperparameters baked into it (lr and step are not) */
+    bool multi_tensor;            /* the backend runs the optimizer phase multi-tensor (CUDA: set by its
+                                   * init, cleared if it falls back to node by node) */
 };
 
 /* Makes storage tensor s live: gives it its address (arena offset or a block

@@ -123,8 +123,7 @@ static void measure(vr_exec *e, int i)
 static void *tensor_ptr(const vr_exec *e, int t) { return t >= 0 ? vr_exec_tensor_ptr(e, t) : NULL; }
 
 /* Fills the backend's arguments for node i. */
-static void node_args(const vr_exec *e, int i, int micro, const vr_optim_hparams *h, float grad_scale,
-                      vr_exec_args *a)
+void vr__exec_node_args(vr_exec *e, int i, int micro, const vr_optim_hparams *h, float grad_scale, vr_exec_args *a)
 {
     const vr_graph *g = e->g;
     const vr_node *nd = &g->nodes[i];
@@ -133,6 +132,8 @@ static void node_args(const vr_exec *e, int i, int micro, const vr_optim_hparams
     a->node = nd;
     a->state = e->be_state;
     a->last_sumsq = i == e->last_sumsq;
+    a->exec = e;
+    a->micro = micro;
     for (int k = 0; k < VR_NODE_MAX_IN; k++)
         a->in[k] = tensor_ptr(e, nd->in[k]);
     for (int k = 0; k < VR_NODE_MAX_OUT; k++) {
@@ -218,7 +219,7 @@ static vr_status run_pass(vr_exec *e, int end, int micro, const vr_exec_batch *b
         const vr_node *nd = &g->nodes[i];
         if (nd->op != VR_OP_RESHAPE && mode != PASS_REPLAY) {
             vr_exec_args a;
-            node_args(e, i, micro, h, ps->grad_scale, &a);
+            vr__exec_node_args(e, i, micro, h, ps->grad_scale, &a);
             st = e->be->run_node(&a);
             if (st) {
                 char msg[1024];

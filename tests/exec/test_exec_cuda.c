@@ -3,11 +3,16 @@
  * parameters after one AdamW step with clipping) within 1e-4; bf16 (fp32
  * master, fp32 m/v) gives the loss within 1e-2 and a master close to the fp32
  * update; the plan's bytes per role equal what the CUDA run held, in planned
- * and dynamic mode, and the arena is the plan's. */
+ * and dynamic mode, and the arena is the plan's. Multi-tensor apply (the
+ * default) against the per-node optimizer: the same state after each step (bit
+ * for bit when the clip factors are equal), in planned, CUDA graph and dynamic
+ * mode. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <cmocka.h>
 
@@ -231,6 +236,221 @@ static void cuda_graph_equals_nodes(void **state)
     run_free(&b);
 }
 
+/* ------------------------------------------------------------------ multi-tensor apply */
+
+/* A GPT whose larger tensors span several multi-tensor chunks, with partial last chunks:
+ * L=2 C=48 NH=4 V=300 (wte 384x48 = 4.5 chunks, fc 48x192 = 2.25, c_attn 48x144 = 1.7), B=4 T=32. */
+static vr_model_config mt_gpt(void)
+{
+    vr_model_config m = et_gpt(4, 32);
+    m.gpt = (vr_gpt_config){.L = 2, .C = 48, .NH = 4, .V = 300, .Vp = 0, .maxT = 32};
+    return m;
+}
+
+/* Distance in representable values between two floats (0: same bits; +0/-0 count as equal). */
+static int64_t ulps32(float a, float b)
+{
+    int32_t x, y;
+    memcpy(&x, &a, 4);
+    memcpy(&y, &b, 4);
+    int64_t X = x < 0 ? (int64_t)INT32_MIN - x : x, Y = y < 0 ? (int64_t)INT32_MIN - y : y;
+    return X > Y ? X - Y : Y - X;
+}
+
+static int64_t ulps16(uint16_t a, uint16_t b)
+{
+    int32_t X = (a & 0x8000) ? -(int32_t)(a & 0x7fff) : (int32_t)a, Y = (b & 0x8000) ? -(int32_t)(b & 0x7fff) : (int32_t)b;
+    return X > Y ? X - Y : Y - X;
+}
+
+static void *read_all(vr_exec *e, int t)
+{
+    const vr_graph *g = vr_exec_plan(e)->graph;
+    uint64_t bytes = vr_tensor_bytes(&g->tensors[t]);
+    void *h = malloc(bytes);
+    assert_non_null(h);
+    if (vr_exec_read(e, t, h, bytes) != VR_OK)
+        fail_msg("%s", vr_last_error());
+    return h;
+}
+
+/* The optimizer's state of `to` = that of `from`: raw 16-bit params, then master, m, v. */
+static void copy_state(vr_exec *from, vr_exec *to)
+{
+    const vr_graph *g = vr_exec_plan(from)->graph;
+    int ts[4] = {g->params, g->master, g->optim[0], g->optim[1]};
+    for (int k = 0; k < 4; k++) {
+        if (ts[k] < 0)
+            continue;
+        void *h = read_all(from, ts[k]);
+        if (vr_exec_write(to, ts[k], h, vr_tensor_bytes(&g->tensors[ts[k]])) != VR_OK)
+            fail_msg("%s", vr_last_error());
+        free(h);
+    }
+}
+
+/* Compares the state of b with a's: returns the worst distance, counts differing elements. Params
+ * (bf16) in bf16 ulps; master, m, v: |d| <= 4 ulps of the larger value + 1e-6 of the buffer's
+ * largest magnitude (a clip factor one ulp apart moves m by ~1e-7 of its gradient term, which m's
+ * own cancellation can make many ulps of m), reported as a failure count. */
+static void compare_state(vr_exec *a, vr_exec *b, bool exact, int64_t *params_ulps, int64_t *diff, int64_t *bad)
+{
+    const vr_graph *g = vr_exec_plan(a)->graph;
+    uint16_t *pa = read_all(a, g->params), *pb = read_all(b, g->params);
+    for (int64_t i = 0; i < g->n_params; i++) {
+        int64_t u = ulps16(pa[i], pb[i]);
+        *diff += u != 0;
+        if (u > *params_ulps)
+            *params_ulps = u;
+        if (exact ? u != 0 : u > 1)
+            (*bad)++;
+    }
+    free(pa);
+    free(pb);
+    int ts[3] = {g->master, g->optim[0], g->optim[1]};
+    for (int k = 0; k < 3; k++) {
+        if (ts[k] < 0)
+            continue;
+        float *xa = read_all(a, ts[k]), *xb = read_all(b, ts[k]);
+        int64_t n = vr_tensor_numel(&g->tensors[ts[k]]);
+        float big = 0;
+        for (int64_t i = 0; i < n; i++)
+            big = fmaxf(big, fabsf(xa[i]));
+        for (int64_t i = 0; i < n; i++) {
+            int64_t u = ulps32(xa[i], xb[i]);
+            *diff += u != 0;
+            float m = fmaxf(fabsf(xa[i]), fabsf(xb[i]));
+            float tol = 4.0f * (nextafterf(m, INFINITY) - m) + 1e-6f * big;
+            if (exact ? u != 0 : !(fabsf(xa[i] - xb[i]) <= tol))
+                (*bad)++;
+        }
+        free(xa);
+        free(xb);
+    }
+}
+
+enum { MT_NODES, MT_PLANNED, MT_GRAPH, MT_NODES_DYNAMIC, MT_DYNAMIC, MT_RUNS };
+
+/* Steps of the bf16 GPT above (AdamW, lr and step changing every step, weight decay changed at step
+ * 4 so that the CUDA graph recaptures), from the same state each step: the per-node optimizer
+ * (planned; dynamic) against multi-tensor apply planned (poisoned), in CUDA graph mode (planned), and
+ * dynamic (poisoned; against the per-node dynamic run). Each step: losses equal,
+ * norms within 1e-6 relative (summation order), the state (params, master, m, v) bit for bit equal
+ * when the clip factors are, else params within 1 bf16 ulp and master/m/v within rounding; then the
+ * others take the per-node state again. Also: the plan equals each run, VRAM_MULTI_TENSOR=0 turns it
+ * off. Returns the steps compared exactly. */
+static int mt_compare(float clip, int steps)
+{
+    vr_model_config m = mt_gpt();
+    vr_step_config sc = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .precision = VR_PREC_BF16,
+                         .grad_clip = clip, .kernels = VR_KERNELS_CUDA, .workspace_bytes = (uint64_t)4 << 20};
+    vr_graph *g = NULL;
+    assert_int_equal(vr_graph_build(&m, &sc, &g), VR_OK);
+    vr_plan *plan[2] = {NULL, NULL};
+    vr_plan_config pc = {.memory = VR_MEMORY_PLANNED}, pd = {.memory = VR_MEMORY_DYNAMIC};
+    assert_int_equal(vr_plan_create(g, &pc, &plan[0]), VR_OK);
+    assert_int_equal(vr_plan_create(g, &pd, &plan[1]), VR_OK);
+    vr_device *dev = NULL;
+    assert_int_equal(vr_device_open("cuda", &dev), VR_OK);
+    vr_exec_config cfg[MT_RUNS] = {
+        {.memory = VR_MEMORY_PLANNED, .per_node_optimizer = true},
+        {.memory = VR_MEMORY_PLANNED, .poison = true},
+        {.memory = VR_MEMORY_PLANNED, .cuda_graph = true},
+        {.memory = VR_MEMORY_DYNAMIC, .per_node_optimizer = true},
+        {.memory = VR_MEMORY_DYNAMIC, .poison = true},
+    };
+    static const char *names[MT_RUNS] = {"nodes", "multi-tensor", "multi-tensor + cuda graph", "nodes dynamic",
+                                         "multi-tensor dynamic"};
+    bool dyn[MT_RUNS] = {false, false, false, true, true}, mt[MT_RUNS] = {false, true, true, false, true};
+    vr_exec *e[MT_RUNS] = {NULL};
+    float *p0 = et_params(g, 42);
+    for (int r = 0; r < MT_RUNS; r++) {
+        if (vr_exec_create(plan[dyn[r]], dev, &cfg[r], &e[r]) != VR_OK)
+            fail_msg("%s: %s", names[r], vr_last_error());
+        assert_true(e[r]->multi_tensor == mt[r]);
+        assert_true(e[r]->graph == (r == MT_GRAPH));
+        assert_int_equal(vr_exec_write(e[r], g->params, p0, (uint64_t)g->n_params * 4), VR_OK);
+    }
+    free(p0);
+    vr_optim_hparams h = vr_optim_hparams_default(VR_OPTIM_ADAMW);
+    int exact_steps = 0;
+    for (int k = 0; k < steps; k++) {
+        void *inputs;
+        int32_t *targets;
+        et_batch(g, 100 + k, &inputs, &targets);
+        vr_exec_batch b = {inputs, targets};
+        h.lr = 1e-3f / (float)(k + 1);
+        h.step = k + 1;
+        if (k == 3)
+            h.weight_decay = 0.05f;
+        vr_exec_result res[MT_RUNS];
+        for (int r = 0; r < MT_RUNS; r++)
+            if (vr_exec_step(e[r], &b, &h, &res[r]) != VR_OK)
+                fail_msg("%s step %d: %s", names[r], k + 1, vr_last_error());
+        free(inputs);
+        free(targets);
+        for (int r = 1; r < MT_RUNS; r++) {
+            int b0 = dyn[r] ? MT_NODES_DYNAMIC : MT_NODES; /* its per-node twin */
+            if (!mt[r])
+                continue;
+            bool exact = res[r].grad_scale == res[b0].grad_scale;
+            int64_t pu = 0, diff = 0, bad = 0;
+            compare_state(e[b0], e[r], exact, &pu, &diff, &bad);
+            double dn = fabs(res[r].grad_norm - res[b0].grad_norm) / res[b0].grad_norm;
+            printf("multi-tensor, clip %g, step %d, %s: loss %.7f (nodes %.7f), norm %.9g (nodes %.9g, rel %.2g), "
+                   "clip factor %.9g (nodes %.9g, %s), %lld elements differ (params max %lld bf16 ulp), %lld out "
+                   "of tolerance\n",
+                   (double)clip, k + 1, names[r], res[r].loss, res[b0].loss, res[r].grad_norm, res[b0].grad_norm,
+                   dn, res[r].grad_scale, res[b0].grad_scale, exact ? "equal: bit for bit" : "differ: ulps",
+                   (long long)diff, (long long)pu, (long long)bad);
+            assert_true(fabs(res[r].loss - res[b0].loss) <= 1e-6);
+            assert_true(dn <= 1e-6);
+            assert_true(bad == 0);
+            exact_steps += exact && r == MT_PLANNED;
+            if (r == MT_GRAPH && k >= 1)
+                assert_true(e[r]->graph && e[r]->graph_captured);
+            assert_true(e[r]->multi_tensor);
+        }
+        for (int r = 1; r < MT_RUNS; r++)
+            copy_state(e[0], e[r]);
+    }
+    for (int r = 0; r < MT_RUNS; r++) {
+        vr_exec_memory mem;
+        vr_exec_get_memory(e[r], &mem);
+        const vr_plan *pl = plan[dyn[r]];
+        for (int q = 0; q < VR_ROLE_COUNT; q++) {
+            assert_true(pl->max_live[q] == mem.max_live[q]);
+            assert_true(pl->at_peak[q] == mem.at_peak[q]);
+        }
+        assert_true(pl->peak == mem.peak);
+        if (!dyn[r])
+            assert_true(mem.arena == pl->arena_size);
+        vr_exec_free(e[r]);
+    }
+    /* the environment switch */
+    setenv("VRAM_MULTI_TENSOR", "0", 1);
+    vr_exec *x = NULL;
+    assert_int_equal(vr_exec_create(plan[0], dev, &cfg[MT_PLANNED], &x), VR_OK);
+    assert_false(x->multi_tensor);
+    vr_exec_free(x);
+    unsetenv("VRAM_MULTI_TENSOR");
+    vr_device_close(dev);
+    vr_plan_free(plan[0]);
+    vr_plan_free(plan[1]);
+    vr_graph_free(g);
+    return exact_steps;
+}
+
+static void multi_tensor_equals_nodes(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    /* clipping never active (factor 1 on both sides): every step bit for bit */
+    assert_int_equal(mt_compare(1000.0f, 6), 6);
+    /* clipping active every step (the norms are ~1): factors may differ in the last bit */
+    mt_compare(0.05f, 6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -238,6 +458,7 @@ int main(void)
         cmocka_unit_test(bf16_close_to_cpu),
         cmocka_unit_test(dynamic_equals_plan),
         cmocka_unit_test(cuda_graph_equals_nodes),
+        cmocka_unit_test(multi_tensor_equals_nodes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,6 +32,7 @@
  *
  * Determinism: everything is run-to-run deterministic except vr_cuda_sumsq / vr_cuda_sum with
  * many blocks (fp32 atomics of per-block partial sums; the order of those few additions varies).
+ * vr_cuda_mt_sumsq (multi-tensor) is deterministic: fixed per-block partials, summed in order.
  */
 #ifndef VRAM_KERNELS_CUDA_H
 #define VRAM_KERNELS_CUDA_H
@@ -304,6 +305,51 @@ vr_status vr_cuda_adamw(const vr_cuda_ctx *ctx, vr_cuda_dtype pdt, void *param, 
                         vr_cuda_dtype gdt, const void *grad, float *m, float *v, size_t n, float lr,
                         float beta1, float beta2, float eps, float weight_decay, int step,
                         float grad_scale, const float *dev_grad_scale, const int32_t *dev_skip);
+
+
+/* ---------------------------------------------------------------- multi-tensor apply */
+/* The clipping norm and the optimizer update over many tensors in one launch each, from a device
+ * table of vr_cuda_mt_tensor (built on the host, uploaded by the caller to memory it owns, e.g. the
+ * step's workspace). Each tensor is cut into chunks of VR_CUDA_MT_CHUNK elements; chunk0 is the
+ * index of its first chunk (vr_cuda_mt_layout fills it), so one block finds its tensor by a binary
+ * search. Per element the update is the same code as vr_cuda_sgd/.../vr_cuda_adamw (bit-identical
+ * results given the same gradient multiplier); a tensor's weight decay is the call's weight_decay
+ * when its decay flag is set, else 0. */
+#define VR_CUDA_MT_CHUNK 4096
+/* Blocks (partial sums) vr_cuda_mt_sumsq uses at most: the partials buffer holds this many floats. */
+#define VR_CUDA_MT_MAX_PARTIALS 2048
+
+typedef struct vr_cuda_mt_tensor {
+    void *param;       /* pdt: updated (rounded from master when there is one) */
+    float *master;     /* fp32 master, NULL: param is fp32 and updated in place */
+    const void *grad;  /* gdt (sumsq: the tensor whose squares are summed, of dt) */
+    float *m, *v;      /* optimizer state (momentum | Adam m, v); NULL where the optimizer has none */
+    int64_t n;         /* elements (> 0) */
+    int64_t chunk0;    /* first chunk of this tensor (vr_cuda_mt_layout) */
+    int32_t decay;     /* 1: weight decay applies to this tensor */
+    int32_t pad_;
+} vr_cuda_mt_tensor;
+
+/* Host: fills chunk0 of t[0..n) (every t[i].n > 0) and returns the total number of chunks. */
+int64_t vr_cuda_mt_layout(vr_cuda_mt_tensor *t, int n);
+
+/* normsq[0] (fp32, device) = sum over the table's tensors (grad, n; dt) of x^2, deterministic: a fixed
+ * grid writes one partial sum per block into partials (VR_CUDA_MT_MAX_PARTIALS floats, device), one
+ * more block adds them in a fixed order. When scale is not NULL it also does vr_cuda_clip_scale
+ * (scale, norm, max_norm, extra) on the result. Two launches. */
+vr_status vr_cuda_mt_sumsq(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, const vr_cuda_mt_tensor *tab, int n_tensors,
+                           int64_t n_chunks, float *partials, float *normsq, float *scale, float *norm,
+                           float max_norm, float extra);
+
+/* The optimizer update over the table's tensors (param, master, grad, m, v, n, decay) in one launch:
+ * kind 0 sgd, 1 sgd with momentum, 2 adam, 3 adamw; other arguments as the single-tensor functions
+ * above (ctx->opt_scalars honoured the same way). */
+enum { VR_CUDA_MT_SGD = 0, VR_CUDA_MT_MOMENTUM = 1, VR_CUDA_MT_ADAM = 2, VR_CUDA_MT_ADAMW = 3 };
+vr_status vr_cuda_mt_optim(const vr_cuda_ctx *ctx, int kind, vr_cuda_dtype pdt, vr_cuda_dtype gdt,
+                           const vr_cuda_mt_tensor *tab, int n_tensors, int64_t n_chunks, float lr, float beta1,
+                           float beta2, float eps, float momentum, float dampening, int nesterov,
+                           float weight_decay, int step, float grad_scale, const float *dev_grad_scale,
+                           const int32_t *dev_skip);
 
 #ifdef __cplusplus
 }

@@ -15,43 +15,60 @@ struct opt_args {
     int nesterov, first;
 };
 
+/* One element's update (shared by the single-tensor and the multi-tensor kernels). Every operation
+ * is an explicit IEEE intrinsic (round to nearest, FMAs where written): nothing is left to the
+ * compiler's contraction, which could differ between the two kernels, so both give the same bits.
+ * wd is this tensor's weight decay, gs the gradient multiplier. */
 template <int KIND, typename TP, typename TG>
-__global__ void k_opt(TP *param, float *master, const TG *grad, float *m, float *v, size_t n, opt_args a,
-                      const float *dev_scale, const int32_t *dev_skip, const float *hp)
+__device__ __forceinline__ void opt_elem(TP *param, float *master, const TG *grad, float *m, float *v, size_t i,
+                                         const opt_args &a, float wd, float gs)
 {
-    if (dev_skip && *dev_skip) return;
-    if (hp) { /* this step's lr and bias corrections from the device (a replayed CUDA graph) */
+    float p = master ? master[i] : vr_tof(param[i]);
+    float g = __fmul_rn(vr_tof(grad[i]), gs);
+    if (KIND == OPT_SGD) {
+        g = __fmaf_rn(wd, p, g);
+        p = __fmaf_rn(-a.lr, g, p);
+    } else if (KIND == OPT_MOM) {
+        g = __fmaf_rn(wd, p, g);
+        float buf = a.first ? g : __fmaf_rn(a.momentum, m[i], __fmul_rn(__fsub_rn(1.0f, a.dampening), g));
+        m[i] = buf;
+        g = a.nesterov ? __fmaf_rn(a.momentum, buf, g) : buf;
+        p = __fmaf_rn(-a.lr, g, p);
+    } else {
+        if (KIND == OPT_ADAM) g = __fmaf_rn(wd, p, g);
+        else p = __fmul_rn(p, __fmaf_rn(-a.lr, wd, 1.0f));
+        float mi = __fmaf_rn(a.b1, m[i], __fmul_rn(__fsub_rn(1.0f, a.b1), g));
+        float vi = __fmaf_rn(a.b2, v[i], __fmul_rn(__fmul_rn(__fsub_rn(1.0f, a.b2), g), g));
+        m[i] = mi;
+        v[i] = vi;
+        float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
+        p = __fsub_rn(p, __fdiv_rn(__fmul_rn(__fdiv_rn(a.lr, a.bc1), mi), den));
+    }
+    if (master) master[i] = p;
+    param[i] = vr_fromf<TP>(p);
+}
+
+/* The step's lr and bias corrections from the device (a replayed CUDA graph). */
+__device__ __forceinline__ void opt_device_scalars(opt_args &a, const float *hp)
+{
+    if (hp) {
         a.lr = hp[0];
         a.bc1 = hp[1];
         a.bc2_sqrt = hp[2];
         a.first = hp[3] != 0.0f;
     }
-    float gs = a.grad_scale * (dev_scale ? *dev_scale : 1.0f);
+}
+
+template <int KIND, typename TP, typename TG>
+__global__ void k_opt(TP *param, float *master, const TG *grad, float *m, float *v, size_t n, opt_args a,
+                      const float *dev_scale, const int32_t *dev_skip, const float *hp)
+{
+    if (dev_skip && *dev_skip) return;
+    opt_device_scalars(a, hp);
+    float gs = __fmul_rn(a.grad_scale, dev_scale ? *dev_scale : 1.0f);
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float p = master ? master[i] : vr_tof(param[i]);
-        float g = vr_tof(grad[i]) * gs;
-        if (KIND == OPT_SGD) {
-            g += a.wd * p;
-            p -= a.lr * g;
-        } else if (KIND == OPT_MOM) {
-            g += a.wd * p;
-            float buf = a.first ? g : a.momentum * m[i] + (1.0f - a.dampening) * g;
-            m[i] = buf;
-            g = a.nesterov ? g + a.momentum * buf : buf;
-            p -= a.lr * g;
-        } else {
-            if (KIND == OPT_ADAM) g += a.wd * p;
-            else p *= 1.0f - a.lr * a.wd;
-            float mi = a.b1 * m[i] + (1.0f - a.b1) * g;
-            float vi = a.b2 * v[i] + (1.0f - a.b2) * g * g;
-            m[i] = mi;
-            v[i] = vi;
-            p -= (a.lr / a.bc1) * mi / (sqrtf(vi) / a.bc2_sqrt + a.eps);
-        }
-        if (master) master[i] = p;
-        param[i] = vr_fromf<TP>(p);
-    }
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        opt_elem<KIND>(param, master, grad, m, v, i, a, a.wd, gs);
 }
 
 template <int KIND, typename TP>
@@ -150,4 +167,103 @@ extern "C" vr_status vr_cuda_adamw(const vr_cuda_ctx *ctx, vr_cuda_dtype pdt, vo
 {
     opt_args a = adam_args(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
     return run_opt<OPT_ADAMW>(ctx, "adamw", pdt, param, master, gdt, grad, m, v, n, a, dev_grad_scale, dev_skip);
+}
+
+/* ---------------------------------------------------------------- multi-tensor apply */
+
+extern "C" int64_t vr_cuda_mt_layout(vr_cuda_mt_tensor *t, int n)
+{
+    int64_t c = 0;
+    for (int i = 0; i < n; i++) {
+        t[i].chunk0 = c;
+        c += (t[i].n + VR_CUDA_MT_CHUNK - 1) / VR_CUDA_MT_CHUNK;
+    }
+    return c;
+}
+
+/* The table entry holding chunk c: the last with chunk0 <= c (chunk0 strictly increasing). */
+__device__ __forceinline__ int mt_find(const vr_cuda_mt_tensor *tab, int nt, int64_t c)
+{
+    int lo = 0, hi = nt - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (tab[mid].chunk0 <= c) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* One block per chunk (the hardware balances the blocks). */
+template <int KIND, typename TP, typename TG>
+__global__ void __launch_bounds__(256, 8) k_mt_opt(const vr_cuda_mt_tensor *tab, int nt, opt_args a,
+                                                const float *dev_scale, const int32_t *dev_skip, const float *hp)
+{
+    if (dev_skip && *dev_skip) return;
+    opt_device_scalars(a, hp);
+    float gs = __fmul_rn(a.grad_scale, dev_scale ? *dev_scale : 1.0f);
+    __shared__ vr_cuda_mt_tensor t;
+    if (threadIdx.x == 0) t = tab[mt_find(tab, nt, (int64_t)blockIdx.x)];
+    __syncthreads();
+    size_t lo = (size_t)((int64_t)blockIdx.x - t.chunk0) * VR_CUDA_MT_CHUNK;
+    size_t hi = lo + VR_CUDA_MT_CHUNK < (size_t)t.n ? lo + VR_CUDA_MT_CHUNK : (size_t)t.n;
+    float wd = t.decay ? a.wd : 0.0f;
+    TP *param = (TP *)t.param;
+    const TG *grad = (const TG *)t.grad;
+    float *master = t.master, *m = t.m, *v = t.v;
+    for (size_t i = lo + threadIdx.x; i < hi; i += 256)
+        opt_elem<KIND>(param, master, grad, m, v, i, a, wd, gs);
+}
+
+template <int KIND, typename TP>
+static void mt_launch_tg(const vr_cuda_ctx *ctx, vr_cuda_dtype gdt, const vr_cuda_mt_tensor *tab, int nt,
+                         unsigned blocks, const opt_args &a, const float *ds, const int32_t *sk)
+{
+    cudaStream_t s = VR_STREAM(ctx);
+    if (gdt == VR_CUDA_F32)
+        k_mt_opt<KIND, TP, float><<<blocks, 256, 0, s>>>(tab, nt, a, ds, sk, ctx->opt_scalars);
+    else if (gdt == VR_CUDA_BF16)
+        k_mt_opt<KIND, TP, __nv_bfloat16><<<blocks, 256, 0, s>>>(tab, nt, a, ds, sk, ctx->opt_scalars);
+    else
+        k_mt_opt<KIND, TP, __half><<<blocks, 256, 0, s>>>(tab, nt, a, ds, sk, ctx->opt_scalars);
+}
+
+template <int KIND>
+static void mt_launch(const vr_cuda_ctx *ctx, vr_cuda_dtype pdt, vr_cuda_dtype gdt, const vr_cuda_mt_tensor *tab,
+                      int nt, unsigned blocks, const opt_args &a, const float *ds, const int32_t *sk)
+{
+    if (pdt == VR_CUDA_F32) mt_launch_tg<KIND, float>(ctx, gdt, tab, nt, blocks, a, ds, sk);
+    else if (pdt == VR_CUDA_BF16) mt_launch_tg<KIND, __nv_bfloat16>(ctx, gdt, tab, nt, blocks, a, ds, sk);
+    else mt_launch_tg<KIND, __half>(ctx, gdt, tab, nt, blocks, a, ds, sk);
+}
+
+extern "C" vr_status vr_cuda_mt_optim(const vr_cuda_ctx *ctx, int kind, vr_cuda_dtype pdt, vr_cuda_dtype gdt,
+                                      const vr_cuda_mt_tensor *tab, int n_tensors, int64_t n_chunks, float lr,
+                                      float beta1, float beta2, float eps, float momentum, float dampening,
+                                      int nesterov, float weight_decay, int step, float grad_scale,
+                                      const float *dev_grad_scale, const int32_t *dev_skip)
+{
+    const char *op = "multi_tensor_optim";
+    VR_CU_CTX_OK(ctx, op);
+    if (!vr_cu_dt_ok(pdt) || !vr_cu_dt_ok(gdt)) return vr_cu_bad(op, "unknown dtype");
+    if (kind < VR_CUDA_MT_SGD || kind > VR_CUDA_MT_ADAMW) return vr_cu_bad(op, "unknown optimizer");
+    if (n_chunks <= 0 || n_tensors <= 0) return VR_OK;
+    if (!tab) return vr_cu_bad(op, "NULL table");
+    if (n_chunks > 0x7fffffff) return vr_cu_bad(op, "too many chunks");
+    opt_args a;
+    if (kind >= VR_CUDA_MT_ADAM) {
+        a = adam_args(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+    } else {
+        a = base_args(lr, weight_decay, grad_scale);
+        a.momentum = momentum, a.dampening = dampening, a.nesterov = nesterov, a.first = step <= 1;
+    }
+    unsigned blocks = (unsigned)n_chunks;
+    switch (kind) {
+    case VR_CUDA_MT_SGD: mt_launch<OPT_SGD>(ctx, pdt, gdt, tab, n_tensors, blocks, a, dev_grad_scale, dev_skip); break;
+    case VR_CUDA_MT_MOMENTUM:
+        mt_launch<OPT_MOM>(ctx, pdt, gdt, tab, n_tensors, blocks, a, dev_grad_scale, dev_skip);
+        break;
+    case VR_CUDA_MT_ADAM: mt_launch<OPT_ADAM>(ctx, pdt, gdt, tab, n_tensors, blocks, a, dev_grad_scale, dev_skip); break;
+    default: mt_launch<OPT_ADAMW>(ctx, pdt, gdt, tab, n_tensors, blocks, a, dev_grad_scale, dev_skip); break;
+    }
+    return vr_cu_launched(ctx, op);
 }

@@ -136,3 +136,75 @@ extern "C" vr_status vr_cuda_clip_scale(const vr_cuda_ctx *ctx, float *scale, fl
     k_clip_scale<<<1, 1, 0, VR_STREAM(ctx)>>>(scale, norm, sumsq, max_norm, extra);
     return vr_cu_launched(ctx, "clip_scale");
 }
+
+/* ---------------------------------------------------------------- multi-tensor sum of squares */
+
+/* Block b sums the squares of chunks b, b + gridDim.x, ... (in order; the table entry only moves
+ * forward) into partials[b]: a fixed grid gives a fixed order, deterministic. */
+template <typename T>
+__global__ void __launch_bounds__(512) k_mt_sumsq(float *partials, const vr_cuda_mt_tensor *tab, int nt,
+                                                  int64_t n_chunks)
+{
+    __shared__ float sh[32];
+    float s = 0.0f;
+    int k = 0;
+    for (int64_t c = blockIdx.x; c < n_chunks; c += gridDim.x) {
+        while (k + 1 < nt && tab[k + 1].chunk0 <= c) k++;
+        const T *x = (const T *)tab[k].grad;
+        size_t lo = (size_t)(c - tab[k].chunk0) * VR_CUDA_MT_CHUNK, n = (size_t)tab[k].n;
+        size_t hi = lo + VR_CUDA_MT_CHUNK < n ? lo + VR_CUDA_MT_CHUNK : n;
+#pragma unroll 4
+        for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+            float v = vr_tof(x[i]);
+            s += v * v;
+        }
+    }
+    s = vr_block_sum(s, sh);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+/* One block: the partials in a fixed order, then the clipping factor as k_clip_scale. */
+__global__ void k_mt_sumsq_finish(float *normsq, float *scale, float *norm, const float *partials, int np,
+                                  float max_norm, float extra)
+{
+    __shared__ float sh[32];
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < np; i += blockDim.x) s += partials[i];
+    s = vr_block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        *normsq = s;
+        if (scale) {
+            float nrm = sqrtf(s);
+            if (norm) *norm = nrm;
+            float c = 1.0f;
+            if (max_norm > 0.0f) {
+                c = max_norm / (nrm + 1e-6f);
+                c = c < 1.0f ? c : 1.0f;
+            }
+            *scale = extra * c;
+        }
+    }
+}
+
+extern "C" vr_status vr_cuda_mt_sumsq(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, const vr_cuda_mt_tensor *tab,
+                                      int n_tensors, int64_t n_chunks, float *partials, float *normsq, float *scale,
+                                      float *norm, float max_norm, float extra)
+{
+    const char *op = "multi_tensor_sumsq";
+    VR_CU_CTX_OK(ctx, op);
+    VR_CU_DT_OK(dt, op);
+    if (!partials || !normsq || (n_chunks > 0 && !tab)) return vr_cu_bad(op, "NULL pointer");
+    int64_t cap = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132) * 4;
+    if (cap > VR_CUDA_MT_MAX_PARTIALS) cap = VR_CUDA_MT_MAX_PARTIALS;
+    int blocks = (int)(n_chunks < cap ? n_chunks : cap);
+    cudaStream_t st = VR_STREAM(ctx);
+    if (blocks > 0) {
+        if (dt == VR_CUDA_F32) k_mt_sumsq<float><<<blocks, 512, 0, st>>>(partials, tab, n_tensors, n_chunks);
+        else if (dt == VR_CUDA_BF16)
+            k_mt_sumsq<__nv_bfloat16><<<blocks, 512, 0, st>>>(partials, tab, n_tensors, n_chunks);
+        else k_mt_sumsq<__half><<<blocks, 512, 0, st>>>(partials, tab, n_tensors, n_chunks);
+        VR_CU_LAUNCHED(ctx, op);
+    }
+    k_mt_sumsq_finish<<<1, 1024, 0, st>>>(normsq, scale, norm, partials, blocks, max_norm, extra);
+    return vr_cu_launched(ctx, op);
+}
