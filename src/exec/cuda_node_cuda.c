@@ -309,17 +309,21 @@ static vr_status mt_update(const vr_exec_args *a, cuda_state *s, bool *ran)
     vr_cuda_dtype pdt0 = VR_CUDA_F32, gdt0 = VR_CUDA_F32;
     bool clip = a->node->in[1] >= 0;
     int len = 0;
+    /* the nodes' arguments with a weight decay of 1 say which tensors decay (the table then does not
+     * change with the decay's value, which a CUDA graph passes as a launch argument) */
+    vr_optim_hparams hd = *h;
+    hd.weight_decay = 1.0f;
     for (int i = s->opt.first; i < g->n_nodes; i++) {
         if (!is_update(g->nodes[i].op))
             continue;
         vr_exec_args b;
-        vr__exec_node_args(e, i, a->micro, h, a->grad_scale, &b);
+        vr__exec_node_args(e, i, a->micro, &hd, a->grad_scale, &b);
         const vr_node *n = b.node;
         vr_cuda_dtype pdt = VR_CUDA_F32, gdt = VR_CUDA_F32;
         if (n->op != op || dtype_of(&b, n->out[0], &pdt) || dtype_of(&b, n->in[0], &gdt) ||
             (len && (pdt != pdt0 || gdt != gdt0)) || (n->in[1] >= 0) != clip || len >= s->opt.count)
             return VR_OK;
-        if (b.weight_decay != 0.0f && b.weight_decay != h->weight_decay)
+        if (b.weight_decay != 0.0f && b.weight_decay != 1.0f)
             return VR_OK;
         int64_t cnt = numel(&b, n->out[0]);
         if (cnt == 0)

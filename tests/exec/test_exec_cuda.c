@@ -331,18 +331,18 @@ static void compare_state(vr_exec *a, vr_exec *b, bool exact, int64_t *params_ul
 
 enum { MT_NODES, MT_PLANNED, MT_GRAPH, MT_NODES_DYNAMIC, MT_DYNAMIC, MT_RUNS };
 
-/* Steps of the bf16 GPT above (AdamW, lr and step changing every step, weight decay changed at step
- * 4 so that the CUDA graph recaptures), from the same state each step: the per-node optimizer
+/* Steps of the bf16 GPT above (AdamW, lr and step changing every step, weight decay changed at steps
+ * 4 and 5 (to 0) so that the CUDA graph recaptures), from the same state each step: the per-node optimizer
  * (planned; dynamic) against multi-tensor apply planned (poisoned), in CUDA graph mode (planned), and
  * dynamic (poisoned; against the per-node dynamic run). Each step: losses equal,
  * norms within 1e-6 relative (summation order), the state (params, master, m, v) bit for bit equal
  * when the clip factors are, else params within 1 bf16 ulp and master/m/v within rounding; then the
  * others take the per-node state again. Also: the plan equals each run, VRAM_MULTI_TENSOR=0 turns it
  * off. Returns the steps compared exactly. */
-static int mt_compare(float clip, int steps)
+static int mt_compare(vr_optim optim, float clip, int steps)
 {
     vr_model_config m = mt_gpt();
-    vr_step_config sc = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .precision = VR_PREC_BF16,
+    vr_step_config sc = {.train = true, .accum = 1, .optim = optim, .precision = VR_PREC_BF16,
                          .grad_clip = clip, .kernels = VR_KERNELS_CUDA, .workspace_bytes = (uint64_t)4 << 20};
     vr_graph *g = NULL;
     assert_int_equal(vr_graph_build(&m, &sc, &g), VR_OK);
@@ -372,7 +372,7 @@ static int mt_compare(float clip, int steps)
         assert_int_equal(vr_exec_write(e[r], g->params, p0, (uint64_t)g->n_params * 4), VR_OK);
     }
     free(p0);
-    vr_optim_hparams h = vr_optim_hparams_default(VR_OPTIM_ADAMW);
+    vr_optim_hparams h = vr_optim_hparams_default(optim);
     int exact_steps = 0;
     for (int k = 0; k < steps; k++) {
         void *inputs;
@@ -383,6 +383,8 @@ static int mt_compare(float clip, int steps)
         h.step = k + 1;
         if (k == 3)
             h.weight_decay = 0.05f;
+        if (k == 4)
+            h.weight_decay = 0.0f; /* recaptures again: the table (decay flags) must not change */
         vr_exec_result res[MT_RUNS];
         for (int r = 0; r < MT_RUNS; r++)
             if (vr_exec_step(e[r], &b, &h, &res[r]) != VR_OK)
@@ -397,10 +399,10 @@ static int mt_compare(float clip, int steps)
             int64_t pu = 0, diff = 0, bad = 0;
             compare_state(e[b0], e[r], exact, &pu, &diff, &bad);
             double dn = fabs(res[r].grad_norm - res[b0].grad_norm) / res[b0].grad_norm;
-            printf("multi-tensor, clip %g, step %d, %s: loss %.7f (nodes %.7f), norm %.9g (nodes %.9g, rel %.2g), "
+            printf("multi-tensor %s, clip %g, step %d, %s: loss %.7f (nodes %.7f), norm %.9g (nodes %.9g, rel %.2g), "
                    "clip factor %.9g (nodes %.9g, %s), %lld elements differ (params max %lld bf16 ulp), %lld out "
                    "of tolerance\n",
-                   (double)clip, k + 1, names[r], res[r].loss, res[b0].loss, res[r].grad_norm, res[b0].grad_norm,
+                   vr_optim_name(optim), (double)clip, k + 1, names[r], res[r].loss, res[b0].loss, res[r].grad_norm, res[b0].grad_norm,
                    dn, res[r].grad_scale, res[b0].grad_scale, exact ? "equal: bit for bit" : "differ: ulps",
                    (long long)diff, (long long)pu, (long long)bad);
             assert_true(fabs(res[r].loss - res[b0].loss) <= 1e-6);
@@ -446,9 +448,13 @@ static void multi_tensor_equals_nodes(void **state)
     (void)state;
     NEED_GPU();
     /* clipping never active (factor 1 on both sides): every step bit for bit */
-    assert_int_equal(mt_compare(1000.0f, 6), 6);
+    assert_int_equal(mt_compare(VR_OPTIM_ADAMW, 1000.0f, 6), 6);
     /* clipping active every step (the norms are ~1): factors may differ in the last bit */
-    mt_compare(0.05f, 6);
+    mt_compare(VR_OPTIM_ADAMW, 0.05f, 6);
+    /* the other optimizers, bit for bit */
+    assert_int_equal(mt_compare(VR_OPTIM_ADAM, 1000.0f, 3), 3);
+    assert_int_equal(mt_compare(VR_OPTIM_MOMENTUM, 1000.0f, 3), 3);
+    assert_int_equal(mt_compare(VR_OPTIM_SGD, 1000.0f, 3), 3);
 }
 
 int main(void)
