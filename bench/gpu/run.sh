@@ -68,7 +68,7 @@ PYTHONUNBUFFERED=1 timeout 150 python3 bench/gpu/torch_gpt2.py --mode eager --st
 echo "rc $?"; tail -2 "$OUT/torch_eager.err"
 if [ "${SKIP_COMPILE:-0}" != 1 ]; then
   echo "== torch.compile"
-  PYTHONUNBUFFERED=1 timeout 300 python3 bench/gpu/torch_gpt2.py --mode compile --steps "$STEPS" > "$OUT/torch_compile.json" 2> "$OUT/torch_compile.err"
+  PYTHONUNBUFFERED=1 timeout 170 python3 bench/gpu/torch_gpt2.py --mode compile --steps "$STEPS" > "$OUT/torch_compile.json" 2> "$OUT/torch_compile.err"
   echo "rc $?"; tail -2 "$OUT/torch_compile.err"
 fi
 

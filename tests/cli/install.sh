@@ -8,7 +8,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 pc=$(find "$tmp/prefix" -name vram.pc | head -1)
 [ -n "$pc" ] || fail "vram.pc not installed"
-export PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_PATH=$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 cat >"$tmp/use.c" <<'C'
 #include <stdio.h>
 #include <vram/alloc.h>
