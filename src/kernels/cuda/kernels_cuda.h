@@ -31,7 +31,8 @@
  * makes no matmul call while using it (the functions that allow this say so).
  *
  * Determinism: everything is run-to-run deterministic except vr_cuda_sumsq / vr_cuda_sum with
- * many blocks (fp32 atomics of per-block partial sums; the order of those few additions varies).
+ * many blocks (fp32 atomics of per-block partial sums; the order of those few additions varies) and
+ * dq of the fused attention backward (see vr_cuda_attention_bwd).
  * vr_cuda_mt_sumsq (multi-tensor) is deterministic: fixed per-block partials, summed in order.
  */
 #ifndef VRAM_KERNELS_CUDA_H
@@ -243,8 +244,10 @@ vr_status vr_cuda_attention_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *
                                 const void *qkv, int B, int T, int C, int NH);
 /* dqkv(B,T,3C) (=|+=) gradient w.r.t. qkv from dout(B,T,C), the forward's qkv, out and lse.
  * Needs scratch of vr_cuda_attention_scratch_bytes (delta = rowsum(dout*out), (B,NH,T) fp32; the ctx
- * workspace may serve). Two kernels, no atomics (one for dk/dv per key block, one for dq per query
- * block): deterministic. */
+ * workspace may serve). Given more scratch (the 32 MiB workspace, as training passes), bf16/fp16 with
+ * head size 64 runs one fused FA2-order kernel per key block, adding dq with fp32 atomics: dk/dv are
+ * run-to-run deterministic, dq is not. With the minimum scratch, or VRAM_ATTN_V1=1|bwd, two kernels
+ * with no atomics (dk/dv per key block, dq per query block): fully deterministic. */
 vr_status vr_cuda_attention_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dqkv,
                                 const void *dout, const void *qkv, const void *out,
                                 const float *lse, int B, int T, int C, int NH, int acc,
