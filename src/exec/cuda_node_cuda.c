@@ -36,8 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec_internal.h"
-#include "kernels/cuda/kernels_cuda.h"
+#include "exec/cuda_prof.h"
 
 #define VR_CLIP_BYTES 256 /* tail of the workspace: clip factor, norm (fp32) */
 
@@ -67,6 +66,7 @@ typedef struct cuda_state {
     mt_group sq, opt;  /* the sumsq nodes, the update nodes */
     float *partials;   /* device, VR_CUDA_MT_MAX_PARTIALS floats (workspace tail) */
     vr_cuda_mt_tensor *build; /* host scratch table */
+    vr_cuda_prof *prof;       /* VRAM_PROFILE: per-node GPU time, NULL otherwise */
 } cuda_state;
 
 static const vr_tensor *T_(const vr_exec_args *a, int id) { return &a->g->tensors[id]; }
@@ -383,7 +383,7 @@ static vr_status mt_node(const vr_exec_args *a, cuda_state *s, mt_group *grp, bo
     return st;
 }
 
-static vr_status cuda_run_node(const vr_exec_args *a)
+static vr_status run_kernels(const vr_exec_args *a)
 {
     const vr_node *n = a->node;
     cuda_state *s = a->state;
@@ -480,6 +480,18 @@ static vr_status cuda_run_node(const vr_exec_args *a)
     }
 }
 
+static vr_status cuda_run_node(const vr_exec_args *a)
+{
+    cuda_state *s = a->state;
+    int i = (int)(a->node - a->g->nodes);
+    vr_status st = vr__cuda_prof_before(s->prof, &s->ctx, i);
+    if (!st)
+        st = run_kernels(a);
+    if (!st)
+        st = vr__cuda_prof_after(s->prof, &s->ctx, i);
+    return st;
+}
+
 static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 /* The groups of multi-tensor apply: the sumsq nodes and the update nodes (one op), all in the
@@ -517,6 +529,7 @@ static void cuda_state_free(cuda_state *s)
     free(s->sq.host);
     free(s->opt.host);
     free(s->build);
+    vr__cuda_prof_end(s->prof, NULL);
     free(s);
 }
 
@@ -562,7 +575,10 @@ static vr_status cuda_init(vr_exec *e)
         st = vr_cuda_stream_create(&s->stream);
     if (!st)
         st = vr_cuda_ctx_init(&s->ctx, s->stream, s->ws, s->ws ? s->ws_bytes : 0);
+    if (!st && !e->cfg.cuda_graph)
+        st = vr__cuda_prof_new(e->g->n_nodes, &s->prof);
     if (st) {
+        vr_cuda_ctx_destroy(&s->ctx);
         vr_cuda_stream_destroy(s->stream);
         cuda_state_free(s);
         return st;
@@ -619,6 +635,8 @@ static void cuda_fini(vr_exec *e)
     cuda_state *s = e->be_state;
     if (s) {
         vr_cuda_sync(&s->ctx);
+        vr__cuda_prof_end(s->prof, e->g);
+        s->prof = NULL;
         vr_cuda_graph_destroy(s->graph);
         vr_cuda_ctx_destroy(&s->ctx);
         vr_cuda_stream_destroy(s->stream);

@@ -133,3 +133,40 @@ extern "C" void vr_cuda_graph_destroy(void *exec)
 {
     if (exec) cudaGraphExecDestroy((cudaGraphExec_t)exec);
 }
+
+/* ---------------------------------------------------------------- timing events */
+
+extern "C" vr_status vr_cuda_events_create(void **ev, int n)
+{
+    if (!ev || n < 0) return vr_cu_bad("events_create", "bad arguments");
+    for (int i = 0; i < n; i++) {
+        cudaEvent_t e = NULL;
+        cudaError_t r = cudaEventCreate(&e);
+        if (r != cudaSuccess) {
+            vr_cuda_events_destroy(ev, i);
+            return vr_cu_status(r, "events_create", "cudaEventCreate");
+        }
+        ev[i] = e;
+    }
+    return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_event_record(const vr_cuda_ctx *ctx, void *ev)
+{
+    VR_CU_CTX_OK(ctx, "event_record");
+    VR_CU_CHECK(cudaEventRecord((cudaEvent_t)ev, VR_STREAM(ctx)), "event_record");
+    return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_event_ms(void *from, void *to, float *ms)
+{
+    VR_CU_CHECK(cudaEventSynchronize((cudaEvent_t)to), "event_ms");
+    VR_CU_CHECK(cudaEventElapsedTime(ms, (cudaEvent_t)from, (cudaEvent_t)to), "event_ms");
+    return VR_OK;
+}
+
+extern "C" void vr_cuda_events_destroy(void **ev, int n)
+{
+    for (int i = 0; ev && i < n; i++)
+        if (ev[i]) cudaEventDestroy((cudaEvent_t)ev[i]);
+}

@@ -105,6 +105,12 @@ vr_status vr_cuda_capture_end(const vr_cuda_ctx *ctx, int keep, void **exec);
 /* Queues one replay of exec on ctx's stream. */
 vr_status vr_cuda_graph_launch(const vr_cuda_ctx *ctx, void *exec);
 void vr_cuda_graph_destroy(void *exec);
+/* Timing events (profiling): n events into ev[0..n) (cudaEvent_t each); record one on ctx's stream;
+ * milliseconds between two recorded events after waiting for the later one; destroy n of them. */
+vr_status vr_cuda_events_create(void **ev, int n);
+vr_status vr_cuda_event_record(const vr_cuda_ctx *ctx, void *ev);
+vr_status vr_cuda_event_ms(void *from, void *to, float *ms);
+void vr_cuda_events_destroy(void **ev, int n);
 /* The four values of vr_cuda_ctx.opt_scalars for a step (host; computed as the optimizers compute
  * them from their arguments, so both paths give the same bits). */
 void vr_cuda_opt_scalars(float out[4], float lr, float beta1, float beta2, int step);
