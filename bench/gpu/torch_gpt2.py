@@ -208,6 +208,8 @@ def main():
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--vocab-loss", choices=["padded", "real"], default="padded")
+    ap.add_argument("--profile", type=int, default=0, help="after the timed steps, N more under torch.profiler: "
+                    "GPU time per kernel to stderr")
     ap.add_argument("--find-max-batch", action="store_true")
     ap.add_argument("--capacity-gib", type=float, default=16.0)
     ap.add_argument("--probe-steps", type=int, default=2)
@@ -257,6 +259,8 @@ def main():
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1000)
         losses.append(lv)
+    if a.profile:
+        profile(a, step_model, model, opt, dev, g)
     warm = times[min(5, len(times) - 1):]
     ms = statistics.median(warm)
     free, total = torch.cuda.mem_get_info()
@@ -266,6 +270,37 @@ def main():
         "max_reserved": torch.cuda.max_memory_reserved(), "max_allocated": torch.cuda.max_memory_allocated(),
         "context": context, "device_used_end": total - free, "losses": losses,
     }))
+
+
+def profile(a, step_model, model, opt, dev, g):
+    """a.profile more steps under torch.profiler; the kernels' GPU time per step, largest first (stderr)."""
+    from torch.profiler import ProfilerActivity, profile as tprof
+    B, T = a.batch, a.seq
+    with tprof(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(a.profile):
+            xy = torch.randint(0, V, (B, T + 1), generator=g)
+            x, y = xy[:, :T].to(dev), xy[:, 1:].to(dev)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = step_model(x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            loss.item()
+        torch.cuda.synchronize()
+    rows = []
+    for ev in prof.key_averages():
+        t = getattr(ev, "self_device_time_total", None)
+        if t is None:
+            t = getattr(ev, "self_cuda_time_total", 0)
+        if t > 0:
+            rows.append((t / a.profile / 1000.0, ev.count // a.profile, ev.key))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    print(f"torch profile ({a.mode}): GPU time per step by kernel, mean of {a.profile} steps: {total:.3f} ms/step",
+          file=sys.stderr)
+    for ms, n, key in rows[:60]:
+        print(f"  {ms:8.3f} ms {100 * ms / total:5.1f}% x{n:<4d} {key[:140]}", file=sys.stderr)
 
 
 if __name__ == "__main__":
