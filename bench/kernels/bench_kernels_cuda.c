@@ -129,13 +129,13 @@ static void op_acc(void *a) { (void)a; CHECK(vr_cuda_acc(&ctx, VR_CUDA_BF16, b.z
 static void op_cls(void *a)
 {
     (void)a;
-    CHECK(vr_cuda_classifier(&ctx, VR_CUDA_BF16, b.losses, b.y, b.dwte, b.x, b.wte, b.tok, (int)N, C, V, 1.0f / N,
+    CHECK(vr_cuda_classifier(&ctx, VR_CUDA_BF16, b.losses, b.y, b.dwte, b.x, b.wte, b.tok, (int)N, C, V, 50304, 1.0f / N,
                              b.big, (size_t)N * 4 * C * 2, 0, 1));
 }
 static void op_cls_eval(void *a)
 {
     (void)a;
-    CHECK(vr_cuda_classifier(&ctx, VR_CUDA_BF16, b.losses, NULL, NULL, b.x, b.wte, b.tok, (int)N, C, V, 1.0f / N,
+    CHECK(vr_cuda_classifier(&ctx, VR_CUDA_BF16, b.losses, NULL, NULL, b.x, b.wte, b.tok, (int)N, C, V, 50304, 1.0f / N,
                              b.big, (size_t)N * 4 * C * 2, 0, 0));
 }
 /* The logits product alone at a padded, aligned vocabulary (50304 = 393 * 128): what cuBLASLt does
@@ -184,7 +184,7 @@ int main(int argc, char **argv)
     b.w = dmalloc((size_t)4 * C * C * e2), b.bias = dmalloc((size_t)4 * C * e2);
     b.qkv = dmalloc(N * 4 * C * e2), b.att = dmalloc(N * C * e2), b.dqkv = dmalloc(N * 3 * C * e2);
     b.big = dmalloc(N * 4 * C * e2), b.big2 = dmalloc(N * 4 * C * e2);
-    b.wte = dmalloc((size_t)50304 * C * e2), b.wpe = dmalloc((size_t)T * C * e2), b.dwte = dmalloc((size_t)V * C * e2);
+    b.wte = dmalloc((size_t)50304 * C * e2), b.wpe = dmalloc((size_t)T * C * e2), b.dwte = dmalloc((size_t)50304 * C * e2);
     b.grad = dmalloc(b.nparams * e2), b.param = dmalloc(b.nparams * e2);
     b.master = dmalloc(b.nparams * 4), b.m = dmalloc(b.nparams * 4), b.v = dmalloc(b.nparams * 4);
     b.mean = dmalloc(N * 4), b.rstd = dmalloc(N * 4), b.lse = dmalloc((size_t)B * NH * T * 4), b.losses = dmalloc(N * 4);

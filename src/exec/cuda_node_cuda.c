@@ -32,7 +32,8 @@
  * optimizer updates the fp32 master and rounds it into the params.
  *
  * As on the CPU, the embedding backward zeroes rows T..maxT-1 of dwpe and the
- * classifier rows V..Vp-1 of dwte when they overwrite. */
+ * classifier rows V..Vp-1 of dwte when they overwrite (the CUDA classifier's products
+ * cover the padded rows and write 0 there). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,17 +171,10 @@ static vr_status embedding_bwd(const vr_exec_args *a, const cuda_state *s, vr_cu
 static vr_status classifier(const vr_exec_args *a, const cuda_state *s, vr_cuda_dtype dt)
 {
     const vr_node *n = a->node;
-    int N = (int)numel(a, n->in[2]), C = lastdim(a, n->in[0]), V = n->vocab;
-    vr_status st = vr_cuda_classifier(&s->ctx, dt, F(a->out[0]), a->out[1], a->out[2], a->in[0], a->in[1],
-                                      I32(a->in[2]), N, C, V, n->loss_scale, a->scratch, (size_t)a->scratch_bytes,
-                                      a->acc[1], a->acc[2]);
-    if (!st && a->out[2] && !a->acc[2]) { /* padded vocabulary rows: never read, gradient 0 */
-        int Vp = rows(a, n->out[2]);
-        if (Vp > V)
-            st = vr_cuda_zero(&s->ctx, dt, (char *)a->out[2] + (size_t)V * C * vr_cuda_dtype_size(dt),
-                              (size_t)(Vp - V) * C);
-    }
-    return st;
+    int N = (int)numel(a, n->in[2]), C = lastdim(a, n->in[0]), V = n->vocab, Vw = rows(a, n->in[1]);
+    return vr_cuda_classifier(&s->ctx, dt, F(a->out[0]), a->out[1], a->out[2], a->in[0], a->in[1], I32(a->in[2]),
+                              N, C, V, Vw, n->loss_scale, a->scratch, (size_t)a->scratch_bytes, a->acc[1],
+                              a->acc[2]);
 }
 
 static vr_status layernorm_bwd(const vr_exec_args *a, const cuda_state *s, vr_cuda_dtype dt)

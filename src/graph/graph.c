@@ -348,10 +348,11 @@ int vr_graph_count_phase(const vr_graph *g, vr_phase p)
 uint64_t vr_node_scratch_bytes(const vr_graph *g, const vr_node *n)
 {
     if (n->op == VR_OP_CLASSIFIER && g->step.kernels == VR_KERNELS_CUDA) {
-        /* R = min(N, 1024) rows of V padded to 64 logits in the activation dtype */
+        /* R = min(N, 1024) rows of wte's Vp rows (>= V) padded to 64 logits in the activation dtype */
         int64_t N = vr_tensor_numel(&g->tensors[n->in[2]]);
         int64_t R = N < 1024 ? (N > 0 ? N : 1) : 1024;
-        uint64_t vp = ((uint64_t)n->vocab + 63) / 64 * 64;
+        const vr_tensor *w = &g->tensors[n->in[1]];
+        uint64_t vp = ((uint64_t)w->shape[0] + 63) / 64 * 64;
         return (uint64_t)R * vp * vr_dtype_size(g->tensors[n->in[0]].dtype);
     }
     if (n->op == VR_OP_CLASSIFIER) {

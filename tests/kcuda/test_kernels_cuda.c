@@ -495,6 +495,8 @@ static void test_embedding(void **state)
         run_embedding(DTS[di], 3, 7, 13, 29, 0);
         run_embedding(DTS[di], 2, 33, 48, 1000, 1);
         run_embedding(DTS[di], 4, 1024, 768, 50257, 0);
+        run_embedding(DTS[di], 8, 1024, 768, 50257, 1); /* runs of 1638 rows: spread over a block */
+        run_embedding(DTS[di], 4, 300, 13, 100, 1);     /* odd C: no vector loads */
     }
 }
 
@@ -721,29 +723,31 @@ static void test_attention(void **state)
 
 /* ------------------------------------------------------------------ classifier */
 
-static void run_classifier(vr_cuda_dtype dt, int N, int C, int V, size_t chunk_rows, int ignore_some)
+/* wte has Vw >= V rows; the padded rows are random (not 0) to show that they change no loss or dx, and
+ * their dwte must be 0. */
+static void run_classifier(vr_cuda_dtype dt, int N, int C, int V, int Vw, size_t chunk_rows, int ignore_some)
 {
-    float *x = hrand((size_t)N * C, -1, 1), *wte = hrand((size_t)V * C, -0.3f, 0.3f);
+    float *x = hrand((size_t)N * C, -1, 1), *wte = hrand((size_t)Vw * C, -0.3f, 0.3f);
     int32_t *tg = malloc((size_t)N * 4);
     for (int i = 0; i < N; i++) tg[i] = (ignore_some && i % 7 == 3) ? -1 : (int32_t)(urand(0, 1) * V) % V;
-    void *dx_in = up(dt, x, (size_t)N * C), *dwte_in = up(dt, wte, (size_t)V * C);
+    void *dx_in = up(dt, x, (size_t)N * C), *dwte_in = up(dt, wte, (size_t)Vw * C);
     int32_t *dtg = dalloc((size_t)N * 4);
     CU(cudaMemcpy(dtg, tg, (size_t)N * 4, cudaMemcpyHostToDevice));
     float scale = 1.0f / N;
-    float *rl = hzero(N), *rdx = hzero((size_t)N * C), *rdw = hzero((size_t)V * C);
+    float *rl = hzero(N), *rdx = hzero((size_t)N * C), *rdw = hzero((size_t)Vw * C); /* rows >= V stay 0 */
     size_t cs = vr_cpu_classifier_scratch_bytes(N, V);
     float *cscratch = hzero(cs / 4);
     vr_cpu_classifier(rl, rdx, rdw, x, wte, tg, N, C, V, scale, cscratch, cs, 0, 0);
     size_t esz = vr_cuda_dtype_size(dt);
-    size_t sb = vr_cuda_classifier_scratch_bytes((int)chunk_rows, V, dt);
+    size_t sb = vr_cuda_classifier_scratch_bytes((int)chunk_rows, Vw, dt);
     void *scratch = dalloc(sb);
-    assert_int_equal(vr_cuda_classifier_chunk_rows(sb, V, dt), (int)chunk_rows);
+    assert_int_equal(vr_cuda_classifier_chunk_rows(sb, Vw, dt), (int)chunk_rows);
     float *losses = dnan(VR_CUDA_F32, N);
-    void *gdx = dnan(dt, (size_t)N * C), *gdw = dnan(dt, (size_t)V * C);
+    void *gdx = dnan(dt, (size_t)N * C), *gdw = dnan(dt, (size_t)Vw * C);
     double tol = tol_for(dt, TOL_F32_LONG);
     char what[96];
-    snprintf(what, sizeof what, "classifier losses N%d C%d V%d chunk %zu", N, C, V, chunk_rows);
-    OK(vr_cuda_classifier(&ctx, dt, losses, gdx, gdw, dx_in, dwte_in, dtg, N, C, V, scale, scratch, sb, 0, 0));
+    snprintf(what, sizeof what, "classifier losses N%d C%d V%d Vw%d chunk %zu", N, C, V, Vw, chunk_rows);
+    OK(vr_cuda_classifier(&ctx, dt, losses, gdx, gdw, dx_in, dwte_in, dtg, N, C, V, Vw, scale, scratch, sb, 0, 0));
     { // the first rows in double precision, to tell which side is off if the comparison fails
         float *gl = down(VR_CUDA_F32, losses, N);
         for (int i = 0; i < 3 && i < N; i++) {
@@ -765,18 +769,18 @@ static void run_classifier(vr_cuda_dtype dt, int N, int C, int V, size_t chunk_r
     }
     expect_close(what, VR_CUDA_F32, losses, rl, N, dt == VR_CUDA_F32 ? TOL_F32_LONG : 1e-3);
     expect_close("classifier dx", dt, gdx, rdx, (size_t)N * C, tol);
-    expect_close("classifier dwte", dt, gdw, rdw, (size_t)V * C, tol);
+    expect_close("classifier dwte", dt, gdw, rdw, (size_t)Vw * C, tol);
     // evaluation: losses only
     poison(VR_CUDA_F32, losses, N);
-    OK(vr_cuda_classifier(&ctx, dt, losses, NULL, NULL, dx_in, dwte_in, dtg, N, C, V, scale, scratch, sb, 0, 0));
+    OK(vr_cuda_classifier(&ctx, dt, losses, NULL, NULL, dx_in, dwte_in, dtg, N, C, V, Vw, scale, scratch, sb, 0, 0));
     expect_close("classifier losses (no grad)", VR_CUDA_F32, losses, rl, N, dt == VR_CUDA_F32 ? TOL_F32_LONG : 1e-3);
     // acc = 1
-    float *p1 = hrand((size_t)N * C, -1, 1), *p2 = hrand((size_t)V * C, -1, 1);
-    void *a1 = up(dt, p1, (size_t)N * C), *a2 = up(dt, p2, (size_t)V * C);
-    OK(vr_cuda_classifier(&ctx, dt, losses, a1, a2, dx_in, dwte_in, dtg, N, C, V, scale, scratch, sb, 1, 1));
-    float *f1 = down(dt, gdx, (size_t)N * C), *f2 = down(dt, gdw, (size_t)V * C);
+    float *p1 = hrand((size_t)N * C, -1, 1), *p2 = hrand((size_t)Vw * C, -1, 1);
+    void *a1 = up(dt, p1, (size_t)N * C), *a2 = up(dt, p2, (size_t)Vw * C);
+    OK(vr_cuda_classifier(&ctx, dt, losses, a1, a2, dx_in, dwte_in, dtg, N, C, V, Vw, scale, scratch, sb, 1, 1));
+    float *f1 = down(dt, gdx, (size_t)N * C), *f2 = down(dt, gdw, (size_t)Vw * C);
     expect_acc("classifier dx", dt, a1, p1, f1, (size_t)N * C);
-    expect_acc("classifier dwte", dt, a2, p2, f2, (size_t)V * C);
+    expect_acc("classifier dwte", dt, a2, p2, f2, (size_t)Vw * C);
     (void)esz;
     free(x), free(wte), free(tg), free(rl), free(rdx), free(rdw), free(cscratch), free(p1), free(p2), free(f1), free(f2);
     cudaFree(dx_in), cudaFree(dwte_in), cudaFree(dtg), cudaFree(scratch), cudaFree(losses), cudaFree(gdx);
@@ -789,11 +793,13 @@ static void test_classifier(void **state)
     NEED_GPU();
     for (int di = 0; di < 3; di++) {
         vr_cuda_dtype dt = DTS[di];
-        run_classifier(dt, 1, 8, 5, 1, 0);
-        run_classifier(dt, 37, 48, 103, 10, 1);
-        run_classifier(dt, 37, 48, 300, 10, 1); // vocabulary split into 256 + 44
+        run_classifier(dt, 1, 8, 5, 5, 1, 0);
+        run_classifier(dt, 37, 48, 103, 103, 10, 1);
+        run_classifier(dt, 37, 48, 300, 300, 10, 1); // vocabulary split into 256 + 44
+        run_classifier(dt, 37, 48, 300, 320, 10, 1); // padded: one product over 320, softmax over 300
         if (dt == VR_CUDA_F16) continue;
-        run_classifier(dt, 1024, 768, 50257, 300, 1);
+        run_classifier(dt, 1024, 768, 50257, 50257, 300, 1);
+        run_classifier(dt, 1024, 768, 50257, 50304, 300, 1); // GPT-2's padded vocabulary
     }
 }
 
@@ -921,7 +927,7 @@ static void test_bad_arguments(void **state)
                      VR_ERR_INVALID);
     print_message("    (%s)\n", vr_last_error());
     assert_int_equal(vr_cuda_classifier(&ctx, VR_CUDA_F32, (float *)16, NULL, NULL, (void *)16, (void *)16,
-                                        (int32_t *)16, 4, 8, 1000, 1.0f, (void *)16, 100, 0, 0),
+                                        (int32_t *)16, 4, 8, 1000, 1000, 1.0f, (void *)16, 100, 0, 0),
                      VR_ERR_INVALID);
     print_message("    (%s)\n", vr_last_error());
     assert_int_equal(vr_cuda_adamw(&ctx, VR_CUDA_BF16, (void *)16, NULL, VR_CUDA_BF16, (void *)16, (float *)16,

@@ -2,13 +2,15 @@
  * plain softmax cross-entropy over given logits (small V).
  *
  * The classifier works through the rows in chunks so that the full (N,V) logits never exist:
- *   1. logits(R,V) = x(R,C) wte(V,C)^T, cuBLASLt, into the scratch (rows padded to Vp = V rounded up
- *      to 64 elements, so every row starts 16-byte aligned);
- *   2. one block per row: max and normaliser (online, fp32, 16-byte loads), the loss
- *      log(sum) + max - z[target] in fp32, and when training dlogits = (softmax - onehot) dloss_scale
- *      written over the logits in place;
- *   3. dx(R,C) (=|+=) dlogits wte and dwte(V,C) (=|+=) dlogits^T x, cuBLASLt (dwte accumulates over
- *      the chunks in its own dtype: with bf16, one rounding per chunk). */
+ *   1. logits(R,Vw) = x(R,C) wte(Vw,C)^T, cuBLASLt, into the scratch (rows padded to Vw rounded up
+ *      to 64 elements, so every row starts 16-byte aligned). Vw >= V is wte's row count: GPT-2's
+ *      50257 real tokens padded to 50304 make one fast product where 50257 is slow (an odd V is
+ *      split into V rounded down to 128 and the rest);
+ *   2. one block per row: max and normaliser over the V real logits (online, fp32, 16-byte loads),
+ *      the loss log(sum) + max - z[target] in fp32, and when training dlogits = (softmax - onehot)
+ *      dloss_scale written over the logits in place, 0 in the padded columns V..Vw-1;
+ *   3. dx(R,C) (=|+=) dlogits wte and dwte(Vw,C) (=|+=) dlogits^T x, cuBLASLt (dwte accumulates over
+ *      the chunks in its own dtype: with bf16, one rounding per chunk; its padded rows get 0). */
 #include <math.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
@@ -37,7 +39,7 @@ extern "C" size_t vr_cuda_classifier_scratch_bytes(int N, int V, vr_cuda_dtype d
 template <typename T>
 __global__ void __launch_bounds__(VR_CLS_THREADS) k_xent_rows(float *losses, T *logits, size_t ld, T *dst,
                                                             size_t ld_dst, const int32_t *targets, int V,
-                                                            float dloss_scale, int grad, int r0)
+                                                            int Vw, float dloss_scale, int grad, int r0)
 {
     __shared__ float sh[32];
     constexpr int VEC = vr_vec<T>::N;
@@ -84,38 +86,40 @@ __global__ void __launch_bounds__(VR_CLS_THREADS) k_xent_rows(float *losses, T *
         float p = __expf(vr_tof(z[i]) - M) * k;
         d[i] = vr_fromf<T>(i == t ? p - g : p);
     }
+    for (int i = V + threadIdx.x; i < Vw; i += blockDim.x) d[i] = vr_fromf<T>(0.0f);
 }
 
 template <typename T>
 static vr_status xent_rows_t(const vr_cuda_ctx *ctx, float *losses, void *logits, size_t ld, int rows,
-                             const int32_t *targets, int V, float dloss_scale, int grad, int r0, const char *op)
+                             const int32_t *targets, int V, int Vw, float dloss_scale, int grad, int r0,
+                             const char *op)
 {
     k_xent_rows<T><<<rows, VR_CLS_THREADS, 0, VR_STREAM(ctx)>>>(losses, (T *)logits, ld, (T *)logits, ld, targets,
-                                                               V, dloss_scale, grad, r0);
+                                                               V, Vw, dloss_scale, grad, r0);
     return vr_cu_launched(ctx, op);
 }
 
 extern "C" vr_status vr_cuda_classifier(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, float *losses, void *dx,
                                         void *dwte, const void *x, const void *wte, const int32_t *targets, int N,
-                                        int C, int V, float dloss_scale, void *scratch, size_t scratch_bytes,
+                                        int C, int V, int Vw, float dloss_scale, void *scratch, size_t scratch_bytes,
                                         int acc_dx, int acc_dwte)
 {
     const char *op = "classifier";
     VR_CU_CTX_OK(ctx, op);
     VR_CU_DT_OK(dt, op);
-    if (N < 0 || C <= 0 || V <= 0) return vr_cu_bad(op, "bad shape");
+    if (N < 0 || C <= 0 || V <= 0 || Vw < V) return vr_cu_bad(op, "bad shape");
     if (!wte || (N > 0 && (!losses || !x || !targets))) return vr_cu_bad(op, "NULL pointer");
-    int R = vr_cuda_classifier_chunk_rows(scratch_bytes, V, dt);
+    int R = vr_cuda_classifier_chunk_rows(scratch_bytes, Vw, dt);
     if (!scratch || R < 1)
         return vr_error(VR_ERR_INVALID, "cuda kernels: %s: scratch of %zu bytes holds no row of %zu bytes", op,
-                        scratch_bytes, cls_vp(V) * vr_cuda_dtype_size(dt));
+                        scratch_bytes, cls_vp(Vw) * vr_cuda_dtype_size(dt));
     if (!vr_aligned16(scratch)) return vr_cu_bad(op, "scratch not 16-byte aligned");
     int grad = dx || dwte;
-    size_t esz = vr_cuda_dtype_size(dt), vp = cls_vp(V);
-    if (dwte && !acc_dwte && N == 0) return vr_cuda_zero(ctx, dt, dwte, (size_t)V * C);
+    size_t esz = vr_cuda_dtype_size(dt), vp = cls_vp(Vw);
+    if (dwte && !acc_dwte && N == 0) return vr_cuda_zero(ctx, dt, dwte, (size_t)Vw * C);
     // cuBLASLt is slow when the vocabulary dimension is odd (50257): each product is split into the
-    // first V1 = V rounded down to 128 vocabulary entries and the small rest
-    int V1 = V >= 256 ? V / 128 * 128 : V, V2 = V - V1;
+    // first V1 = Vw rounded down to 128 vocabulary entries and the small rest
+    int V1 = Vw >= 256 ? Vw / 128 * 128 : Vw, V2 = Vw - V1;
     const char *wte2 = (const char *)wte + (size_t)V1 * C * esz;
     char *sc2 = (char *)scratch + (size_t)V1 * esz;
     for (int r0 = 0; r0 < N; r0 += R) {
@@ -127,8 +131,8 @@ extern "C" vr_status vr_cuda_classifier(const vr_cuda_ctx *ctx, vr_cuda_dtype dt
         if (V2)
             VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, sc2, wte2, xc, V2, rn, C, C, C, (int)vp, 1, 0, 1.0f, 0.0f, 0, NULL,
                                       NULL, 0, op));
-        VR_CU_TRY(VR_CU_DISPATCH(dt, xent_rows_t, ctx, losses, scratch, vp, rn, targets, V, dloss_scale, grad, r0,
-                                 op));
+        VR_CU_TRY(VR_CU_DISPATCH(dt, xent_rows_t, ctx, losses, scratch, vp, rn, targets, V, Vw, dloss_scale, grad,
+                                 r0, op));
         if (dx) { // dx^T(C,rn) = wte^T(C,V) dlogits^T(V,rn)
             void *dxc = (char *)dx + (size_t)r0 * C * esz;
             VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, dxc, wte, scratch, C, rn, V1, C, (int)vp, C, 0, 0, 1.0f,

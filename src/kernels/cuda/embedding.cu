@@ -3,7 +3,7 @@
  * Backward for dwte: tokens repeat, so rows of dwte collide. Instead of float atomics (whose order,
  * and so whose rounding, changes from run to run) the row indices are sorted by token with a stable
  * radix sort (CUB, on the stream), then one block per run of equal tokens sums that token's dout rows
- * in row order, in fp32, and adds the sum into dwte once. dwpe: one thread per (t, channel) sums
+ * in a fixed order (row groups, then the groups in order), in fp32, and adds the sum into dwte once. dwpe: one thread per (t, channel) sums
  * over the batch. */
 #include <cub/cub.cuh>
 
@@ -82,18 +82,79 @@ __global__ void k_emb_keys(int32_t *keys, int32_t *vals, const int32_t *tok, int
     }
 }
 
-/* One block per sorted position; only the first position of each run of equal tokens works. */
-template <typename T>
+/* dwte: block b takes the runs of equal tokens that start at sorted positions [b*S, b*S+S). A run is
+ * summed by the whole block: threadIdx.x walks the columns (VEC elements per load), threadIdx.y is
+ * one of G row groups taking rows j = start + y, start + y + G, ...; the G partial sums (fp32, in
+ * shared memory) are then added in group order and into dwte once. A long run (a frequent token:
+ * thousands of rows) is thus spread over the block instead of one thread per column walking it; the
+ * order of every addition is fixed, so the result is run-to-run deterministic. */
+#define VR_EMB_SEG 8
+
+template <typename T, int VEC>
+__device__ __forceinline__ void emb_load_add(float *acc, const T *src)
+{
+    if constexpr (VEC * sizeof(T) == 16) {
+        uint4 u = *(const uint4 *)src;
+        const T *x = (const T *)&u;
+#pragma unroll
+        for (int k = 0; k < VEC; k++) acc[k] += vr_tof(x[k]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < VEC; k++) acc[k] += vr_tof(src[k]);
+    }
+}
+
+template <typename T, int VEC>
 __global__ void k_emb_dwte(T *dwte, const T *dout, const int32_t *keys, const int32_t *rows, int R, int C)
 {
-    int i = blockIdx.x;
-    int key = keys[i];
-    if (i > 0 && keys[i - 1] == key) return;
-    T *d = dwte + (size_t)key * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float s = 0.0f;
-        for (int j = i; j < R && keys[j] == key; j++) s += vr_tof(dout[(size_t)rows[j] * C + c]);
-        d[c] = vr_fromf<T>(vr_tof(d[c]) + s);
+    extern __shared__ float part[]; /* [G][C] */
+    __shared__ int s_end;
+    const int G = blockDim.y, nt = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
+    const int ncol = C / VEC;
+    int p_end = (blockIdx.x + 1) * VR_EMB_SEG < R ? (blockIdx.x + 1) * VR_EMB_SEG : R;
+    for (int p = blockIdx.x * VR_EMB_SEG; p < p_end; p++) {
+        int key = keys[p];
+        if (p > 0 && keys[p - 1] == key) continue; /* not a run start: uniform over the block */
+        if (tid == 0) s_end = R;
+        __syncthreads();
+        for (int base = p + 1; base < R; base += nt) { /* the run's end: keys are sorted */
+            int j = base + tid;
+            if (j < R && keys[j] != key) atomicMin(&s_end, j);
+            __syncthreads();
+            int e = s_end;
+            __syncthreads();
+            if (e < R) break;
+        }
+        int end = s_end;
+        for (int cv = threadIdx.x; cv < ncol; cv += blockDim.x) {
+            float acc[VEC];
+#pragma unroll
+            for (int k = 0; k < VEC; k++) acc[k] = 0.0f;
+            int j = p + threadIdx.y;
+            for (; j + 3 * G < end; j += 4 * G) { /* four rows' loads in flight */
+                int r0 = rows[j], r1 = rows[j + G], r2 = rows[j + 2 * G], r3 = rows[j + 3 * G];
+                float a1[VEC], a2[VEC], a3[VEC];
+#pragma unroll
+                for (int k = 0; k < VEC; k++) a1[k] = a2[k] = a3[k] = 0.0f;
+                emb_load_add<T, VEC>(acc, dout + (size_t)r0 * C + (size_t)cv * VEC);
+                emb_load_add<T, VEC>(a1, dout + (size_t)r1 * C + (size_t)cv * VEC);
+                emb_load_add<T, VEC>(a2, dout + (size_t)r2 * C + (size_t)cv * VEC);
+                emb_load_add<T, VEC>(a3, dout + (size_t)r3 * C + (size_t)cv * VEC);
+#pragma unroll
+                for (int k = 0; k < VEC; k++) acc[k] += (a1[k] + a2[k]) + a3[k];
+            }
+            for (; j < end; j += G) emb_load_add<T, VEC>(acc, dout + (size_t)rows[j] * C + (size_t)cv * VEC);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) part[(size_t)threadIdx.y * C + (size_t)cv * VEC + k] = acc[k];
+        }
+        __syncthreads();
+        T *d = dwte + (size_t)key * C;
+        for (int c = tid; c < C; c += nt) {
+            float sum = 0.0f;
+            for (int g = 0; g < G; g++) sum += part[(size_t)g * C + c];
+            d[c] = vr_fromf<T>(vr_tof(d[c]) + sum);
+        }
+        __syncthreads(); /* part and s_end are reused by the next run */
     }
 }
 
@@ -131,8 +192,23 @@ static vr_status emb_bwd_t(const vr_cuda_ctx *ctx, void *dwte, void *dwpe, const
             VR_CU_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, vals, R, 0, key_bits(V), s),
                         op);
             VR_CU_LAUNCHED(ctx, op);
-            int threads = C >= 256 ? 256 : ((C + 31) / 32) * 32;
-            k_emb_dwte<<<R, threads, 0, s>>>((T *)dwte, (const T *)dout, keys.Current(), vals.Current(), R, C);
+            constexpr int VEC = 16 / sizeof(T);
+            bool vec = C % VEC == 0 && ((uintptr_t)dout % 16) == 0;
+            int ncol = vec ? C / VEC : C;
+            int bx = ncol < 128 ? ncol : 128;
+            int gy = 512 / bx;
+            while (gy > 1 && (size_t)gy * C * sizeof(float) > 48 * 1024) gy--;
+            if (gy < 1) gy = 1;
+            size_t shm = (size_t)gy * C * sizeof(float);
+            if (shm > 48 * 1024) return vr_cu_bad(op, "C too large for the dwte kernel");
+            dim3 blk(bx, gy);
+            unsigned grid = (unsigned)((R + VR_EMB_SEG - 1) / VR_EMB_SEG);
+            if (vec)
+                k_emb_dwte<T, VEC><<<grid, blk, shm, s>>>((T *)dwte, (const T *)dout, keys.Current(),
+                                                        vals.Current(), R, C);
+            else
+                k_emb_dwte<T, 1><<<grid, blk, shm, s>>>((T *)dwte, (const T *)dout, keys.Current(),
+                                                      vals.Current(), R, C);
             VR_CU_LAUNCHED(ctx, op);
         }
     }

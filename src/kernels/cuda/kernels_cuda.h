@@ -194,7 +194,8 @@ vr_status vr_cuda_embedding_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *
                                 int C);
 /* dwte(V,C): rows of dout added by token; dwpe(maxT,C) rows 0..T-1 = sum over b of dout. Either may
  * be NULL. acc = 0 zero-fills all V rows of dwte (rows 0..T-1 of dwpe) first. Deterministic: the
- * rows of each token are sorted (stable radix sort) and summed in fp32 in row order. dwte needs
+ * rows of each token are sorted (stable radix sort) and summed in fp32 in a fixed order, a frequent
+ * token's rows spread over a block (C <= 12288). dwte needs
  * scratch of vr_cuda_embedding_bwd_scratch_bytes(B,T,V) (the ctx workspace may serve). */
 vr_status vr_cuda_embedding_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dwte, void *dwpe,
                                 const void *dout, const int32_t *tok, int B, int T, int C, int V,
@@ -263,7 +264,10 @@ size_t vr_cuda_attention_scratch_bytes(int B, int T, int C, int NH);
 /* ---------------------------------------------------------------- fused classifier */
 
 /* Tied-head classifier + softmax cross-entropy, forward and backward in one op (CPU contract).
- * Rows in chunks of R = vr_cuda_classifier_chunk_rows(scratch_bytes, V, dt): logits(R,V) =
+ * wte has Vw >= V rows (rows V..Vw-1: vocabulary padding, as llm.c's 50304 for 50257): the products
+ * run over all Vw (one fast cuBLASLt product where an odd V is slow), the softmax over the V real
+ * ones; the padded rows' dwte is 0 and they never change a loss or dx.
+ * Rows in chunks of R = vr_cuda_classifier_chunk_rows(scratch_bytes, Vw, dt): logits(R,Vw) =
  * x wte^T by cuBLASLt into scratch (dt, rows padded to a multiple of 64 elements), one kernel
  * computes softmax, the fp32 loss per row and (training) dlogits = (p - onehot) dloss_scale in place,
  * then dx (=|+=) dlogits wte and dwte (=|+=) dlogits^T x by cuBLASLt. losses(N) fp32; x, wte, dx,
@@ -271,12 +275,12 @@ size_t vr_cuda_attention_scratch_bytes(int B, int T, int C, int NH);
  * NULL (evaluation). The scratch must hold at least one row. */
 vr_status vr_cuda_classifier(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, float *losses, void *dx,
                              void *dwte, const void *x, const void *wte, const int32_t *targets,
-                             int N, int C, int V, float dloss_scale, void *scratch,
+                             int N, int C, int V, int Vw, float dloss_scale, void *scratch,
                              size_t scratch_bytes, int acc_dx, int acc_dwte);
-/* Recommended scratch: min(N, 1024) padded rows (GPT-2, dt bf16: 103 MB at 1024 rows). */
-size_t vr_cuda_classifier_scratch_bytes(int N, int V, vr_cuda_dtype dt);
-/* Rows per chunk that scratch_bytes holds (0 if not even one). */
-int vr_cuda_classifier_chunk_rows(size_t scratch_bytes, int V, vr_cuda_dtype dt);
+/* Recommended scratch: min(N, 1024) rows of Vw padded to 64 (GPT-2, dt bf16: 103 MB at 1024 rows). */
+size_t vr_cuda_classifier_scratch_bytes(int N, int Vw, vr_cuda_dtype dt);
+/* Rows per chunk that scratch_bytes holds for wte of Vw rows (0 if not even one). */
+int vr_cuda_classifier_chunk_rows(size_t scratch_bytes, int Vw, vr_cuda_dtype dt);
 
 /* ---------------------------------------------------------------- softmax cross-entropy (small V) */
 
