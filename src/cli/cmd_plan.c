@@ -44,6 +44,9 @@ static void usage(FILE *f)
             "  --device SPEC            meta, meta:SIZE, cpu, cpu:SIZE, cuda, cuda:N (meta)\n"
             "  --capacity SIZE          device memory to fit in (e.g. 80GiB); cuda: the GPU's total\n"
             "  --context SIZE           CUDA context to set aside (cuda: measured, else 527MiB)\n"
+            "  --kernels cpu|cuda       whose kernels' scratch to count (cuda on --device cuda, else cpu):\n"
+            "                           cuda adds the 32 MiB cuBLAS workspace and the CUDA kernels' scratch,\n"
+            "                           so --device meta --kernels cuda plans a GPU run on any machine\n"
             "output\n"
             "  --timeline               live bytes per role after each node\n"
             "  --graph                  list the nodes with their tensors' shapes\n"
@@ -52,7 +55,7 @@ static void usage(FILE *f)
 
 typedef struct opts {
     vr_model_flags m;  /* model and step flags (cli/model_flags.h) */
-    const char *memory, *policy, *device;
+    const char *memory, *policy, *device, *kernels;
     uint64_t capacity, context;
     bool has_capacity, has_context, timeline, json, graph, inplace;
 } opts;
@@ -77,7 +80,7 @@ static int parse_args(int argc, char **argv, opts *o)
             continue;
         }
         bool known = !strcmp(a, "--memory") || !strcmp(a, "--policy") || !strcmp(a, "--device") ||
-                     !strcmp(a, "--capacity") || !strcmp(a, "--context");
+                     !strcmp(a, "--capacity") || !strcmp(a, "--context") || !strcmp(a, "--kernels");
         if (!known)
             return vr_cli_fail("plan", 2, "unknown flag '%s' (see vram plan --help)", a);
         if (i + 1 >= argc)
@@ -89,6 +92,11 @@ static int parse_args(int argc, char **argv, opts *o)
             o->policy = v;
         else if (!strcmp(a, "--device"))
             o->device = v;
+        else if (!strcmp(a, "--kernels")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+                return vr_cli_fail("plan", 2, "--kernels: '%s' is not one of cpu|cuda", v);
+            o->kernels = v;
+        }
         else {
             bool cap = a[3] == 'a';
             if (vr_parse_size(v, a, cap ? &o->capacity : &o->context) != VR_OK)
@@ -166,7 +174,7 @@ int vr_cmd_plan(int argc, char **argv)
         return vr_cli_fail("plan", 2, "--memory: '%s' is not one of planned|dynamic", o.memory);
     if (o.policy && pc.memory != VR_MEMORY_DYNAMIC)
         return vr_cli_fail("plan", 2, "--policy: only with --memory dynamic");
-    if (t.cuda) {
+    if (o.kernels ? !strcmp(o.kernels, "cuda") : t.cuda) {
         s.workspace_bytes = CUDA_WORKSPACE;
         s.kernels = VR_KERNELS_CUDA;
     }
@@ -212,8 +220,8 @@ int vr_cmd_plan(int argc, char **argv)
         vr_plan_print(p, stdout, o.timeline);
         printf("device    %s; CUDA context %s%s%s\n", t.spec, t.context ? vr_format_size(t.context, a, sizeof a) : "",
                t.context ? ", " : "", t.context_how);
-        if (t.cuda)
-            printf("          library workspace %s (cuBLAS) counted as temp\n",
+        if (s.kernels == VR_KERNELS_CUDA)
+            printf("          CUDA kernels; library workspace %s (cuBLAS) counted as temp\n",
                    vr_format_size(CUDA_WORKSPACE, a, sizeof a));
         printf("need      %s = %s %s + context %s\n", vr_format_size(need, a, sizeof a),
                p->has_dynamic ? "peak reserved" : "arena", vr_format_size(need - t.context, b, sizeof b),

@@ -426,11 +426,15 @@ static vr_status run_kernels(const vr_exec_args *a)
     case VR_OP_ATTENTION_BWD: {
         const vr_tensor *q = T_(a, n->in[1]);
         int B = (int)q->shape[0], T = (int)q->shape[1], C = (int)(q->shape[2] / 3);
-        void *scr = NULL;
-        if ((st = ws_scratch(s, vr_cuda_attention_scratch_bytes(B, T, C, n->nh), "attention_bwd", &scr)))
-            return st;
+        void *scr = a->scratch; /* planned: room for every head's fp32 dQ (one fused launch) */
+        size_t sb = (size_t)a->scratch_bytes;
+        if (!scr) {
+            if ((st = ws_scratch(s, vr_cuda_attention_scratch_bytes(B, T, C, n->nh), "attention_bwd", &scr)))
+                return st;
+            sb = s->ws_bytes;
+        }
         return vr_cuda_attention_bwd(c, dt, a->out[0], a->in[0], a->in[1], a->in[2], CF(a->in[3]), B, T, C, n->nh,
-                                     a->acc[0], scr, s->ws_bytes);
+                                     a->acc[0], scr, sb);
     }
     case VR_OP_GELU:
         return vr_cuda_gelu_fwd(c, dt, a->out[0], a->in[0], (size_t)numel(a, n->in[0]));

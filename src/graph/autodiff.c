@@ -287,6 +287,8 @@ static void backward_op(ad *a, int n)
         b->in[0] = g->tensors[f.out[0]].grad;
     b->nh = f.nh;
     b->vocab = f.vocab;
+    if (f.op == VR_OP_ATTENTION)
+        vr_graph_attach_scratch(g, id);
     switch (f.op) {
     case VR_OP_EMBEDDING:
         set_grad_out(a, id, 0, f.in[1]);

@@ -19,6 +19,13 @@ grep -q "CUDA context none" "$tmp/out" || { echo "meta should say no CUDA contex
 grep -q "124475904 params" "$tmp/gpt2" || { echo "gpt2 param count"; cat "$tmp/gpt2"; exit 1; }
 grep -q "DOES NOT FIT" "$tmp/gpt2" || { echo "1 GiB should not fit gpt2 training"; exit 1; }
 
+# a GPU run planned on any machine: meta with the CUDA kernels' scratch == --device cuda (no GPU needed)
+m=$("$vram" plan --preset gpt2 --batch 4 --seq 256 --precision bf16 --device meta --kernels cuda --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["arena"]["bytes"])')
+c=$("$vram" plan --preset gpt2 --batch 4 --seq 256 --precision bf16 --device cuda --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["arena"]["bytes"])')
+p=$("$vram" plan --preset gpt2 --batch 4 --seq 256 --precision bf16 --device meta --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["arena"]["bytes"])')
+[ "$m" = "$c" ] || { echo "meta --kernels cuda arena $m != cuda arena $c"; exit 1; }
+[ "$m" != "$p" ] || { echo "the CUDA kernels' scratch should change the arena ($m)"; exit 1; }
+
 # --json parses; roles add up to the peak; the arena is at least the peak
 "$vram" plan --preset tiny --batch 4 --memory dynamic --timeline --json >"$tmp/json"
 python3 - "$tmp/json" <<'PY'
@@ -68,6 +75,7 @@ bad --recompute --recompute some
 bad --precision --precision fp8
 bad --memory --memory lots
 bad --device --device tpu
+bad --kernels --kernels tpu
 bad --capacity --capacity lots
 bad --freeze --freeze 'nothing*'
 bad --heads --heads 5

@@ -23,7 +23,8 @@
  *   registers as above, dS through shared memory and dQ += dS K added with fp32 (float2) atomics into
  *   the scratch beyond delta, then rounded into dqkv by a small kernel: 5 products per tile pair
  *   instead of 7. It runs when the scratch passed holds delta plus the fp32 dQ of at least one head
- *   (T*64*4 bytes); the heads go in chunks that fit (the training step passes its whole 32 MiB
+ *   (T*64*4 bytes); the heads go in chunks that fit (vr_cuda_attention_scratch_fused_bytes: all
+ *   heads in one launch, as the training step's planned scratch of the node gives; the 32 MiB
  *   workspace: 2 chunks at GPT-2 124M, B=16). vr_cuda_attention_scratch_bytes is unchanged (delta
  *   only); given just that, the two deterministic kernels run. The atomics make dQ's last bits vary
  *   run to run (the order of fp32 additions).
@@ -45,6 +46,13 @@ extern "C" size_t vr_cuda_attention_scratch_bytes(int B, int T, int C, int NH)
     (void)C;
     if (B <= 0 || T <= 0 || NH <= 0) return 0;
     return (size_t)B * NH * T * sizeof(float);
+}
+
+extern "C" size_t vr_cuda_attention_scratch_fused_bytes(int B, int T, int C, int NH)
+{
+    size_t delta = vr_cuda_attention_scratch_bytes(B, T, C, NH);
+    if (!delta || C % NH || C / NH != 64) return delta;
+    return ((delta + 255) & ~(size_t)255) + (size_t)B * NH * T * 64 * sizeof(float);
 }
 
 /* ---------------------------------------------------------------- delta = rowsum(dout * out) */

@@ -260,6 +260,9 @@ vr_status vr_cuda_attention_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *
                                 const float *lse, int B, int T, int C, int NH, int acc,
                                 void *scratch, size_t scratch_bytes);
 size_t vr_cuda_attention_scratch_bytes(int B, int T, int C, int NH);
+/* Scratch for the fused backward over all heads in one launch: delta (256-aligned) + the fp32 dQ of
+ * every head (B*NH*T*64*4 bytes; GPT-2 124M B=16: 51 MB); head sizes other than 64: the minimum. */
+size_t vr_cuda_attention_scratch_fused_bytes(int B, int T, int C, int NH);
 
 /* ---------------------------------------------------------------- fused classifier */
 
