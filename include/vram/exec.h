@@ -28,8 +28,13 @@
  * Tensor values live on the device: use vr_exec_read / vr_exec_write to move
  * them (parameters in and out, optimizer state for checkpoints, gradients in
  * tests). Only fp32 graphs run on the CPU; the CUDA backend (cuda_node_cuda.c)
- * runs fp32 and bf16 (fp32 master and optimizer state), its clipping factor
- * computed on the device. The parameter buffer of a 16-bit graph may also be
+ * runs fp32, bf16 and fp16 (fp32 master and optimizer state), its clipping
+ * factor computed on the device. fp16 trains with dynamic loss scaling
+ * (torch.amp.GradScaler's rules): the loss gradient is multiplied by the scale
+ * S, the global norm of the scaled gradients (always computed under fp16) is
+ * divided by S on the device, which also folds 1/S into the update; a norm that
+ * is inf or NaN skips the update on the device (nothing changes: params,
+ * master, moments) and halves S; window good steps in a row double it. The parameter buffer of a 16-bit graph may also be
  * read and written as n_params fp32 values: written, they are rounded into the
  * params and copied into the master; read, they are the master's values (the
  * widened params where there is no master). */
@@ -69,6 +74,9 @@ typedef struct vr_exec_config {
                                    * one launch, from a table of addresses in the step's workspace). The
                                    * environment variable VRAM_MULTI_TENSOR=0 (1) sets (clears) it. Same
                                    * results: the update bit for bit, the norm to fp32 summation order. */
+    float loss_scale;             /* fp16 training: the first dynamic loss scale (0: 65536, as
+                                   * torch.amp.GradScaler); ignored for fp32/bf16 */
+    int loss_scale_window;        /* fp16: good steps before the scale doubles (0: 2000) */
 } vr_exec_config;
 
 /* Optimizer hyperparameters of one step (torch.optim's meanings). */
@@ -97,6 +105,9 @@ typedef struct vr_exec_result {
     double loss;                  /* mean loss over every row of every micro-batch */
     double grad_norm;             /* global L2 norm of the gradients (when clipping), else NAN */
     double grad_scale;            /* factor clipping applied to the gradients (1: none) */
+    double loss_scale;            /* fp16: the loss scale this step ran with (1 otherwise) */
+    bool skipped;                 /* fp16: a gradient overflowed (inf/NaN): the optimizer changed nothing,
+                                   * and the loss scale is halved for the next step */
 } vr_exec_result;
 
 /* What the run really held. Live bytes are raw (numel x dtype size), counted
@@ -138,6 +149,11 @@ vr_status vr_exec_write(vr_exec *e, int t, const void *host, uint64_t bytes);
 
 /* The device address of tensor t, or NULL when it is not bound now. */
 void *vr_exec_tensor_ptr(const vr_exec *e, int t);
+
+/* fp16 dynamic loss scaling: the scale the next step runs with and the good steps counted toward
+ * its growth (1 and 0 without scaling); set restores them (a resumed run). */
+void vr_exec_get_loss_scale(const vr_exec *e, float *scale, int *good);
+vr_status vr_exec_set_loss_scale(vr_exec *e, float scale, int good);
 
 /* The measured memory figures (see vr_exec_memory). */
 void vr_exec_get_memory(vr_exec *e, vr_exec_memory *out);

@@ -45,6 +45,8 @@ typedef struct vr_step_report {
     double grad_norm; /* global gradient norm; NAN (or < 0) when not computed */
     int nmem;
     const vr_progress_mem *mem; /* nmem memory figures, bytes */
+    double loss_scale; /* fp16: the dynamic loss scale of the step; 0 (not shown) otherwise */
+    int skipped;       /* fp16: the update was skipped (the gradients overflowed) */
 } vr_step_report;
 
 typedef struct vr_progress vr_progress;

@@ -56,6 +56,8 @@ typedef struct vr_train_config {
     int eval_batches;             /* held-out batches per evaluation (0 = 8) */
     const char *init;             /* llm.c checkpoint to start from, or NULL */
     const char *resume;           /* vram state to continue, or NULL */
+    float loss_scale;             /* fp16: the first dynamic loss scale (0: 65536) */
+    int loss_scale_window;        /* fp16: good steps before it doubles (0: 2000) */
     bool poison;                  /* executor poisoning (tests) */
     uint64_t max_memory;          /* --max-memory: device bytes this process may use in all, the CUDA context
                                    * included (0 = the device's free memory). A planned arena larger than
@@ -78,6 +80,9 @@ typedef struct vr_train_step_info {
     double loss;                  /* mean training loss of the step's micro-batches */
     double lr;
     double grad_norm;             /* with clipping: the norm before clipping; else NAN */
+    double loss_scale;            /* fp16: the loss scale of this step; 1 otherwise */
+    bool skipped;                 /* fp16: the gradients overflowed, the update was skipped */
+    int64_t skipped_total;        /* fp16: skipped steps so far in this run (a resumed run's included) */
     double ms;                    /* wall time */
     uint64_t tokens;              /* B*T*accum */
 } vr_train_step_info;
@@ -142,6 +147,8 @@ typedef struct vr_train_summary {
     double val_loss;              /* the last evaluation (NAN if none) */
     double tokens_per_s;          /* training tokens per second over the steps run */
     double seconds;
+    int64_t skipped;              /* fp16: steps whose update an overflow skipped (whole run, resumed included) */
+    double loss_scale;            /* fp16: the loss scale after the last step; 0 otherwise */
 } vr_train_summary;
 
 /* What `vram train` does: the memory table, progress per step, evaluations,

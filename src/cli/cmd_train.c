@@ -64,6 +64,9 @@ static void usage(FILE *f)
             "  --max-memory SIZE        device memory the whole run may use, CUDA context included (e.g. 16GiB):\n"
             "                           a planned arena that does not fit is refused before it runs; dynamic:\n"
             "                           the allocator is capped; cuda: the process's use is checked each step\n"
+            "  --loss-scale S           fp16: the first dynamic loss scale (65536); halved on an overflow\n"
+            "                           (that step's update skipped), doubled after --loss-scale-window\n"
+            "  --loss-scale-window N    fp16: good steps in a row before the scale doubles (2000)\n"
             "  --policy NAME            allocator policy with --memory dynamic (pytorch)\n"
             "  --inplace                gelu/relu/add write their output over a dying input (as vram plan)\n"
             "  --threads N              CPU threads for OpenMP and OpenBLAS (their defaults: all cores)\n"
@@ -81,6 +84,8 @@ typedef struct topts {
     bool has_warmup, has_eval_every, has_seed, json, quiet, shuffle, inplace;
     double lr, min_lr_frac, weight_decay, beta1, beta2, momentum;
     bool has_wd, has_min_lr;
+    double loss_scale;
+    long long loss_scale_window;
 } topts;
 
 static int parse_double(const char *flag, const char *v, double lo, double hi, double *out)
@@ -113,6 +118,16 @@ static int parse_args(int argc, char **argv, topts *o)
             continue;
         if (!strcmp(a, "--json") || !strcmp(a, "--quiet") || !strcmp(a, "--shuffle") || !strcmp(a, "--inplace")) {
             *(a[2] == 'j' ? &o->json : a[2] == 'q' ? &o->quiet : a[2] == 's' ? &o->shuffle : &o->inplace) = true;
+            continue;
+        }
+        if (!strcmp(a, "--loss-scale") || !strcmp(a, "--loss-scale-window")) {
+            if (i + 1 >= argc)
+                return vr_cli_fail("train", 2, "%s needs a value", a);
+            const char *v = argv[++i];
+            int rc = a[12] ? parse_int(a, v, 1, 1000000000, &o->loss_scale_window)
+                           : parse_double(a, v, 1e-30, 1e30, &o->loss_scale);
+            if (rc)
+                return rc;
             continue;
         }
         if (!strcmp(a, "--max-memory") || !strcmp(a, "--save-init") || !strcmp(a, "--dump-batches")) {
@@ -266,6 +281,11 @@ int vr_cmd_train(int argc, char **argv)
     c.init = o.init;
     c.resume = o.resume;
     c.max_memory = o.max_memory;
+    c.loss_scale = (float)o.loss_scale;
+    c.loss_scale_window = (int)o.loss_scale_window;
+    if ((o.loss_scale > 0 || o.loss_scale_window > 0) && c.step.precision != VR_PREC_FP16)
+        return vr_cli_fail("train", 2, "--loss-scale%s: only with --precision fp16 (bf16 and fp32 need no scaling)",
+                           o.loss_scale > 0 ? "" : "-window");
     c.dump_batches = o.dump_batches;
 
     if (o.threads)

@@ -57,7 +57,8 @@ typedef struct cuda_state {
     vr_cuda_ctx ctx;
     void *ws;          /* the whole workspace tensor (NULL: none) */
     size_t ws_bytes;   /* usable by kernels (less the clip tail) */
-    float *clip;       /* [0] factor, [1] norm, [4..7] the step's optimizer scalars (graph mode);
+    float *clip;       /* [0] factor, [1] norm, [2] fp16 skip flag (int32), [4..7] the step's optimizer
+                        * scalars (graph mode);
                         * NULL without a workspace */
     float max_norm;
     void *stream;      /* graph mode: a stream of its own (ctx.stream), else NULL (legacy stream) */
@@ -101,6 +102,14 @@ static vr_status ws_scratch(const cuda_state *s, size_t need, const char *op, vo
     return VR_OK;
 }
 
+/* fp16 loss scaling: the multiplier of the loss gradient, and the skip flag (clip tail [2], int32) that the
+ * clip factor's kernel sets on an overflow and the optimizers read; NULL without scaling. */
+static float loss_scale(const vr_exec_args *a) { return a->exec->scaling ? a->exec->loss_scale : 1.0f; }
+static int32_t *skip_flag(const vr_exec_args *a, const cuda_state *s)
+{
+    return a->exec->scaling && s->clip ? (int32_t *)&s->clip[2] : NULL;
+}
+
 static vr_status optimizer(const vr_exec_args *a, const cuda_state *s)
 {
     const vr_node *n = a->node;
@@ -119,20 +128,23 @@ static vr_status optimizer(const vr_exec_args *a, const cuda_state *s)
     if (n->in[1] >= 0 && !dev_scale)
         return vr_error(VR_ERR_INVALID, "cuda: clipping needs the step's workspace");
     const vr_cuda_ctx *c = &s->ctx;
+    int32_t *skip = skip_flag(a, s);
+    if (a->exec->scaling && !skip)
+        return vr_error(VR_ERR_INVALID, "cuda: fp16 loss scaling needs the step's workspace");
     switch (n->op) {
     case VR_OP_SGD:
         return vr_cuda_sgd(c, pdt, a->out[0], F(a->out[1]), gdt, a->in[0], len, h->lr, a->weight_decay, a->grad_scale,
-                           dev_scale, NULL);
+                           dev_scale, skip);
     case VR_OP_SGD_MOMENTUM:
         return vr_cuda_sgd_momentum(c, pdt, a->out[0], F(a->out[1]), gdt, a->in[0], F(a->out[2]), len, h->lr,
                                     h->momentum, h->dampening, a->weight_decay, h->nesterov, step, a->grad_scale,
-                                    dev_scale, NULL);
+                                    dev_scale, skip);
     case VR_OP_ADAM:
         return vr_cuda_adam(c, pdt, a->out[0], F(a->out[1]), gdt, a->in[0], F(a->out[2]), F(a->out[3]), len, h->lr,
-                            h->beta1, h->beta2, h->eps, a->weight_decay, step, a->grad_scale, dev_scale, NULL);
+                            h->beta1, h->beta2, h->eps, a->weight_decay, step, a->grad_scale, dev_scale, skip);
     default:
         return vr_cuda_adamw(c, pdt, a->out[0], F(a->out[1]), gdt, a->in[0], F(a->out[2]), F(a->out[3]), len, h->lr,
-                             h->beta1, h->beta2, h->eps, a->weight_decay, step, a->grad_scale, dev_scale, NULL);
+                             h->beta1, h->beta2, h->eps, a->weight_decay, step, a->grad_scale, dev_scale, skip);
     }
 }
 
@@ -173,7 +185,7 @@ static vr_status classifier(const vr_exec_args *a, const cuda_state *s, vr_cuda_
     const vr_node *n = a->node;
     int N = (int)numel(a, n->in[2]), C = lastdim(a, n->in[0]), V = n->vocab, Vw = rows(a, n->in[1]);
     return vr_cuda_classifier(&s->ctx, dt, F(a->out[0]), a->out[1], a->out[2], a->in[0], a->in[1], I32(a->in[2]),
-                              N, C, V, Vw, n->loss_scale, a->scratch, (size_t)a->scratch_bytes, a->acc[1],
+                              N, C, V, Vw, n->loss_scale * loss_scale(a), a->scratch, (size_t)a->scratch_bytes, a->acc[1],
                               a->acc[2]);
 }
 
@@ -208,7 +220,8 @@ static vr_status sumsq(const vr_exec_args *a, const cuda_state *s)
     if (!st && a->last_sumsq) {
         if (!s->clip)
             return vr_error(VR_ERR_INVALID, "cuda: clipping needs the step's workspace");
-        st = vr_cuda_clip_scale(&s->ctx, &s->clip[0], &s->clip[1], CF(a->out[0]), s->max_norm, 1.0f);
+        st = vr_cuda_clip_scale(&s->ctx, &s->clip[0], &s->clip[1], skip_flag(a, s), CF(a->out[0]), s->max_norm, 1.0f,
+                                1.0f / loss_scale(a));
     }
     return st;
 }
@@ -285,7 +298,8 @@ static vr_status mt_sumsq(const vr_exec_args *a, cuda_state *s, bool *ran)
     vr_status st = mt_table(s, &s->sq, len);
     if (!st)
         st = vr_cuda_mt_sumsq(&s->ctx, dt0, s->sq.dev, len, len ? s->sq.chunks : 0, s->partials, F(a->out[0]),
-                              clip ? &s->clip[0] : NULL, &s->clip[1], s->max_norm, 1.0f);
+                              clip ? &s->clip[0] : NULL, &s->clip[1], skip_flag(a, s), s->max_norm, 1.0f,
+                              1.0f / loss_scale(a));
     *ran = !st;
     return st;
 }
@@ -350,7 +364,8 @@ static vr_status mt_update(const vr_exec_args *a, cuda_state *s, bool *ran)
                                       : VR_CUDA_MT_ADAMW;
         st = vr_cuda_mt_optim(&s->ctx, kind, pdt0, gdt0, s->opt.dev, len, s->opt.chunks, h->lr, h->beta1, h->beta2,
                               h->eps, h->momentum, h->dampening, h->nesterov, h->weight_decay,
-                              h->step > 0 ? (int)h->step : 1, a->grad_scale, clip ? s->clip : NULL, NULL);
+                              h->step > 0 ? (int)h->step : 1, a->grad_scale, clip ? s->clip : NULL,
+                              skip_flag(a, s));
     }
     *ran = !st;
     return st;
@@ -456,7 +471,7 @@ static vr_status run_kernels(const vr_exec_args *a)
         return vr_cuda_softmax_xent_fwd(c, dt, F(a->out[0]), a->out[1], a->in[0], I32(a->in[1]), rows(a, n->in[0]),
                                         lastdim(a, n->in[0]));
     case VR_OP_SOFTMAX_XENT_BWD:
-        return vr_cuda_softmax_xent_bwd(c, dt, a->out[0], NULL, n->loss_scale, a->in[0], I32(a->in[1]),
+        return vr_cuda_softmax_xent_bwd(c, dt, a->out[0], NULL, n->loss_scale * loss_scale(a), a->in[0], I32(a->in[1]),
                                         rows(a, n->in[0]), lastdim(a, n->in[0]), a->acc[0]);
     case VR_OP_SUMSQ: {
         bool handled = false;

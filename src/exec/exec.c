@@ -122,9 +122,6 @@ static vr_status pick_backend(vr_exec *e)
         if (!e->be)
             return vr_error(VR_ERR_UNSUPPORTED, "exec: device %s: this build has no CUDA executor (built without "
                             "nvcc); train on the CPU (--device cpu)", vr_device_name(e->dev));
-        if (e->g->step.precision == VR_PREC_FP16)
-            return vr_error(VR_ERR_UNSUPPORTED, "exec: --precision fp16 on %s needs dynamic loss scaling, not "
-                            "built yet: use bf16", vr_device_name(e->dev));
         return VR_OK;
     }
     return vr_error(VR_ERR_UNSUPPORTED, "exec: device %s has no bytes to compute on (meta is for planning: use "
@@ -239,6 +236,17 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
     count_uses(g, N, e->uses_all);
     count_uses(g, e->opt_start, e->uses_pre);
 
+    e->loss_scale = 1.0f;
+    e->scaling = g->step.precision == VR_PREC_FP16 && g->step.train && e->opt_start < N;
+    if (e->scaling) {
+        if (!(e->cfg.loss_scale >= 0.0f) || isinf(e->cfg.loss_scale) || e->cfg.loss_scale_window < 0) {
+            vr_exec_free(e);
+            return vr_error(VR_ERR_INVALID, "exec: the loss scale must be finite and > 0, its window >= 0");
+        }
+        e->loss_scale = e->cfg.loss_scale > 0.0f ? e->cfg.loss_scale : 65536.0f;
+        if (!e->cfg.loss_scale_window)
+            e->cfg.loss_scale_window = 2000;
+    }
     const char *cg = getenv("VRAM_CUDA_GRAPH");
     if (cg && *cg)
         e->cfg.cuda_graph = strcmp(cg, "0") != 0;

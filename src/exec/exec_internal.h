@@ -108,6 +108,10 @@ struct vr_exec {
     vr_optim_hparams graph_h;     /* the hyperparameters baked into it (lr and step are not) */
     bool multi_tensor;            /* the backend runs the optimizer phase multi-tensor (CUDA: set by its
                                    * init, cleared if it falls back to node by node) */
+    bool scaling;                 /* fp16 training: dynamic loss scaling on */
+    float loss_scale;             /* the scale the next step runs with (1 without scaling) */
+    int scale_good;               /* good steps since the scale last changed */
+    float graph_scale;            /* the loss scale baked into the captured step */
 };
 
 /* Makes storage tensor s live: gives it its address (arena offset or a block

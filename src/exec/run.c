@@ -257,6 +257,39 @@ static bool same_baked(const vr_optim_hparams *a, const vr_optim_hparams *b)
            a->momentum == b->momentum && a->dampening == b->dampening && a->nesterov == b->nesterov;
 }
 
+void vr_exec_get_loss_scale(const vr_exec *e, float *scale, int *good)
+{
+    *scale = e->loss_scale;
+    *good = e->scale_good;
+}
+
+vr_status vr_exec_set_loss_scale(vr_exec *e, float scale, int good)
+{
+    if (!e->scaling)
+        return VR_OK;
+    if (!(scale > 0.0f) || isinf(scale) || good < 0)
+        return vr_error(VR_ERR_INVALID, "exec: loss scale %g (good steps %d): must be finite and > 0", scale, good);
+    e->loss_scale = scale;
+    e->scale_good = good;
+    return VR_OK;
+}
+
+/* After an fp16 step: an inf/NaN norm (an overflow; the optimizers skipped on the device) halves the
+ * loss scale, `window` good steps in a row double it. Returns whether the step was skipped. */
+static bool update_loss_scale(vr_exec *e, double norm)
+{
+    if (!isfinite(norm)) {
+        e->loss_scale *= 0.5f;
+        e->scale_good = 0;
+        return true;
+    }
+    if (++e->scale_good >= e->cfg.loss_scale_window) {
+        e->loss_scale *= 2.0f;
+        e->scale_good = 0;
+    }
+    return false;
+}
+
 vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hparams *h, vr_exec_result *res)
 {
     const vr_graph *g = e->g;
@@ -272,7 +305,8 @@ vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hp
     if (e->graph && h) {
         st = e->be->graph_scalars(e, h);
         if (!st && accum == 1 && e->steps_run > 0) /* the first step warms up (algorithms, modules) */
-            mode = e->graph_captured && same_baked(&e->graph_h, h) ? PASS_REPLAY : PASS_CAPTURE;
+            mode = e->graph_captured && same_baked(&e->graph_h, h) && e->graph_scale == e->loss_scale ? PASS_REPLAY
+                                                                                                 : PASS_CAPTURE;
     }
     if (mode == PASS_CAPTURE) {
         e->graph_captured = false;
@@ -280,6 +314,7 @@ vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hp
         if (!st) {
             e->graph_captured = true;
             e->graph_h = *h;
+            e->graph_scale = e->loss_scale;
         } else { /* could not capture: this step, and the later ones, node by node */
             e->graph = false;
             loss_sum = 0;
@@ -297,12 +332,18 @@ vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hp
         st = e->be->clip_result(e, &ps.grad_norm, &sc);
         ps.grad_scale = (float)sc;
     }
+    float scale = e->loss_scale;
+    bool skipped = false;
+    if (!st && e->scaling) /* torch.amp.GradScaler.update: the device already skipped the update */
+        skipped = update_loss_scale(e, ps.grad_norm);
     if (!st)
         e->steps_run++;
     if (res) {
         res->loss = e->rows ? loss_sum / ((double)e->rows * accum) : NAN;
         res->grad_norm = ps.grad_norm;
         res->grad_scale = ps.grad_scale;
+        res->loss_scale = scale;
+        res->skipped = skipped;
     }
     if (st) /* leave nothing half-bound behind */
         release_leftovers(e);

@@ -3,8 +3,8 @@
  * Optimizer state lives in flat fp32 buffers over the trainable parameters, in
  * the parameter buffer's order (llm.c's m_memory and v_memory), one view per
  * parameter; under bf16/fp16 so does the fp32 master copy. After the backward,
- * one update node per parameter with a gradient (optionally preceded by the
- * sumsq nodes of global-norm clipping) reads the gradient, which therefore
+ * one update node per parameter with a gradient (preceded by the sumsq nodes of
+ * the global norm with clipping, and under fp16 for its overflow check) reads the gradient, which therefore
  * dies at its update: the plan sees every gradient freed at the step. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +83,8 @@ void vr_optimizer_nodes(vr_graph *g, const vr_step_config *s, int n0)
             order[no++] = p;
     }
     int normsq = -1;
-    if (s->grad_clip > 0 && no > 0) {
+    /* the global norm: for clipping, and under fp16 for the loss scaling's overflow check */
+    if ((s->grad_clip > 0 || s->precision == VR_PREC_FP16) && no > 0) {
         int64_t one[1] = {1};
         normsq = vr_graph_tensor(g, "grad.normsq", VR_F32, VR_ROLE_TEMP, 1, one);
         for (int i = 0; i < no; i++) {

@@ -103,7 +103,8 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
         st = vr_plan_create(t->g, &pc, &t->plan);
     if (!st)
         st = vr__trainer_memory_check(t, t->plan, 0, "training");
-    vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison};
+    vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison,
+                         .loss_scale = c->loss_scale, .loss_scale_window = c->loss_scale_window};
     if (!st)
         st = vr_exec_create(t->plan, t->dev, &ec, &t->exec);
     if (!st)
@@ -175,7 +176,7 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
         if (!(st = next_train_batch(t, k)))
             st = vr__trainer_dump_batch(t, k);
     vr_optim_hparams h = t->cfg.hp;
-    h.step = t->step + 1;
+    h.step = t->step - t->skipped + 1; /* a skipped fp16 step did not step the optimizer */
     h.lr = (float)vr_lr_at(&t->sched, t->step);
     vr_exec_result res;
     if (!st)
@@ -183,6 +184,7 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
     if (st)
         return st;
     t->step++;
+    t->skipped += res.skipped;
     if ((st = vr__trainer_memory_sample(t)))
         return st;
     uint64_t tokens = (uint64_t)t->cfg.model.B * (uint64_t)t->cfg.model.T * (uint64_t)t->accum;
@@ -192,6 +194,9 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
         info->loss = res.loss;
         info->lr = h.lr;
         info->grad_norm = res.grad_norm;
+        info->loss_scale = res.loss_scale;
+        info->skipped = res.skipped;
+        info->skipped_total = t->skipped;
         info->ms = (double)(vr_now_ns() - t0) / 1e6;
         info->tokens = tokens;
     }

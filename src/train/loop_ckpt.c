@@ -2,6 +2,8 @@
  * initialisation, llm.c checkpoints (--init, --save) and vram's resumable
  * state (--save-state, --resume), moved between host files and the device
  * through the executor. */
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,8 +89,14 @@ vr_status vr_trainer_save_state(vr_trainer *t, const char *path)
         s->rng[0] = t->rng;
         s->data_seed = t->cfg.seed;
         s->data_pos = t->train ? vr_data_tell(t->train) : (vr_data_pos){0, t->task.next};
-        s->loss_scale = 1.0f;
-        st = vr_state_save(path, s);
+        int good = 0;
+        vr_exec_get_loss_scale(t->exec, &s->loss_scale, &good);
+        /* not part of the model's description (describe): read back from the file on resume */
+        st = vr_state_set_config(s, "skipped_steps", t->skipped);
+        if (!st)
+            st = vr_state_set_config(s, "loss_scale_good", good);
+        if (!st)
+            st = vr_state_save(path, s);
     }
     free_bufs(bufs);
     free(s);
@@ -135,6 +143,19 @@ static vr_status resume(vr_trainer *t, const char *path)
             st = vr_data_seek(t->train, want->data_pos);
         else
             t->task.next = want->data_pos.batch;
+    }
+    int64_t skipped = 0, good = 0; /* fp16 loss scaling (absent in older states: none skipped) */
+    if (!st) {
+        vr_state_get_config(file, "skipped_steps", &skipped);
+        vr_state_get_config(file, "loss_scale_good", &good);
+        if (skipped < 0 || skipped > want->step || good < 0 || good > INT32_MAX || !(file->loss_scale > 0.0f) ||
+            isinf(file->loss_scale))
+            st = vr_error(VR_ERR_FORMAT, "%s: loss_scale %g, skipped_steps %lld, loss_scale_good %lld: out of range",
+                          path, file->loss_scale, (long long)skipped, (long long)good);
+    }
+    if (!st) {
+        t->skipped = skipped;
+        st = vr_exec_set_loss_scale(t->exec, file->loss_scale, (int)good);
     }
     free_bufs(bufs);
     free(want);

@@ -44,6 +44,7 @@ struct vr_trainer {
     vr_exec_batch *mb;
     /* progress of the run */
     int64_t step;
+    int64_t skipped;              /* fp16: steps whose update an overflow skipped */
     uint64_t tokens_seen;
     uint64_t rng;                 /* the init RNG's state after initialisation */
     vr_lr_schedule sched;

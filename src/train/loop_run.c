@@ -126,6 +126,10 @@ static void print_summary(vr_trainer *t, const vr_train_summary *s, bool json, F
             cJSON_AddNumberToObject(o, "val_loss", s->val_loss);
         cJSON_AddNumberToObject(o, "tokens_per_s", s->tokens_per_s);
         cJSON_AddNumberToObject(o, "seconds", s->seconds);
+        if (s->loss_scale > 0) {
+            cJSON_AddNumberToObject(o, "loss_scale", s->loss_scale);
+            cJSON_AddNumberToObject(o, "skipped_steps", (double)s->skipped);
+        }
         cJSON_AddItemToObject(o, "memory", memory_json(t));
         emit_json(out, o);
         return;
@@ -137,6 +141,9 @@ static void print_summary(vr_trainer *t, const vr_train_summary *s, bool json, F
         fprintf(out, ", val loss %.4f", s->val_loss);
     if (s->steps > 0)
         fprintf(out, ", %.0f tokens/s", s->tokens_per_s);
+    if (s->loss_scale > 0)
+        fprintf(out, "\n          fp16 loss scale %g; %lld step%s skipped (gradient overflow)", s->loss_scale,
+                (long long)s->skipped, s->skipped == 1 ? "" : "s");
     fprintf(out, "\n\n");
     vr_train_print_memory(t, out);
 }
@@ -186,7 +193,16 @@ vr_status vr_train_run(const vr_train_config *c, const vr_train_run_opts *o, FIL
         vr_exec_memory m;
         vr_exec_get_memory(t->exec, &m);
         vr_progress_mem mem[2] = {{"live_peak", m.peak}, {"device", m.device_peak}};
-        vr_step_report r = {info.step, info.loss, info.lr, info.ms, info.tokens, info.grad_norm, 2, mem};
+        bool fp16 = c->step.precision == VR_PREC_FP16;
+        vr_step_report r = {info.step, info.loss, info.lr, info.ms, info.tokens, info.grad_norm, 2, mem,
+                            fp16 ? info.loss_scale : 0, info.skipped};
+        if (fp16) {
+            int good = 0;
+            float next = 0;
+            vr_exec_get_loss_scale(t->exec, &next, &good);
+            s.skipped = info.skipped_total;
+            s.loss_scale = next;
+        }
         vr_progress_step(pr, &r);
         if (!isfinite(info.loss)) {
             st = vr_error(VR_ERR_INVALID, "train: the loss became %g at step %lld (try a lower --lr or --clip 1.0)",

@@ -125,6 +125,8 @@ static void print_line(vr_progress *p, const vr_step_report *s)
     else append(line, sizeof line, &len, "step %lld", (long long)s->step);
     append(line, sizeof line, &len, " | loss %.6f | lr %.2e | %.1f ms | %s tok/s", s->loss, s->lr, s->ms, rate);
     if (isfinite(s->grad_norm) && s->grad_norm >= 0) append(line, sizeof line, &len, " | norm %.4f", s->grad_norm);
+    if (s->loss_scale > 0) append(line, sizeof line, &len, " | scale %g%s", s->loss_scale,
+                                  s->skipped ? " (overflow: update skipped)" : "");
     append_memory(line, sizeof line, &len, s, " | ");
     fprintf(p->out, "%s\n", line);
     fflush(p->out);

@@ -30,6 +30,10 @@ void vr_progress_json_step(FILE *out, int64_t total_steps, const vr_step_report 
     cJSON_AddNumberToObject(o, "tokens", (double)s->tokens);
     cJSON_AddNumberToObject(o, "tokens_per_s", s->ms > 0 ? (double)s->tokens * 1000.0 / s->ms : 0.0);
     if (isfinite(s->grad_norm) && s->grad_norm >= 0) cJSON_AddNumberToObject(o, "grad_norm", s->grad_norm);
+    if (s->loss_scale > 0) {
+        cJSON_AddNumberToObject(o, "loss_scale", s->loss_scale);
+        cJSON_AddBoolToObject(o, "skipped", s->skipped);
+    }
     if (s->nmem > 0) {
         cJSON *m = cJSON_AddObjectToObject(o, "memory");
         for (int i = 0; m && i < s->nmem; i++)

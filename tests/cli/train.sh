@@ -102,7 +102,16 @@ if [ "$gpus" -eq 0 ]; then
   expect 1 cuda train --device cuda --steps 1
 else
   "$vram" train --device cuda --steps 2 --quiet || fail "--device cuda fails on a machine with a GPU"
+  # fp16: dynamic loss scaling reported per step and in the summary; a resumed state keeps the scale
+  "$vram" train --device cuda --precision fp16 --steps 6 --loss-scale-window 3 --save-state "$tmp/h.bin" \
+    >"$tmp/h.out" || fail "fp16 training failed"
+  grep -q "scale 65536" "$tmp/h.out" || fail "fp16 steps show no loss scale"
+  grep -q "fp16 loss scale 262144; 0 steps skipped" "$tmp/h.out" || { cat "$tmp/h.out"; fail "fp16 summary: want 2 doublings"; }
+  "$vram" train --device cuda --precision fp16 --steps 9 --loss-scale-window 3 --resume "$tmp/h.bin" \
+    >"$tmp/h2.out" || fail "fp16 resume failed"
+  grep -q "fp16 loss scale 524288" "$tmp/h2.out" || { cat "$tmp/h2.out"; fail "fp16 resume: the scale should go on from 262144"; }
 fi
+expect 2 "--loss-scale" train --loss-scale 1024 --steps 1
 "$vram" train --help | grep -q -- --resume
 "$vram" eval --help | grep -q -- --init
 echo ok

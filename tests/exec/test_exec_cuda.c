@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -142,6 +143,113 @@ static void bf16_close_to_cpu(void **state)
     assert_true(g.mem.arena == g.plan->arena_size);
     run_free(&c);
     run_free(&g);
+}
+
+/* fp16 with dynamic loss scaling (the default first scale, 65536): the loss, the unscaled gradient
+ * norm and the master after one step are those of the fp32 CPU step within fp16 tolerances. */
+static void fp16_close_to_cpu(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    run_out c, g;
+    run_step("cpu", VR_PREC_FP32, VR_MEMORY_PLANNED, &c);
+    run_step("cuda", VR_PREC_FP16, VR_MEMORY_PLANNED, &g);
+    printf("fp16: loss cpu %.7f cuda %.7f, norm cpu %.6f cuda %.6f, max master diff %.3g\n", c.loss, g.loss, c.norm,
+           g.norm, (double)max_diff(c.params, g.params, c.g->n_params));
+    assert_true(fabs(c.loss - g.loss) < 1e-2);
+    assert_true(fabs(c.norm - g.norm) < 0.02 * c.norm); /* unscaled: 65536x off otherwise */
+    assert_true(max_diff(c.params, g.params, c.g->n_params) < 1e-2f);
+    check_plan_equals_run(&g);
+    assert_true(g.mem.arena == g.plan->arena_size);
+    run_free(&c);
+    run_free(&g);
+}
+
+/* fp16 starting at a loss scale of 1e30: the scaled loss gradient overflows, so the first steps are
+ * skipped (parameters, master and moments untouched) and each halves the scale, until a step goes
+ * through; with a window of 2, every 2 good steps in a row double it (torch.amp.GradScaler's rule).
+ * Node by node and with a CUDA graph (every change of the scale recaptures). */
+static void fp16_scaling_rules(bool graph)
+{
+    vr_model_config m = et_gpt(4, 32);
+    vr_step_config s = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .precision = VR_PREC_FP16,
+                        .kernels = VR_KERNELS_CUDA, .workspace_bytes = (uint64_t)4 << 20};
+    vr_graph *g = NULL;
+    vr_plan *plan = NULL;
+    assert_int_equal(vr_graph_build(&m, &s, &g), VR_OK);
+    vr_plan_config pc = {.memory = VR_MEMORY_PLANNED};
+    assert_int_equal(vr_plan_create(g, &pc, &plan), VR_OK);
+    vr_device *dev = NULL;
+    assert_int_equal(vr_device_open("cuda", &dev), VR_OK);
+    vr_exec_config ec = {.memory = VR_MEMORY_PLANNED, .cuda_graph = graph, .loss_scale = 1e30f,
+                         .loss_scale_window = 2};
+    vr_exec *e = NULL;
+    if (vr_exec_create(plan, dev, &ec, &e) != VR_OK)
+        fail_msg("%s", vr_last_error());
+    float *p0 = et_params(g, 42), *p = malloc(sizeof(float) * (size_t)g->n_params);
+    uint64_t pb = (uint64_t)g->n_params * 4, mb = vr_tensor_bytes(&g->tensors[g->optim[0]]);
+    float *m1 = malloc(mb);
+    assert_int_equal(vr_exec_write(e, g->params, p0, pb), VR_OK);
+    void *inputs;
+    int32_t *targets;
+    et_batch(g, 7, &inputs, &targets);
+    vr_exec_batch b = {inputs, targets};
+    vr_optim_hparams h = vr_optim_hparams_default(VR_OPTIM_ADAMW);
+    int skipped = 0, good_steps = 0, doubled = 0;
+    bool all_skipped_so_far = true;
+    for (int k = 0; k < 130 && good_steps < 8; k++) {
+        float before = 0, after = 0;
+        int good = 0, good_after = 0;
+        vr_exec_get_loss_scale(e, &before, &good);
+        vr_exec_result r;
+        if (vr_exec_step(e, &b, &h, &r) != VR_OK)
+            fail_msg("%s", vr_last_error());
+        vr_exec_get_loss_scale(e, &after, &good_after);
+        assert_true(r.loss_scale == before);
+        if (r.skipped) {
+            skipped++;
+            assert_true(after == before * 0.5f && good_after == 0);
+            if (all_skipped_so_far) { /* nothing has moved yet */
+                assert_int_equal(vr_exec_read(e, g->params, p, pb), VR_OK);
+                assert_memory_equal(p, p0, pb);
+                assert_int_equal(vr_exec_read(e, g->optim[0], m1, mb), VR_OK);
+                for (uint64_t i = 0; i < mb / 4; i++)
+                    assert_true(m1[i] == 0.0f);
+            }
+        } else {
+            all_skipped_so_far = false;
+            good_steps++;
+            assert_true(isfinite(r.grad_norm) && isfinite(r.loss));
+            if (good + 1 == 2) {
+                assert_true(after == before * 2.0f && good_after == 0);
+                doubled++;
+            } else {
+                assert_true(after == before && good_after == good + 1);
+            }
+            h.step++;
+        }
+    }
+    assert_int_equal(vr_exec_read(e, g->params, p, pb), VR_OK);
+    printf("fp16 scaling%s: %d steps skipped from 1e30, then %d good steps (%d doublings); params moved: %s\n",
+           graph ? " (cuda graph)" : "", skipped, good_steps, doubled, memcmp(p, p0, pb) ? "yes" : "no");
+    /* the loss gradient alone, (p - onehot) S / 128 rows, passes fp16's 65504 while S > 8.4e6: at least
+     * log2(1e30 / 8.4e6) = 76.6 halvings */
+    assert_true(skipped >= 77);
+    assert_true(good_steps == 8 && doubled >= 1);
+    assert_true(memcmp(p, p0, pb) != 0);
+    free(p0), free(p), free(m1), free(inputs), free(targets);
+    vr_exec_free(e);
+    vr_device_close(dev);
+    vr_plan_free(plan);
+    vr_graph_free(g);
+}
+
+static void fp16_loss_scaling(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    fp16_scaling_rules(false);
+    fp16_scaling_rules(true);
 }
 
 static void dynamic_equals_plan(void **state)
@@ -462,6 +570,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fp32_matches_cpu),
         cmocka_unit_test(bf16_close_to_cpu),
+        cmocka_unit_test(fp16_close_to_cpu),
+        cmocka_unit_test(fp16_loss_scaling),
         cmocka_unit_test(dynamic_equals_plan),
         cmocka_unit_test(cuda_graph_equals_nodes),
         cmocka_unit_test(multi_tensor_equals_nodes),

@@ -379,13 +379,28 @@ static void test_reductions(void **state)
     // clip factor: norm 5 with max 1 -> scale extra/5; max 10 -> extra
     float ss = 25.0f, res[2];
     float *d_ss = up(VR_CUDA_F32, &ss, 1);
-    OK(vr_cuda_clip_scale(&ctx, d_out, d_out + 1, d_ss, 1.0f, 0.5f));
+    OK(vr_cuda_clip_scale(&ctx, d_out, d_out + 1, NULL, d_ss, 1.0f, 0.5f, 1.0f));
     CU(cudaMemcpy(res, d_out, 8, cudaMemcpyDeviceToHost));
     print_message("    clip_scale: scale %.7g (want %.7g), norm %.7g\n", res[0], 0.5 / (5 + 1e-6), res[1]);
     assert_true(fabs(res[0] - 0.5 / (5.0 + 1e-6)) < 1e-6 && res[1] == 5.0f);
-    OK(vr_cuda_clip_scale(&ctx, d_out, NULL, d_ss, 10.0f, 0.5f));
+    OK(vr_cuda_clip_scale(&ctx, d_out, NULL, NULL, d_ss, 10.0f, 0.5f, 1.0f));
     CU(cudaMemcpy(res, d_out, 4, cudaMemcpyDeviceToHost));
     assert_true(res[0] == 0.5f);
+    // under a loss scale of 4: sumsq 25 is a true norm of 5/4 -> factor 1/(1.25) clipped to max 1, times 1/4
+    int32_t skip = -1;
+    int32_t *d_skip = dalloc(4);
+    OK(vr_cuda_clip_scale(&ctx, d_out, d_out + 1, d_skip, d_ss, 1.0f, 1.0f, 0.25f));
+    CU(cudaMemcpy(res, d_out, 8, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(&skip, d_skip, 4, cudaMemcpyDeviceToHost));
+    print_message("    clip_scale unscale 1/4: scale %.7g (want %.7g), norm %.7g, skip %d\n", res[0],
+                  0.25 / (1.25 + 1e-6), res[1], skip);
+    assert_true(fabs(res[0] - 0.25 / (1.25 + 1e-6)) < 1e-6 && res[1] == 1.25f && skip == 0);
+    ss = INFINITY; // an overflow: skip
+    CU(cudaMemcpy(d_ss, &ss, 4, cudaMemcpyHostToDevice));
+    OK(vr_cuda_clip_scale(&ctx, d_out, d_out + 1, d_skip, d_ss, 1.0f, 1.0f, 0.25f));
+    CU(cudaMemcpy(&skip, d_skip, 4, cudaMemcpyDeviceToHost));
+    assert_int_equal(skip, 1);
+    cudaFree(d_skip);
     cudaFree(d_ss);
     cudaFree(d_out);
 }

@@ -259,10 +259,10 @@ static void mt_sumsq_equals_single(void **state)
         vr_cuda_mt_tensor *dtab = dev_copy(tab, sizeof tab);
         float r[2][3], ref[3];
         for (int k = 0; k < 2; k++) { /* out[0] normsq, out[1] scale, out[2] norm */
-            OK(vr_cuda_mt_sumsq(&ctx, dt, dtab, NT, chunks, partials, &out[0], &out[1], &out[2], 0.05f, 1.0f));
+            OK(vr_cuda_mt_sumsq(&ctx, dt, dtab, NT, chunks, partials, &out[0], &out[1], &out[2], NULL, 0.05f, 1.0f, 1.0f));
             CU(cudaMemcpy(r[k], out, 12, cudaMemcpyDeviceToHost));
         }
-        OK(vr_cuda_clip_scale(&ctx, &acc[1], &acc[2], &acc[0], 0.05f, 1.0f));
+        OK(vr_cuda_clip_scale(&ctx, &acc[1], &acc[2], NULL, &acc[0], 0.05f, 1.0f, 1.0f));
         CU(cudaMemcpy(ref, acc, 12, cudaMemcpyDeviceToHost));
         double rel = fabs((double)r[0][0] - ref[0]) / ref[0];
         printf("mt sumsq %s: %.9g (per tensor %.9g, rel %.2g), norm %.9g (%.9g), clip %.9g (%.9g), rerun %s\n",

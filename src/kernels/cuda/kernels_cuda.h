@@ -165,12 +165,15 @@ vr_status vr_cuda_mean_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, 
 vr_status vr_cuda_mean_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, const void *dout,
                            size_t n, int acc);
 
-/* Gradient clipping on the device: scale[0] = extra * min(1, max_norm / (sqrt(sumsq[0]) + 1e-6))
- * (torch.nn.utils.clip_grad_norm_); max_norm <= 0 means no clipping (scale = extra). Also writes
- * norm[0] = sqrt(sumsq[0]) when norm is not NULL. scale/norm/sumsq are fp32 device scalars; pass
- * scale to the optimizers as dev_grad_scale. */
-vr_status vr_cuda_clip_scale(const vr_cuda_ctx *ctx, float *scale, float *norm, const float *sumsq,
-                             float max_norm, float extra);
+/* Gradient clipping on the device, from the squared norm of gradients that carry a loss scale:
+ * norm = sqrt(sumsq[0]) * unscale (unscale = 1 / loss scale; 1 without one), scale[0] = extra *
+ * unscale * min(1, max_norm / (norm + 1e-6)) (torch.nn.utils.clip_grad_norm_ after
+ * GradScaler.unscale_); max_norm <= 0 means no clipping. Also writes norm[0] when norm is not NULL,
+ * and skip[0] (int32) = 1 when the norm is inf or NaN (an fp16 overflow: the optimizers given skip
+ * as dev_skip then leave everything as is), else 0, when skip is not NULL. scale/norm/sumsq are fp32
+ * device scalars; pass scale to the optimizers as dev_grad_scale. */
+vr_status vr_cuda_clip_scale(const vr_cuda_ctx *ctx, float *scale, float *norm, int32_t *skip, const float *sumsq,
+                             float max_norm, float extra, float unscale);
 
 /* ---------------------------------------------------------------- fp16 dynamic loss scaling */
 
@@ -352,10 +355,10 @@ int64_t vr_cuda_mt_layout(vr_cuda_mt_tensor *t, int n);
 /* normsq[0] (fp32, device) = sum over the table's tensors (grad, n; dt) of x^2, deterministic: a fixed
  * grid writes one partial sum per block into partials (VR_CUDA_MT_MAX_PARTIALS floats, device), one
  * more block adds them in a fixed order. When scale is not NULL it also does vr_cuda_clip_scale
- * (scale, norm, max_norm, extra) on the result. Two launches. */
+ * (scale, norm, skip, max_norm, extra, unscale) on the result. Two launches. */
 vr_status vr_cuda_mt_sumsq(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, const vr_cuda_mt_tensor *tab, int n_tensors,
                            int64_t n_chunks, float *partials, float *normsq, float *scale, float *norm,
-                           float max_norm, float extra);
+                           int32_t *skip, float max_norm, float extra, float unscale);
 
 /* The optimizer update over the table's tensors (param, master, grad, m, v, n, decay) in one launch:
  * kind 0 sgd, 1 sgd with momentum, 2 adam, 3 adamw; other arguments as the single-tensor functions

@@ -116,24 +116,33 @@ extern "C" vr_status vr_cuda_mean_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, 
     return VR_CU_DISPATCH(dt, mean_bwd_t, ctx, dinp, dout, n, acc);
 }
 
-__global__ void k_clip_scale(float *scale, float *norm, const float *sumsq, float max_norm, float extra)
+/* The clip factor from a squared norm (one thread): see vr_cuda_clip_scale. */
+__device__ void clip_finish(float sumsq, float *scale, float *norm, int32_t *skip, float max_norm, float extra,
+                            float unscale)
 {
-    float nrm = sqrtf(*sumsq);
+    float nrm = sqrtf(sumsq) * unscale;
     if (norm) *norm = nrm;
+    if (skip) *skip = isfinite(nrm) ? 0 : 1;
     float c = 1.0f;
     if (max_norm > 0.0f) {
         c = max_norm / (nrm + 1e-6f);
         c = c < 1.0f ? c : 1.0f;
     }
-    *scale = extra * c;
+    *scale = extra * unscale * c;
 }
 
-extern "C" vr_status vr_cuda_clip_scale(const vr_cuda_ctx *ctx, float *scale, float *norm,
-                                        const float *sumsq, float max_norm, float extra)
+__global__ void k_clip_scale(float *scale, float *norm, int32_t *skip, const float *sumsq, float max_norm,
+                             float extra, float unscale)
+{
+    clip_finish(*sumsq, scale, norm, skip, max_norm, extra, unscale);
+}
+
+extern "C" vr_status vr_cuda_clip_scale(const vr_cuda_ctx *ctx, float *scale, float *norm, int32_t *skip,
+                                        const float *sumsq, float max_norm, float extra, float unscale)
 {
     VR_CU_CTX_OK(ctx, "clip_scale");
     if (!scale || !sumsq) return vr_cu_bad("clip_scale", "NULL pointer");
-    k_clip_scale<<<1, 1, 0, VR_STREAM(ctx)>>>(scale, norm, sumsq, max_norm, extra);
+    k_clip_scale<<<1, 1, 0, VR_STREAM(ctx)>>>(scale, norm, skip, sumsq, max_norm, extra, unscale);
     return vr_cu_launched(ctx, "clip_scale");
 }
 
@@ -164,8 +173,8 @@ __global__ void __launch_bounds__(512) k_mt_sumsq(float *partials, const vr_cuda
 }
 
 /* One block: the partials in a fixed order, then the clipping factor as k_clip_scale. */
-__global__ void k_mt_sumsq_finish(float *normsq, float *scale, float *norm, const float *partials, int np,
-                                  float max_norm, float extra)
+__global__ void k_mt_sumsq_finish(float *normsq, float *scale, float *norm, int32_t *skip, const float *partials,
+                                  int np, float max_norm, float extra, float unscale)
 {
     __shared__ float sh[32];
     float s = 0.0f;
@@ -173,22 +182,13 @@ __global__ void k_mt_sumsq_finish(float *normsq, float *scale, float *norm, cons
     s = vr_block_sum(s, sh);
     if (threadIdx.x == 0) {
         *normsq = s;
-        if (scale) {
-            float nrm = sqrtf(s);
-            if (norm) *norm = nrm;
-            float c = 1.0f;
-            if (max_norm > 0.0f) {
-                c = max_norm / (nrm + 1e-6f);
-                c = c < 1.0f ? c : 1.0f;
-            }
-            *scale = extra * c;
-        }
+        if (scale) clip_finish(s, scale, norm, skip, max_norm, extra, unscale);
     }
 }
 
 extern "C" vr_status vr_cuda_mt_sumsq(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, const vr_cuda_mt_tensor *tab,
                                       int n_tensors, int64_t n_chunks, float *partials, float *normsq, float *scale,
-                                      float *norm, float max_norm, float extra)
+                                      float *norm, int32_t *skip, float max_norm, float extra, float unscale)
 {
     const char *op = "multi_tensor_sumsq";
     VR_CU_CTX_OK(ctx, op);
@@ -205,6 +205,6 @@ extern "C" vr_status vr_cuda_mt_sumsq(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, 
         else k_mt_sumsq<__half><<<blocks, 512, 0, st>>>(partials, tab, n_tensors, n_chunks);
         VR_CU_LAUNCHED(ctx, op);
     }
-    k_mt_sumsq_finish<<<1, 1024, 0, st>>>(normsq, scale, norm, partials, blocks, max_norm, extra);
+    k_mt_sumsq_finish<<<1, 1024, 0, st>>>(normsq, scale, norm, skip, partials, blocks, max_norm, extra, unscale);
     return vr_cu_launched(ctx, op);
 }
