@@ -7,8 +7,6 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 . scripts/gpu-setup.sh
 export PATH=/usr/local/cuda/bin:$PATH
-# tests with CUDA objects link through nvcc, which does not see pkg-config's -L for the unpacked cmocka
-export LIBRARY_PATH=/tmp/sysroot/usr/lib/x86_64-linux-gnu:${LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 \
   || { tail -30 "$OUT/cmake.log"; exit 1; }

@@ -17,7 +17,6 @@ OUT=${OUT:-$PWD/out/gpu-bench}; mkdir -p "$OUT"
 STEPS=${STEPS:-30}
 . scripts/gpu-setup.sh
 export PATH=/usr/local/cuda/bin:$PATH
-export LIBRARY_PATH=/tmp/sysroot/usr/lib/x86_64-linux-gnu:${LIBRARY_PATH:-}
 export OMP_WAIT_POLICY=passive
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 

@@ -21,7 +21,6 @@ T_START=$(date +%s); BUDGET=${BUDGET:-450}
 left() { echo $(( BUDGET - ($(date +%s) - T_START) )); }
 . scripts/gpu-setup.sh
 export PATH=/usr/local/cuda/bin:$PATH
-export LIBRARY_PATH=/tmp/sysroot/usr/lib/x86_64-linux-gnu:${LIBRARY_PATH:-}
 export OMP_WAIT_POLICY=passive PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/validate.log") 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$W/gpu.txt"
