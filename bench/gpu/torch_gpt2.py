@@ -208,6 +208,8 @@ def main():
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--vocab-loss", choices=["padded", "real"], default="padded")
+    ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
+                    help="bf16 autocast (default), or fp32 throughout with TF32 off (as vram --precision fp32)")
     ap.add_argument("--profile", type=int, default=0, help="after the timed steps, N more under torch.profiler: "
                     "GPU time per kernel to stderr")
     ap.add_argument("--find-max-batch", action="store_true")
@@ -216,7 +218,8 @@ def main():
     ap.add_argument("--max-probe", type=int, default=1024)
     a = ap.parse_args()
     torch.manual_seed(1337)
-    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = a.precision == "bf16"
+    torch.backends.cudnn.allow_tf32 = a.precision == "bf16"
     dev = "cuda"
     torch.zeros(1, device=dev)
     torch.cuda.synchronize()
@@ -249,7 +252,7 @@ def main():
             grp["lr"] = lr
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
             loss = step_model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
