@@ -118,6 +118,17 @@ def load_llmc(model, path):
         model.ln_f.bias.copy_(take((C,)))
 
 
+def train_step(a, step_model, model, opt, x, y):
+    """One step: forward (bf16 autocast unless --precision fp32), backward, clip 1.0, AdamW; the loss."""
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+        loss = step_model(x, y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.item()
+
+
 def lr_at(a, step):
     """vram's schedule (src/train/schedule.c): linear warmup, then constant or cosine to min_lr_frac."""
     if step < a.warmup:
@@ -152,13 +163,7 @@ def find_max_batch(a, model, step_model, opt, context, total):
                 if a.mode == "compile":
                     torch._dynamo.mark_dynamic(x, 0)
                     torch._dynamo.mark_dynamic(y, 0)
-                with torch.autocast("cuda", dtype=torch.bfloat16):
-                    loss = step_model(x, y)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                loss.item()
+                train_step(a, step_model, model, opt, x, y)
             torch.cuda.synchronize()
         except torch.OutOfMemoryError:
             ok = False
@@ -252,13 +257,7 @@ def main():
             grp["lr"] = lr
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-            loss = step_model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        lv = loss.item()
+        lv = train_step(a, step_model, model, opt, x, y)
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1000)
         losses.append(lv)
@@ -283,13 +282,7 @@ def profile(a, step_model, model, opt, dev, g):
         for _ in range(a.profile):
             xy = torch.randint(0, V, (B, T + 1), generator=g)
             x, y = xy[:, :T].to(dev), xy[:, 1:].to(dev)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = step_model(x, y)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            loss.item()
+            train_step(a, step_model, model, opt, x, y)
         torch.cuda.synchronize()
     rows = []
     for ev in prof.key_averages():
