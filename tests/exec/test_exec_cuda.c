@@ -3,8 +3,9 @@
  * parameters after one AdamW step with clipping) within 1e-4; bf16 (fp32
  * master, fp32 m/v) and fp16 (dynamic loss scaling) give the loss within 1e-2,
  * the gradient norm within 2% and a master close to the fp32 update; fp16's
- * overflow skips and the scale's halving and doubling follow GradScaler; the plan's bytes per role equal what the CUDA run held, in planned
- * and dynamic mode, and the arena is the plan's. Multi-tensor apply (the
+ * overflow skips and the scale's halving and doubling follow GradScaler; the
+ * plan's bytes per role equal what the CUDA run held, in planned and dynamic
+ * mode, and the arena is the plan's. Multi-tensor apply (the
  * default) against the per-node optimizer: the same state after each step (bit
  * for bit when the clip factors are equal), in planned, CUDA graph and dynamic
  * mode. */
