@@ -10,6 +10,9 @@
  * fp32 scalars of device-side clipping (factor, norm): the last sumsq node
  * turns the squared norm into the factor (vr_cuda_clip_scale) and every
  * optimizer node reads it there, so a step never waits on the host for it.
+ * Under fp16 the same kernel unscales the norm by the executor's loss scale
+ * and sets the int32 skip flag beside them on an overflow, which the optimizer
+ * kernels read (dev_skip); the classifier's loss gradient carries the scale.
  *
  * Multi-tensor apply (default; vr_exec_config.per_node_optimizer or
  * VRAM_MULTI_TENSOR=0 turn it off): the first sumsq node sums the squares of
