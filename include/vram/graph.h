@@ -41,13 +41,14 @@ extern "C" {
 
 #define VR_MAX_DIMS 4
 #define VR_NODE_MAX_IN 6
-#define VR_NODE_MAX_OUT 4
+#define VR_NODE_MAX_OUT 6
 #define VR_NAME_MAX 64
 #define VR_MLP_MAX_SIZES 16
 
-typedef enum vr_dtype { VR_F32, VR_BF16, VR_F16, VR_I32, VR_DTYPE_COUNT } vr_dtype;
+/* U8: the codes of 8-bit optimizer state (indices into a 256-entry quantization map). */
+typedef enum vr_dtype { VR_F32, VR_BF16, VR_F16, VR_I32, VR_U8, VR_DTYPE_COUNT } vr_dtype;
 
-/* Bytes per element (4, 2, 2, 4) and a short name ("f32", "bf16", "f16", "i32"). */
+/* Bytes per element (4, 2, 2, 4, 1) and a short name ("f32", "bf16", "f16", "i32", "u8"). */
 size_t vr_dtype_size(vr_dtype dt);
 const char *vr_dtype_name(vr_dtype dt);
 
@@ -97,9 +98,15 @@ typedef enum vr_op {
     VR_OP_SOFTMAX_XENT_BWD, /* in: probs, targets                             out: dlogits */
     VR_OP_SUMSQ,          /* in: g                                            out: normsq(1) f32 (+= sum g^2) */
     VR_OP_SGD,            /* in: grad, normsq                                 out: param, master */
-    VR_OP_SGD_MOMENTUM,   /* in: grad, normsq                                 out: param, master, momentum */
-    VR_OP_ADAM,           /* in: grad, normsq                                 out: param, master, m, v */
-    VR_OP_ADAMW,          /* in: grad, normsq                                 out: param, master, m, v */
+    VR_OP_SGD_MOMENTUM,   /* in: grad, normsq                                 out: param, master, momentum,
+                           *                                                   -, absmax(momentum) */
+    VR_OP_ADAM,           /* in: grad, normsq                                 out: param, master, m, v,
+                           *                                                   absmax(m), absmax(v) */
+    VR_OP_ADAMW,          /* in: grad, normsq                                 out: as adam.
+                           * The state's dtype says its format: f32; bf16 (stochastic rounding); u8 codes of
+                           * 8-bit block-wise state with one f32 absmax per VR_Q8_BLOCK elements in the
+                           * absmax slots (vram/optim_state.h). master -1 with bf16 params: no master copy,
+                           * the weights are updated with stochastic rounding. */
     VR_OP_COUNT
 } vr_op;
 
@@ -143,6 +150,7 @@ typedef struct vr_tensor {
     int grad;                /* its gradient tensor after vr_graph_backward; -1 none */
     int master;              /* params: view of the fp32 master copy; -1 none */
     int optim[2];            /* params: views of the optimizer state (momentum | m, v); -1 none */
+    int absmax[2];           /* params with 8-bit state: views of the per-block absmax of optim[0], optim[1] */
     bool frozen;             /* params: no gradient, no optimizer state */
     bool persistent;         /* lives across the whole step: params, master, optim, and the
                               * gradients when they accumulate over micro-batches */
@@ -172,6 +180,8 @@ typedef struct vr_node {
 typedef enum vr_precision { VR_PREC_FP32, VR_PREC_BF16, VR_PREC_FP16 } vr_precision;
 typedef enum vr_optim { VR_OPTIM_NONE, VR_OPTIM_SGD, VR_OPTIM_MOMENTUM, VR_OPTIM_ADAM, VR_OPTIM_ADAMW } vr_optim;
 typedef enum vr_recompute { VR_RECOMPUTE_NONE, VR_RECOMPUTE_BLOCK, VR_RECOMPUTE_SELECTIVE } vr_recompute;
+/* How optimizer state is stored: fp32; bf16 with stochastic rounding; 8-bit block-wise (vram/optim_state.h). */
+typedef enum vr_optim_state { VR_OSTATE_FP32, VR_OSTATE_BF16, VR_OSTATE_8BIT } vr_optim_state;
 typedef enum vr_model_kind { VR_MODEL_GPT, VR_MODEL_MLP } vr_model_kind;
 /* Whose kernels will run the graph: it sizes the nodes' scratch by their formulas. */
 typedef enum vr_kernels { VR_KERNELS_CPU, VR_KERNELS_CUDA } vr_kernels;
@@ -180,6 +190,8 @@ typedef enum vr_kernels { VR_KERNELS_CPU, VR_KERNELS_CUDA } vr_kernels;
 const char *vr_precision_name(vr_precision p);
 const char *vr_optim_name(vr_optim o);
 const char *vr_recompute_name(vr_recompute r);
+const char *vr_optim_state_name(vr_optim_state o); /* "fp32", "bf16", "8bit" */
+vr_status vr_optim_state_parse(const char *s, const char *what, vr_optim_state *out);
 vr_status vr_precision_parse(const char *s, const char *what, vr_precision *out);
 vr_status vr_optim_parse(const char *s, const char *what, vr_optim *out);
 vr_status vr_recompute_parse(const char *s, const char *what, vr_recompute *out);
@@ -219,6 +231,8 @@ typedef struct vr_step_config {
     vr_optim optim;           /* VR_OPTIM_NONE: backward only */
     vr_recompute recompute;
     vr_precision precision;   /* bf16/fp16: params, grads, acts in 16 bits, fp32 master + optim */
+    vr_optim_state optim_state; /* how Adam/momentum state is stored (fp32 default); needs a stateful optim */
+    bool no_master;           /* bf16: no fp32 master copy (weights updated with stochastic rounding) */
     const char *freeze;       /* comma-separated globs over parameter names ('h.*.attn*,wte'); NULL none */
     float grad_clip;          /* > 0: global-norm clipping (sumsq nodes feed every optimizer node) */
     uint64_t workspace_bytes; /* library workspace held for the step (cuBLAS: 32 MiB), role temp; 0 none */
@@ -238,7 +252,10 @@ typedef struct vr_graph {
     vr_dtype act_dtype;       /* activations; LayerNorm statistics, lse and losses stay f32 */
     int params;               /* flat parameter buffer (n_params elements, llm.c order) */
     int master;               /* flat fp32 master buffer over the trainable params; -1 */
-    int optim[2];             /* flat optimizer state buffers over the trainable params; -1 */
+    int optim[2];             /* flat optimizer state buffers over the trainable params; -1. With 8-bit
+                               * state: the u8 codes of the tensors that quantize (vr_q8_quantized) */
+    int absmax[2];            /* 8-bit state: flat f32 per-block absmax of optim[0], optim[1]; -1 */
+    int optim32[2];           /* 8-bit state: flat f32 state of the tensors too small to quantize; -1 */
     int tokens, targets;      /* inputs (GPT: tok, targets (B,T); MLP: features (B,D), labels (B)) */
     int losses;               /* per-row losses, f32 */
     int loss_node;            /* the node computing losses */

@@ -18,14 +18,27 @@ static const vr_cli_command commands[] = {
 };
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
 
+/* The library names the fields of its configurations; a message that starts with one is shown with the
+ * flag that sets it. */
+static const char *field_flags[][2] = {
+    {"optim_state", "--optim-state"},
+    {"master", "--master"},
+};
+
 int vr_cli_fail(const char *cmd, int status, const char *fmt, ...)
 {
+    char msg[2048];
     va_list ap;
-    fprintf(stderr, "vram %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    const char *text = msg, *flag = NULL;
+    for (size_t i = 0; i < sizeof field_flags / sizeof *field_flags; i++) {
+        size_t n = strlen(field_flags[i][0]);
+        if (!strncmp(msg, field_flags[i][0], n) && msg[n] == ':')
+            flag = field_flags[i][1], text = msg + n;
+    }
+    fprintf(stderr, "vram %s: %s%s\n", cmd, flag ? flag : "", text);
     return status;
 }
 

@@ -8,7 +8,7 @@
 #include "vram/util.h"
 
 static const char *str_flags[] = {"--model", "--preset", "--sizes", "--act", "--optim", "--recompute", "--freeze",
-                                  "--precision"};
+                                  "--precision", "--optim-state", "--master"};
 static const char *int_flags[] = {"--layers", "--channels", "--heads", "--vocab", "--padded-vocab",
                                   "--max-seq", "--seq", "--batch", "--accum"};
 #define NSTR ((int)(sizeof str_flags / sizeof *str_flags))
@@ -18,7 +18,7 @@ int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_mode
 {
     const char *a = argv[*i];
     const char **str_dst[NSTR] = {&f->model, &f->preset, &f->sizes, &f->act, &f->optim, &f->recompute,
-                                  &f->freeze, &f->precision};
+                                  &f->freeze, &f->precision, &f->optim_state, &f->master};
     long long *int_dst[NINT] = {&f->layers, &f->channels, &f->heads, &f->vocab, &f->padded_vocab,
                                 &f->max_seq, &f->seq, &f->batch, &f->accum};
     if (!strcmp(a, "--eval")) {
@@ -158,6 +158,11 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     if (o->precision && vr_precision_parse(o->precision, "--precision", &s->precision))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
+    if (o->optim_state && vr_optim_state_parse(o->optim_state, "--optim-state", &s->optim_state))
+        return vr_cli_fail(cmd, 2, "%s", vr_last_error());
+    if (o->master && strcmp(o->master, "fp32") && strcmp(o->master, "none"))
+        return vr_cli_fail(cmd, 2, "--master: '%s' is not one of fp32|none", o->master);
+    s->no_master = o->master && !strcmp(o->master, "none");
     s->freeze = o->freeze;
     s->grad_clip = (float)o->clip;
     return 0;
@@ -188,6 +193,9 @@ void vr_step_flags_usage(FILE *f, const vr_model_defaults *d)
             "  --recompute none|block|selective       activation checkpointing (none)\n"
             "  --freeze GLOBS           comma-separated globs over parameter names ('h.*.attn*,wte')\n"
             "  --precision fp32|bf16|fp16             (fp32)\n"
+            "  --optim-state fp32|bf16|8bit           Adam/momentum state: fp32, bf16 (stochastic rounding) or\n"
+            "                                         8-bit block-wise (tensors under 4096 elements stay fp32) (fp32)\n"
+            "  --master fp32|none       bf16: keep an fp32 master copy of the weights, or none (fp32)\n"
             "  --clip X                 clip gradients to global norm X\n",
             d->batch, seq, vr_optim_name(d->optim));
 }

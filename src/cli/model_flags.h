@@ -1,7 +1,7 @@
 /* vram command: the model and step flags shared by the commands that build a
  * step graph (plan, train, eval): --model --preset --layers --channels --heads
  * --vocab --padded-vocab --max-seq --sizes --act --seq --batch --accum --optim
- * --recompute --freeze --precision --clip --eval. */
+ * --recompute --freeze --precision --optim-state --master --clip --eval. */
 #ifndef VRAM_CLI_MODEL_FLAGS_H
 #define VRAM_CLI_MODEL_FLAGS_H
 
@@ -11,7 +11,7 @@
 #include "vram/graph.h"
 
 typedef struct vr_model_flags {
-    const char *model, *preset, *sizes, *act, *optim, *recompute, *freeze, *precision;
+    const char *model, *preset, *sizes, *act, *optim, *recompute, *freeze, *precision, *optim_state, *master;
     long long layers, channels, heads, vocab, padded_vocab, max_seq, seq, batch, accum; /* 0: not given */
     double clip;     /* 0: not given */
     bool eval;       /* --eval: the no-grad graph */

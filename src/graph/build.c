@@ -10,6 +10,16 @@ vr_status vr_graph_build(const vr_model_config *m, const vr_step_config *s, vr_g
     if ((unsigned)s->precision > VR_PREC_FP16 || (unsigned)s->optim > VR_OPTIM_ADAMW ||
         (unsigned)s->recompute > VR_RECOMPUTE_SELECTIVE)
         return vr_error(VR_ERR_INVALID, "step config: bad precision, optimizer or recompute value");
+    if ((unsigned)s->optim_state > VR_OSTATE_8BIT)
+        return vr_error(VR_ERR_INVALID, "step config: bad optim_state value %d", (int)s->optim_state);
+    if (s->train && s->optim_state != VR_OSTATE_FP32 && s->optim != VR_OPTIM_MOMENTUM && s->optim != VR_OPTIM_ADAM &&
+        s->optim != VR_OPTIM_ADAMW)
+        return vr_error(VR_ERR_INVALID, "optim_state: %s state needs an optimizer with state (momentum, adam, adamw); "
+                        "%s has none", vr_optim_state_name(s->optim_state), vr_optim_name(s->optim));
+    if (s->no_master && s->precision != VR_PREC_BF16)
+        return vr_error(VR_ERR_INVALID, "master: 'none' needs bf16 precision (%s %s)", vr_precision_name(s->precision),
+                        s->precision == VR_PREC_FP32 ? "weights are their own fp32 master"
+                                                     : "weights lose small updates without an fp32 master");
     if (s->accum < 0)
         return vr_error(VR_ERR_INVALID, "--accum: must be >= 1 (got %d)", s->accum);
     vr_graph *g = vr_graph_new(s->precision);

@@ -10,13 +10,13 @@
 
 size_t vr_dtype_size(vr_dtype dt)
 {
-    static const size_t sizes[VR_DTYPE_COUNT] = {4, 2, 2, 4};
+    static const size_t sizes[VR_DTYPE_COUNT] = {4, 2, 2, 4, 1};
     return (unsigned)dt < VR_DTYPE_COUNT ? sizes[dt] : 0;
 }
 
 const char *vr_dtype_name(vr_dtype dt)
 {
-    static const char *names[VR_DTYPE_COUNT] = {"f32", "bf16", "f16", "i32"};
+    static const char *names[VR_DTYPE_COUNT] = {"f32", "bf16", "f16", "i32", "u8"};
     return (unsigned)dt < VR_DTYPE_COUNT ? names[dt] : "?";
 }
 
@@ -35,10 +35,12 @@ const char *vr_phase_name(vr_phase p)
 static const char *prec_names[] = {"fp32", "bf16", "fp16"};
 static const char *optim_names[] = {"none", "sgd", "momentum", "adam", "adamw"};
 static const char *recompute_names[] = {"none", "block", "selective"};
+static const char *ostate_names[] = {"fp32", "bf16", "8bit"};
 
 const char *vr_precision_name(vr_precision p) { return (unsigned)p < 3 ? prec_names[p] : "?"; }
 const char *vr_optim_name(vr_optim o) { return (unsigned)o < 5 ? optim_names[o] : "?"; }
 const char *vr_recompute_name(vr_recompute r) { return (unsigned)r < 3 ? recompute_names[r] : "?"; }
+const char *vr_optim_state_name(vr_optim_state o) { return (unsigned)o < 3 ? ostate_names[o] : "?"; }
 
 static vr_status parse_name(const char *s, const char *what, const char **names, int n, int *out)
 {
@@ -80,6 +82,14 @@ vr_status vr_recompute_parse(const char *s, const char *what, vr_recompute *out)
     return st;
 }
 
+vr_status vr_optim_state_parse(const char *s, const char *what, vr_optim_state *out)
+{
+    int v = 0;
+    vr_status st = parse_name(s, what, ostate_names, 3, &v);
+    *out = (vr_optim_state)v;
+    return st;
+}
+
 /* ------------------------------------------------------------------ graph */
 
 vr_graph *vr_graph_new(vr_precision p)
@@ -88,6 +98,7 @@ vr_graph *vr_graph_new(vr_precision p)
     if (!g)
         return NULL;
     g->params = g->master = g->optim[0] = g->optim[1] = -1;
+    g->absmax[0] = g->absmax[1] = g->optim32[0] = g->optim32[1] = -1;
     g->tokens = g->targets = g->losses = g->loss_node = -1;
     g->step.precision = p;
     g->param_dtype = p == VR_PREC_BF16 ? VR_BF16 : p == VR_PREC_FP16 ? VR_F16 : VR_F32;
@@ -157,7 +168,7 @@ int vr_graph_tensor(vr_graph *g, const char *name, vr_dtype dt, vr_role role, in
     t->role = role;
     t->view_of = -1;
     t->param_offset = -1;
-    t->grad = t->master = t->optim[0] = t->optim[1] = -1;
+    t->grad = t->master = t->optim[0] = t->optim[1] = t->absmax[0] = t->absmax[1] = -1;
     t->producer = -1;
     t->persistent = role == VR_ROLE_PARAM || role == VR_ROLE_MASTER || role == VR_ROLE_OPTIM;
     return id;

@@ -33,6 +33,10 @@ static void step_text(const vr_graph *g, char *buf, size_t cap)
                       vr_optim_name(s->optim), vr_recompute_name(s->recompute));
     if (n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, ", %s", vr_precision_name(s->precision));
+    if (s->train && s->optim_state != VR_OSTATE_FP32 && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, ", %s optimizer state", vr_optim_state_name(s->optim_state));
+    if (s->train && s->no_master && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, ", no master weights");
     if (s->freeze && *s->freeze && n > 0 && (size_t)n < cap)
         snprintf(buf + n, cap - (size_t)n, ", frozen '%s'", s->freeze);
 }
@@ -130,6 +134,8 @@ char *vr_plan_json(const vr_plan *p, bool timeline)
     cJSON_AddStringToObject(step, "optim", vr_optim_name(g->step.optim));
     cJSON_AddStringToObject(step, "recompute", vr_recompute_name(g->step.recompute));
     cJSON_AddStringToObject(step, "precision", vr_precision_name(g->step.precision));
+    cJSON_AddStringToObject(step, "optim_state", vr_optim_state_name(g->step.optim_state));
+    cJSON_AddStringToObject(step, "master", g->step.no_master ? "none" : "fp32");
     cJSON_AddStringToObject(step, "freeze", g->step.freeze ? g->step.freeze : "");
     cJSON *gr = cJSON_AddObjectToObject(root, "graph");
     cJSON_AddNumberToObject(gr, "tensors", g->n_tensors);

@@ -16,8 +16,18 @@ vr_llmc_config vr__llmc_config_of(const vr_gpt_config *c)
     return l;
 }
 
+/* The flat buffers a resumable state holds, in the order they are written back: the parameters, then the
+ * master copy (which overrides the one derived from them), then the optimizer state in its format. */
+#define STATE_BUFS 8
+static void state_buffers(const vr_graph *g, int ids[STATE_BUFS])
+{
+    int v[STATE_BUFS] = {g->params, g->master, g->optim[0], g->optim[1], g->absmax[0], g->absmax[1], g->optim32[0],
+                         g->optim32[1]};
+    memcpy(ids, v, sizeof v);
+}
+
 /* The config integers a state must match, and its buffers (host arrays the caller frees). */
-static vr_status describe(vr_trainer *t, vr_train_state *s, float **bufs)
+static vr_status describe(vr_trainer *t, vr_train_state *s, void **bufs)
 {
     const vr_graph *g = t->g;
     const vr_model_config *m = &t->cfg.model;
@@ -46,12 +56,15 @@ static vr_status describe(vr_trainer *t, vr_train_state *s, float **bufs)
     vr_state_set_config(s, "params", g->n_params);
     vr_state_set_config(s, "trainable", g->n_trainable);
     vr_state_set_config(s, "precision", t->cfg.step.precision);
+    vr_state_set_config(s, "optim_state", t->cfg.step.optim_state);
+    vr_state_set_config(s, "no_master", t->cfg.step.no_master);
     if (t->train) { /* the data itself: resuming on other data would silently train on it */
         vr_state_set_config(s, "data_tokens", (int64_t)vr_data_num_tokens(t->train));
         vr_state_set_config(s, "data_crc32", vr_data_fingerprint(t->train));
     }
-    int ids[3] = {g->params, g->optim[0], g->optim[1]};
-    for (int k = 0; k < 3; k++) {
+    int ids[STATE_BUFS];
+    state_buffers(g, ids);
+    for (int k = 0; k < STATE_BUFS; k++) {
         bufs[k] = NULL;
         if (ids[k] < 0)
             continue;
@@ -66,20 +79,20 @@ static vr_status describe(vr_trainer *t, vr_train_state *s, float **bufs)
     return VR_OK;
 }
 
-static void free_bufs(float **bufs)
+static void free_bufs(void **bufs)
 {
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < STATE_BUFS; k++)
         free(bufs[k]);
 }
 
 vr_status vr_trainer_save_state(vr_trainer *t, const char *path)
 {
     vr_train_state *s = malloc(sizeof *s);
-    float *bufs[3] = {0};
+    void *bufs[STATE_BUFS] = {0};
     if (!s)
         return vr_error(VR_ERR_OOM, "train: out of host memory");
     vr_status st = describe(t, s, bufs);
-    for (int k = 0; k < s->nbuffers && !st; k++) { /* buffers in order: params, optim[0], optim[1] */
+    for (int k = 0; k < s->nbuffers && !st; k++) { /* buffers in state_buffers' order */
         int id = vr_graph_find(t->g, s->buffers[k].name);
         st = vr_exec_read(t->exec, id, s->buffers[k].data, s->buffers[k].bytes);
     }
@@ -106,7 +119,7 @@ vr_status vr_trainer_save_state(vr_trainer *t, const char *path)
 static vr_status resume(vr_trainer *t, const char *path)
 {
     vr_train_state *want = malloc(sizeof *want), *file = malloc(sizeof *file);
-    float *bufs[3] = {0};
+    void *bufs[STATE_BUFS] = {0};
     vr_status st = !want || !file ? vr_error(VR_ERR_OOM, "train: out of host memory") : VR_OK;
     if (!st)
         st = describe(t, want, bufs);
