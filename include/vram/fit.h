@@ -1,6 +1,6 @@
 /* vram — the fitter: the largest batch that fits a memory budget, and the
- * fastest configuration (precision, recompute policy, micro-batch × accumulation)
- * that fits, found by planning candidates (vram/plan.h). Plans touch no memory,
+ * fastest configuration (precision, recompute policy, optimizer-state format,
+ * master weights or none, micro-batch × accumulation) that fits, found by planning candidates (vram/plan.h). Plans touch no memory,
  * so every candidate is exact and cheap.
  *
  * What "fits" means: the static arena of the step's plan (arena_size, what the
@@ -40,7 +40,10 @@ extern "C" {
 #endif
 
 #define VR_FIT_MAX_BATCH (1 << 20) /* the search stops here (reported as capped) */
-#define VR_FIT_MAX_ROWS 9          /* 3 precisions × 3 recompute policies */
+#define VR_FIT_MAX_ROWS 54         /* 3 precisions × 3 recompute policies × 3 state formats × 2 masters */
+#define VR_FIT_SAME_SPEED 0.02     /* rows within 2% of the fastest's tokens/s count as equally fast: the best
+                                    * is then the most exact of them (fp32 state before bf16 before 8-bit, an
+                                    * fp32 master before none) */
 
 /* One planned candidate. */
 typedef struct vr_fit_point {
@@ -99,6 +102,9 @@ typedef struct vr_fit_options {
                                 * that fits, with the step config's accum */
     unsigned precisions;       /* bit (1u << vr_precision) per precision to try; 0: fp32 and bf16 */
     unsigned recomputes;       /* bit (1u << vr_recompute) per policy; 0: none, selective, block */
+    unsigned optim_states;     /* bit (1u << vr_optim_state) per state format; 0: all three when the optimizer
+                                * has state (fp32 only otherwise) */
+    unsigned masters;          /* bit 0: fp32 master, bit 1: none (bf16 only); 0: both */
     vr_fit_cost_model cost;    /* throughput figures (all 0: vr_fit_cost_h100) */
 } vr_fit_options;
 
@@ -106,6 +112,8 @@ typedef struct vr_fit_options {
 typedef struct vr_fit_row {
     vr_precision precision;
     vr_recompute recompute;
+    vr_optim_state optim_state;
+    bool no_master;
     int micro, accum;          /* micro-batch rows and micro-batches per step; micro 0: none fits */
     bool fits;
     vr_fit_point point;        /* the plan at micro (at 1 when none fits) */
@@ -122,12 +130,12 @@ typedef struct vr_fit_result {
     int n_rows;
     vr_fit_row rows[VR_FIT_MAX_ROWS]; /* ranked: fitting rows by tokens/s (highest first), then the
                                        * rest by need at micro-batch 1 (smallest first) */
-    int best;                  /* 0 when rows[0] fits, else -1 */
+    int best;                  /* the chosen row (VR_FIT_SAME_SPEED), -1 when none fits */
     uint64_t smallest_need;    /* least need over all rows (at their micro-batch, 1 when none fits) */
     int plans;                 /* plans made by the whole search */
 } vr_fit_result;
 
-/* For every precision × recompute policy in o: the largest micro-batch that fits
+/* For every precision × recompute policy × state format × master choice in o: the largest micro-batch that fits
  * (with o->global_batch: the largest divisor of it that fits, accum = G / micro;
  * under the cost model a larger micro-batch is never slower, the FLOPs being the
  * same), its plan and its cost; ranked, fastest first. A configuration that fits

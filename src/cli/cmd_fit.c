@@ -6,7 +6,8 @@
  *
  * Plans candidate steps (vram/fit.h; nothing is allocated) and prints the
  * largest micro-batch of the configuration as given, then every precision ×
- * recompute policy ranked by the cost model. --precision / --recompute pin the
+ * recompute policy × optimizer-state format × master choice ranked by the cost
+ * model. --precision / --recompute / --optim-state / --master pin the
  * search to one. Exit 0 when something fits, 1 when nothing does (with the
  * smallest need found), 2 for a bad flag (one line naming it). */
 #include <cjson/cJSON.h>
@@ -34,7 +35,7 @@ static void usage(FILE *f)
                "recompute policy (largest micro-batch, or micro x accum = --global-batch) by an estimated\n"
                "step time: matmul FLOPs / TFLOP/s + other kernels' bytes / bandwidth + launches.\n\n");
     vr_model_flags_usage(f, &fit_defaults);
-    fprintf(f, "step (--batch is what fit searches; --precision/--recompute pin the search to one)\n");
+    fprintf(f, "step (--batch is what fit searches; --precision/--recompute/--optim-state/--master pin the search)\n");
     vr_step_flags_usage(f, &fit_defaults);
     fprintf(f, "fit\n"
                "  --capacity SIZE          device memory to fit in (e.g. 16GiB); cuda: the GPU's total\n"
@@ -290,8 +291,10 @@ static int report(const opts *o, const target *t, uint64_t step_cap, const vr_st
         printf("\n");
         vr_fit_print(r, stdout);
         if (best)
-            printf("\nbest      %s, recompute %s, micro-batch %d x accum %d: need %s, est. %.2f ms/step, "
-                   "%.0f tokens/s\n", vr_precision_name(best->precision), vr_recompute_name(best->recompute),
+            printf("\nbest      %s, recompute %s, %s optimizer state%s, micro-batch %d x accum %d: need %s, "
+                   "est. %.2f ms/step, %.0f tokens/s\n", vr_precision_name(best->precision),
+                   vr_recompute_name(best->recompute), vr_optim_state_name(best->optim_state),
+                   best->no_master ? ", no master weights" : "",
                    best->micro, best->accum, vr_format_size(best->point.need, a, sizeof a),
                    best->cost.seconds * 1e3, best->tokens_per_s);
     }
@@ -328,6 +331,10 @@ int vr_cmd_fit(int argc, char **argv)
     fo.capacity = t.capacity > t.context ? t.capacity - t.context : 0;
     if (o.m.precision)
         fo.precisions = 1u << s.precision;
+    if (o.m.optim_state)
+        fo.optim_states = 1u << s.optim_state;
+    if (o.m.master)
+        fo.masters = s.no_master ? 2u : 1u;
     if (o.m.recompute)
         fo.recomputes = 1u << s.recompute;
     vr_fit_batch b;

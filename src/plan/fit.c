@@ -81,6 +81,8 @@ static vr_status search_row(const vr_model_config *m, vr_step_config s, const vr
     memset(row, 0, sizeof *row);
     row->precision = s.precision;
     row->recompute = s.recompute;
+    row->optim_state = s.optim_state;
+    row->no_master = s.no_master;
     int G = o->global_batch;
     vr_fit_batch b;
     s.accum = G ? 1 : s.accum > 1 ? s.accum : 1;
@@ -149,14 +151,27 @@ vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const
     const vr_fit_cost_model zero = {0};
     if (!memcmp(&opt->cost, &zero, sizeof zero))
         opt->cost = vr_fit_cost_h100();
+    bool stateful = s->train && (s->optim == VR_OPTIM_MOMENTUM || s->optim == VR_OPTIM_ADAM || s->optim == VR_OPTIM_ADAMW);
+    if (!opt->optim_states)
+        opt->optim_states = stateful ? 7u : 1u << VR_OSTATE_FP32;
+    if (!stateful)
+        opt->optim_states &= 1u << VR_OSTATE_FP32;
+    if (!opt->masters)
+        opt->masters = 3u;
+    if (!s->train)
+        opt->masters = 1u;
     static const vr_recompute order[3] = {VR_RECOMPUTE_NONE, VR_RECOMPUTE_SELECTIVE, VR_RECOMPUTE_BLOCK};
-    for (int p = VR_PREC_FP32; p <= VR_PREC_FP16; p++) {
-        for (int r = 0; r < 3; r++) {
-            if (!(opt->precisions & 1u << p) || !(opt->recomputes & 1u << order[r]))
-                continue;
+    for (int c = 0; c < 3 * 3 * 3 * 2; c++) {
+        int p = c / 18, r = c / 6 % 3, os = c / 2 % 3, nm = c % 2;
+        if (!(opt->precisions & 1u << p) || !(opt->recomputes & 1u << order[r]) || !(opt->optim_states & 1u << os) ||
+            !(opt->masters & 1u << nm) || (nm && p != VR_PREC_BF16))
+            continue;
+        {
             vr_step_config ss = *s;
             ss.precision = (vr_precision)p;
             ss.recompute = order[r];
+            ss.optim_state = (vr_optim_state)os;
+            ss.no_master = nm;
             vr_fit_row row;
             vr_status st = search_row(m, ss, opt, &row, &out->plans);
             if (st)
@@ -170,8 +185,14 @@ vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const
         }
     }
     if (!out->n_rows)
-        return vr_error(VR_ERR_INVALID, "fit: no precision or recompute policy to try");
+        return vr_error(VR_ERR_INVALID, "fit: no precision, recompute policy or state format to try");
     out->best = out->rows[0].fits ? 0 : -1;
+    for (int i = 1; i < out->n_rows && out->best >= 0; i++) { /* as fast and more exact */
+        const vr_fit_row *w = &out->rows[i], *b = &out->rows[out->best];
+        if (w->fits && w->tokens_per_s >= (1.0 - VR_FIT_SAME_SPEED) * out->rows[0].tokens_per_s &&
+            (int)w->optim_state + w->no_master < (int)b->optim_state + b->no_master)
+            out->best = i;
+    }
     out->smallest_need = out->rows[0].point.need;
     for (int i = 0; i < out->n_rows; i++)
         if (out->rows[i].point.need < out->smallest_need)

@@ -36,8 +36,8 @@ void vr_fit_print(const vr_fit_result *r, FILE *f)
             vr_format_size(o->capacity, cap, sizeof cap), r->plans);
     if (o->global_batch)
         fprintf(f, ": %d rows per step", o->global_batch);
-    fprintf(f, "\n\n%4s  %-9s %-9s %13s %12s %11s %11s %-4s %11s %14s %10s\n", "rank", "precision", "recompute",
-            "micro x accum", "tokens/step", "peak", "need", "fits", "FLOP/step", "est. step", "tokens/s");
+    fprintf(f, "\n\n%4s  %-9s %-9s %-5s %-6s %13s %12s %11s %11s %-4s %11s %14s %10s\n", "rank", "precision",
+            "recompute", "state", "master", "micro x accum", "tokens/step", "peak", "need", "fits", "FLOP/step", "est. step", "tokens/s");
     for (int i = 0; i < r->n_rows; i++) {
         const vr_fit_row *w = &r->rows[i];
         char mb[32], pk[32], nd[32], tm[32] = "-", tps[32] = "-", tf[32] = "-", tok[32] = "-";
@@ -51,8 +51,10 @@ void vr_fit_print(const vr_fit_result *r, FILE *f)
             flops_text(w->cost.flops, tf, sizeof tf);
             snprintf(tok, sizeof tok, "%lld", (long long)w->tokens);
         }
-        fprintf(f, "%4d  %-9s %-9s %13s %12s %11s %11s %-4s %11s %14s %10s\n", i + 1,
-                vr_precision_name(w->precision), vr_recompute_name(w->recompute), mb, tok,
+        fprintf(f, "%3d%c  %-9s %-9s %-5s %-6s %13s %12s %11s %11s %-4s %11s %14s %10s\n", i + 1,
+                i == r->best ? '*' : ' ', vr_precision_name(w->precision), vr_recompute_name(w->recompute),
+                vr_optim_state_name(w->optim_state), w->precision == VR_PREC_FP32 ? "-" : w->no_master ? "none" : "fp32",
+                mb, tok,
                 vr_format_size(w->point.peak, pk, sizeof pk), vr_format_size(w->point.need, nd, sizeof nd),
                 w->fits ? "yes" : "no", tf, tm, tps);
     }
@@ -94,6 +96,8 @@ void *vr_fit_json(const vr_fit_result *r)
         cJSON_AddItemToArray(rows, j);
         cJSON_AddStringToObject(j, "precision", vr_precision_name(w->precision));
         cJSON_AddStringToObject(j, "recompute", vr_recompute_name(w->recompute));
+        cJSON_AddStringToObject(j, "optim_state", vr_optim_state_name(w->optim_state));
+        cJSON_AddStringToObject(j, "master", w->precision == VR_PREC_FP32 ? "-" : w->no_master ? "none" : "fp32");
         cJSON_AddNumberToObject(j, "micro_batch", w->micro);
         cJSON_AddNumberToObject(j, "accum", w->accum);
         cJSON_AddNumberToObject(j, "max_micro_batch", w->max_micro);

@@ -11,8 +11,9 @@ trap 'rm -rf "$tmp"' EXIT
 cat "$tmp/out"
 grep -q "^largest batch (fp32, recompute none" "$tmp/out" || { echo "no largest-batch line"; exit 1; }
 grep -q "^best " "$tmp/out" || { echo "no best line"; exit 1; }
-for cfg in "fp32 *none" "fp32 *selective" "fp32 *block" "bf16 *none" "bf16 *selective" "bf16 *block"; do
-  grep -Eq "^ +[0-9]+ +$cfg " "$tmp/out" || { echo "no row for $cfg"; exit 1; }
+for cfg in "fp32 *none" "fp32 *selective" "fp32 *block" "bf16 *none" "bf16 *selective" "bf16 *block" \
+           "bf16 *block *8bit *none" "fp32 *none *bf16 *-"; do
+  grep -Eq "^ +[0-9]+\*? +$cfg " "$tmp/out" || { echo "no row for $cfg"; exit 1; }
 done
 
 # the max batch against vram plan: B fits 4 MiB, B+1 does not
@@ -22,7 +23,7 @@ B=$(sed -n 's/^largest batch .*: B=\([0-9]*\).*/\1/p' "$tmp/out")
 "$vram" plan --preset tiny --batch $((B + 1)) --capacity 4MiB | grep -q "DOES NOT FIT" || { echo "B=$((B + 1)) should not fit per vram plan"; exit 1; }
 
 # --json: parses; rows ranked; fitting rows within the capacity; max batch boundary
-"$vram" fit --preset small --seq 128 --capacity 64MiB --global-batch 24 --json >"$tmp/json"
+"$vram" fit --preset small --seq 128 --capacity 64MiB --global-batch 24 --optim-state fp32 --master fp32 --json >"$tmp/json"
 python3 - "$tmp/json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -44,15 +45,15 @@ for p in ("fp32", "bf16"):
         assert b["flops"] > n["flops"], (b, n)
 print("json ok:", [(r["precision"], r["recompute"], r["micro_batch"], r["accum"]) for r in fit])
 PY
-"$vram" fit --preset tiny --capacity 4MiB --recompute block --precision bf16 --json |
-  python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["rows"]; assert len(r)==1 and r[0]["recompute"]=="block" and r[0]["precision"]=="bf16"'
+"$vram" fit --preset tiny --capacity 4MiB --recompute block --precision bf16 --optim-state 8bit --master none --json |
+  python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["rows"]; assert len(r)==1 and r[0]["recompute"]=="block" and r[0]["precision"]=="bf16" and r[0]["optim_state"]=="8bit" and r[0]["master"]=="none", r'
 "$vram" fit --model mlp --preset mnist --optim sgd --capacity 64MiB --json | python3 -c 'import json,sys; json.load(sys.stdin)'
 "$vram" fit --preset tiny --capacity 128MiB --device cuda --context 32MiB --tflops bf16=300,fp32=100 --json |
   python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["device"]["step_capacity"] == 96 << 20 and d["cost_model"]["tflops"]["bf16"] == 300'
 
 # nothing fits: exit 1, one line naming the smallest need
 set +e
-"$vram" fit --preset gpt2 --seq 1024 --capacity 1GiB >"$tmp/nf" 2>"$tmp/nferr"
+"$vram" fit --preset gpt2 --seq 1024 --capacity 256MiB >"$tmp/nf" 2>"$tmp/nferr"
 rc=$?
 set -e
 [ "$rc" -eq 1 ] || { echo "no fit exited $rc, want 1"; cat "$tmp/nferr"; exit 1; }

@@ -138,7 +138,7 @@ static void test_no_fit(void **state)
         uint64_t a = arena_at(&m, &t, 1);
         least = a < least ? a : least;
     }
-    vr_fit_options o = {.capacity = least - 1, .precisions = 1u << VR_PREC_FP32};
+    vr_fit_options o = {.capacity = least - 1, .precisions = 1u << VR_PREC_FP32, .optim_states = 1u << VR_OSTATE_FP32};
     vr_fit_result *r = calloc(1, sizeof *r);
     assert_int_equal(vr_fit_search(&m, &adamw, &o, r), VR_OK);
     assert_int_equal(r->n_rows, 3);
@@ -245,7 +245,7 @@ static void test_search_global_batch(void **state)
     vr_model_config m = gpt_model("small", 128);
     vr_step_config s4 = adamw;
     s4.accum = 4;
-    vr_fit_options o = {.global_batch = 24, .capacity = arena_at(&m, &s4, 5)};
+    vr_fit_options o = {.global_batch = 24, .capacity = arena_at(&m, &s4, 5), .optim_states = 1u, .masters = 1u};
     vr_fit_result *r = calloc(1, sizeof *r);
     assert_int_equal(vr_fit_search(&m, &adamw, &o, r), VR_OK);
     assert_int_equal(r->n_rows, 6);
@@ -268,12 +268,66 @@ static void test_search_global_batch(void **state)
     free(r);
 }
 
+/* The default search tries every state format and, under bf16, no master; each row's plan is the plan of
+ * its configuration; the best is the most exact of the rows within VR_FIT_SAME_SPEED of the fastest. */
+static void test_search_state_formats(void **state)
+{
+    (void)state;
+    vr_model_config m = gpt_model("tiny", 0);
+    vr_fit_options o = {.capacity = 4 * VR_PLAN_ALIGN * 4096};
+    vr_fit_result *r = calloc(1, sizeof *r);
+    assert_int_equal(vr_fit_search(&m, &adamw, &o, r), VR_OK);
+    assert_int_equal(r->n_rows, 3 * 3 * 2 + 3 * 3); /* fp32: 3 recompute x 3 formats; bf16: x 2 masters */
+    check_ranked(r);
+    int seen[3] = {0}, no_master = 0;
+    for (int i = 0; i < r->n_rows; i++) {
+        const vr_fit_row *w = &r->rows[i];
+        seen[w->optim_state]++;
+        no_master += w->no_master;
+        assert_true(!w->no_master || w->precision == VR_PREC_BF16);
+        vr_step_config s = adamw;
+        s.precision = w->precision;
+        s.recompute = w->recompute;
+        s.optim_state = w->optim_state;
+        s.no_master = w->no_master;
+        if (w->micro)
+            assert_true(arena_at(&m, &s, w->micro) == w->point.need);
+    }
+    assert_int_equal(seen[0], 9);
+    assert_int_equal(seen[1], 9);
+    assert_int_equal(seen[2], 9);
+    assert_int_equal(no_master, 9);
+    assert_true(r->best >= 0);
+    const vr_fit_row *b = &r->rows[r->best];
+    assert_true(b->tokens_per_s >= (1.0 - VR_FIT_SAME_SPEED) * r->rows[0].tokens_per_s);
+    for (int i = 0; i < r->n_rows; i++) {
+        const vr_fit_row *w = &r->rows[i];
+        if (w->fits && w->tokens_per_s >= (1.0 - VR_FIT_SAME_SPEED) * r->rows[0].tokens_per_s)
+            assert_true((int)w->optim_state + w->no_master >= (int)b->optim_state + b->no_master);
+    }
+    /* an optimizer without state: fp32 state only; pinned formats are honoured */
+    vr_step_config sgd = adamw;
+    sgd.optim = VR_OPTIM_SGD;
+    vr_fit_options o2 = {.capacity = o.capacity, .precisions = 1u << VR_PREC_FP32};
+    assert_int_equal(vr_fit_search(&m, &sgd, &o2, r), VR_OK);
+    assert_int_equal(r->n_rows, 3);
+    for (int i = 0; i < r->n_rows; i++)
+        assert_int_equal(r->rows[i].optim_state, VR_OSTATE_FP32);
+    vr_fit_options o3 = {.capacity = o.capacity, .precisions = 1u << VR_PREC_BF16, .optim_states = 1u << VR_OSTATE_8BIT,
+                         .masters = 2u};
+    assert_int_equal(vr_fit_search(&m, &adamw, &o3, r), VR_OK);
+    assert_int_equal(r->n_rows, 3);
+    for (int i = 0; i < r->n_rows; i++)
+        assert_true(r->rows[i].optim_state == VR_OSTATE_8BIT && r->rows[i].no_master);
+    free(r);
+}
+
 /* No global batch: the largest micro-batch per configuration; JSON parses. */
 static void test_search_json(void **state)
 {
     (void)state;
     vr_model_config m = gpt_model("tiny", 0);
-    vr_fit_options o = {.capacity = 4 * VR_PLAN_ALIGN * 4096};
+    vr_fit_options o = {.capacity = 4 * VR_PLAN_ALIGN * 4096, .optim_states = 1u, .masters = 1u};
     vr_fit_result *r = calloc(1, sizeof *r);
     assert_int_equal(vr_fit_search(&m, &adamw, &o, r), VR_OK);
     assert_int_equal(r->n_rows, 6);
@@ -314,6 +368,7 @@ int main(void)
         cmocka_unit_test(test_max_batch_capped),     cmocka_unit_test(test_no_fit),
         cmocka_unit_test(test_cost_flops),           cmocka_unit_test(test_search_global_batch),
         cmocka_unit_test(test_search_json),
+        cmocka_unit_test(test_search_state_formats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
