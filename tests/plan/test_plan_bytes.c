@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "plan_test_util.h"
@@ -180,6 +181,81 @@ static void mixed_precision_bytes(void **state)
     built_free(&b);
 }
 
+/* Optimizer state in fewer bytes, from the tiny GPT's shapes by hand (L=2, C=64, V=Vp=256, maxT=64):
+ * tensors of >= 4096 elements quantize (wte 16384, wpe 4096, per layer qkvw 12288, attprojw 4096, fcw and
+ * fcprojw 16384: 118784 elements in 464 blocks of 256); the rest (norms and biases, 832 per layer + 128)
+ * keep f32 state: 1792 elements. */
+static void optim_state_bytes(void **state)
+{
+    (void)state;
+    const uint64_t q = 118784, blocks = 464, small = 1792;
+    vr_step_config s = adamw;
+    s.optim_state = VR_OSTATE_8BIT;
+    built b = plan_gpt("tiny", B_, 0, s, NULL);
+    assert_int_equal((uint64_t)b.g->n_params, q + small);
+    assert_int_equal(b.p->total[VR_ROLE_OPTIM], 2 * (q + 4 * blocks + 4 * small));
+    assert_int_equal(b.p->count[VR_ROLE_OPTIM], 6); /* codes, absmax, f32 state for m and v */
+    assert_int_equal(b.g->tensors[b.g->optim[0]].dtype, VR_U8);
+    for (int i = 0; i < b.p->n_nodes; i++)
+        assert_int_equal(vr_plan_live(b.p, i, VR_ROLE_OPTIM), b.p->total[VR_ROLE_OPTIM]);
+    /* every parameter's views: codes + absmax when it quantizes, f32 otherwise */
+    for (int t = 0; t < b.g->n_tensors; t++) {
+        const vr_tensor *x = &b.g->tensors[t];
+        if (x->view_of != b.g->params || x->param_offset < 0)
+            continue;
+        bool quant = vr_tensor_numel(x) >= 4096;
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(b.g->tensors[x->optim[k]].dtype, quant ? VR_U8 : VR_F32);
+            if (quant)
+                assert_int_equal(vr_tensor_numel(&b.g->tensors[x->absmax[k]]), (vr_tensor_numel(x) + 255) / 256);
+            else
+                assert_int_equal(x->absmax[k], -1);
+        }
+    }
+    built_free(&b);
+    s.optim = VR_OPTIM_MOMENTUM; /* one state tensor */
+    b = plan_gpt("tiny", B_, 0, s, NULL);
+    assert_int_equal(b.p->total[VR_ROLE_OPTIM], q + 4 * blocks + 4 * small);
+    built_free(&b);
+    s.optim = VR_OPTIM_ADAMW;
+    s.optim_state = VR_OSTATE_BF16;
+    s.precision = VR_PREC_BF16;
+    s.no_master = true;
+    b = plan_gpt("tiny", B_, 0, s, NULL);
+    assert_int_equal(b.p->total[VR_ROLE_OPTIM], 2 * 2 * (q + small));
+    assert_int_equal(b.p->total[VR_ROLE_MASTER], 0);
+    assert_int_equal(b.p->total[VR_ROLE_PARAM], 2 * (q + small));
+    for (int i = 0; i < b.p->n_nodes; i++) /* the updates write no master */
+        if (b.g->nodes[i].phase == VR_PHASE_OPTIMIZER && b.g->nodes[i].op == VR_OP_ADAMW)
+            assert_int_equal(b.g->nodes[i].out[1], -1);
+    built_free(&b);
+    /* 8-bit state with frozen parameters: only the trainable ones have state */
+    s = adamw;
+    s.optim_state = VR_OSTATE_8BIT;
+    s.freeze = "wte";
+    b = plan_gpt("tiny", B_, 0, s, NULL);
+    assert_int_equal(b.p->total[VR_ROLE_OPTIM], 2 * ((q - 16384) + 4 * (blocks - 64) + 4 * small));
+    built_free(&b);
+}
+
+/* The state format needs a stateful optimizer; no master needs bf16: refused with the field named. */
+static void optim_state_refused(void **state)
+{
+    (void)state;
+    vr_model_config m = {.kind = VR_MODEL_GPT, .B = 1};
+    int T = 0;
+    assert_int_equal(vr_gpt_preset("tiny", &m.gpt, &T), VR_OK);
+    m.T = T;
+    vr_graph *g = NULL;
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_SGD, .optim_state = VR_OSTATE_8BIT};
+    assert_int_equal(vr_graph_build(&m, &s, &g), VR_ERR_INVALID);
+    assert_non_null(strstr(vr_last_error(), "optim_state"));
+    s = (vr_step_config){.train = true, .optim = VR_OPTIM_ADAMW, .precision = VR_PREC_FP16, .no_master = true};
+    assert_int_equal(vr_graph_build(&m, &s, &g), VR_ERR_INVALID);
+    assert_non_null(strstr(vr_last_error(), "master"));
+    assert_null(g);
+}
+
 static void mlp_bytes(void **state)
 {
     (void)state;
@@ -204,6 +280,8 @@ int main(void)
         cmocka_unit_test(accumulation),
         cmocka_unit_test(mixed_precision_bytes),
         cmocka_unit_test(mlp_bytes),
+        cmocka_unit_test(optim_state_bytes),
+        cmocka_unit_test(optim_state_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
