@@ -11,6 +11,7 @@ Prints one JSON line: mode, median step ms, tokens/s, peak memory_reserved/alloc
 context, and the losses per step.
 
   python3 bench/gpu/torch_gpt2.py --mode eager|compile [--steps 30] [--batch 16] [--seq 1024]
+                                  [--layers 12 --channels 768 --heads 12]
 
 Same run as vram (bench/gpu/validate.sh): --init CKPT --tokens FILE (vram train --save-init / --dump-batches),
 --warmup N --schedule cosine --min-lr-frac X (vram's lr schedule, lr_at(step) as src/train/schedule.c),
@@ -221,7 +222,12 @@ def main():
     ap.add_argument("--capacity-gib", type=float, default=16.0)
     ap.add_argument("--probe-steps", type=int, default=2)
     ap.add_argument("--max-probe", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=12, help="model shape (default GPT-2 124M; gpt2-xl: 48/1600/25)")
+    ap.add_argument("--channels", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
     a = ap.parse_args()
+    global L, C, NH
+    L, C, NH = a.layers, a.channels, a.heads
     torch.manual_seed(1337)
     torch.backends.cuda.matmul.allow_tf32 = a.precision == "bf16"
     torch.backends.cudnn.allow_tf32 = a.precision == "bf16"

@@ -172,6 +172,10 @@ int main(int argc, char **argv)
     cudaGetDeviceProperties(&prop, 0);
     void *ws = dmalloc(vr_cuda_matmul_workspace_bytes());
     CHECK(vr_cuda_ctx_init(&ctx, NULL, ws, vr_cuda_matmul_workspace_bytes()));
+    {   // VRAM_ATTN_V1 (this bench's switch): "1" both directions on the v1 kernels, "fwd"/"bwd" one of them
+        const char *e = getenv("VRAM_ATTN_V1");
+        ctx.attention_v1 = !e || !e[0] || !strcmp(e, "0") ? 0 : !strcmp(e, "fwd") ? 1 : !strcmp(e, "bwd") ? 2 : 3;
+    }
     cudaEventCreate(&ev0);
     cudaEventCreate(&ev1);
     printf("vram CUDA kernels, GPT-2 124M shapes: B=%d T=%d C=%d NH=%d V=%d, bf16; %s (%d SMs)\n", B, T, C, NH, V,
@@ -225,9 +229,7 @@ int main(int argc, char **argv)
     report("layernorm_fwd (N,768)", time_op(op_ln_fwd, NULL), 0, NC * 2 * 2 + N * 8, 2 * L + 1);
     b.ic = C, b.oc = 3 * C;
     report("matmul_fwd qkv 768->2304 +bias", time_op(op_mm_fwd, NULL), 2.0 * N * C * 3 * C, 0, L);
-    // VRAM_ATTN_V1 (attention.cu): "1" both directions on the v1 kernels, "fwd"/"bwd" one of them
-    const char *av1 = getenv("VRAM_ATTN_V1");
-    int v1f = av1 && av1[0] && strcmp(av1, "0") && strcmp(av1, "bwd"), v1b = av1 && av1[0] && strcmp(av1, "0") && strcmp(av1, "fwd");
+    int v1f = ctx.attention_v1 & 1, v1b = (ctx.attention_v1 >> 1) & 1;
     char att_fwd_name[64], att_bwd_name[64];
     snprintf(att_fwd_name, sizeof att_fwd_name, "attention_fwd (tensor cores, %s)", v1f ? "v1" : "v2");
     snprintf(att_bwd_name, sizeof att_bwd_name, "%s", v1b ? "attention_bwd v1 (delta+dkv+dq)" : "attention_bwd v2 (fused, atomic dq)");

@@ -66,14 +66,15 @@ typedef struct vr_exec_config {
                                    * the first step runs node by node, the second is captured into a
                                    * CUDA graph, later steps replay it (lr and step reach the optimizers
                                    * through device memory; other hyperparameters changing recapture).
-                                   * The environment variable VRAM_CUDA_GRAPH=1 (0) turns it on (off).
                                    * Same results; the bookkeeping (live bytes per node) still runs. */
     bool per_node_optimizer;      /* CUDA: one sumsq and one update launch per parameter tensor, as the
                                    * graph's nodes, instead of the default multi-tensor apply (the global
                                    * norm over all gradients in one pass, the update of all parameters in
-                                   * one launch, from a table of addresses in the step's workspace). The
-                                   * environment variable VRAM_MULTI_TENSOR=0 (1) sets (clears) it. Same
+                                   * one launch, from a table of addresses in the step's workspace). Same
                                    * results: the update bit for bit, the norm to fp32 summation order. */
+    bool profile;                 /* CUDA, node by node: GPU time per node (events), printed at the end */
+    unsigned attention_v1;        /* CUDA: bit 0 forward, bit 1 backward run the first attention kernels
+                                   * (deterministic backward) instead of the default ones */
     float loss_scale;             /* fp16 training: the first dynamic loss scale (0: 65536, as
                                    * torch.amp.GradScaler); ignored for fp32/bf16 */
     int loss_scale_window;        /* fp16: good steps before the scale doubles (0: 2000) */

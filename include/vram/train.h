@@ -59,6 +59,10 @@ typedef struct vr_train_config {
     float loss_scale;             /* fp16: the first dynamic loss scale (0: 65536) */
     int loss_scale_window;        /* fp16: good steps before it doubles (0: 2000) */
     bool poison;                  /* executor poisoning (tests) */
+    bool cuda_graph;              /* CUDA: replay the step as a CUDA graph (vr_exec_config.cuda_graph) */
+    bool per_node_optimizer;      /* CUDA: no multi-tensor apply (vr_exec_config.per_node_optimizer) */
+    bool profile;                 /* CUDA: GPU time per node, printed at the end (vr_exec_config.profile) */
+    unsigned attention_v1;        /* CUDA: the first attention kernels (vr_exec_config.attention_v1) */
     uint64_t max_memory;          /* --max-memory: device bytes this process may use in all, the CUDA context
                                    * included (0 = the device's free memory). A planned arena larger than
                                    * max_memory - context is refused before anything is allocated, with the

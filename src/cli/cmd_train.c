@@ -70,6 +70,13 @@ static void usage(FILE *f)
             "  --policy NAME            allocator policy with --memory dynamic (pytorch)\n"
             "  --inplace                gelu/relu/add write their output over a dying input (as vram plan)\n"
             "  --threads N              CPU threads for OpenMP and OpenBLAS (their defaults: all cores)\n"
+            "cuda kernels (the environment variable in brackets gives the default)\n"
+            "  --cuda-graph on|off      replay the step as a CUDA graph from step 3 on (off) [VRAM_CUDA_GRAPH=1]\n"
+            "  --multi-tensor on|off    one launch for the global norm and one for all updates (on)\n"
+            "                           [VRAM_MULTI_TENSOR=0]\n"
+            "  --profile                GPU time per node and per op at the end (node by node only) [VRAM_PROFILE=1]\n"
+            "  --attention v2|v1|v1-fwd|v1-bwd   attention kernels; v1's backward is deterministic (v2)\n"
+            "                           [VRAM_ATTN_V1=1|fwd|bwd]\n"
             "  --json                   JSON Lines: plan, one record per step, evaluations, summary\n"
             "  --quiet                  only errors\n",
             DEFAULT_STEPS, DEFAULT_LR);
@@ -86,7 +93,50 @@ typedef struct topts {
     bool has_wd, has_min_lr;
     double loss_scale;
     long long loss_scale_window;
+    bool cuda_graph, per_node_optimizer, profile;
+    unsigned attention_v1;
 } topts;
+
+/* "on"/"1" or "off"/"0" into *out; 0, or prints the error naming flag and returns 2. */
+static int parse_onoff(const char *flag, const char *v, bool *out)
+{
+    if (!strcmp(v, "on") || !strcmp(v, "1"))
+        *out = true;
+    else if (!strcmp(v, "off") || !strcmp(v, "0"))
+        *out = false;
+    else
+        return vr_cli_fail("train", 2, "%s: '%s' is not one of on|off", flag, v);
+    return 0;
+}
+
+/* v2 (0), v1 (3: both), v1-fwd (1), v1-bwd (2); the environment's 1|fwd|bwd spelling too. */
+static int parse_attention(const char *flag, const char *v, unsigned *out)
+{
+    static const char *names[][2] = {{"v2", "0"}, {"v1-fwd", "fwd"}, {"v1-bwd", "bwd"}, {"v1", "1"}};
+    for (unsigned k = 0; k < 4; k++)
+        if (!strcmp(v, names[k][0]) || !strcmp(v, names[k][1])) {
+            *out = k;
+            return 0;
+        }
+    return vr_cli_fail("train", 2, "%s: '%s' is not one of v2|v1|v1-fwd|v1-bwd", flag, v);
+}
+
+/* The documented environment defaults of the CUDA switches (flags given later override them). */
+static int env_defaults(topts *o)
+{
+    const char *v;
+    bool mt = true;
+    if ((v = getenv("VRAM_CUDA_GRAPH")) && *v && parse_onoff("VRAM_CUDA_GRAPH", v, &o->cuda_graph))
+        return 2;
+    if ((v = getenv("VRAM_MULTI_TENSOR")) && *v && parse_onoff("VRAM_MULTI_TENSOR", v, &mt))
+        return 2;
+    o->per_node_optimizer = !mt;
+    if ((v = getenv("VRAM_PROFILE")) && *v && parse_onoff("VRAM_PROFILE", v, &o->profile))
+        return 2;
+    if ((v = getenv("VRAM_ATTN_V1")) && *v && parse_attention("VRAM_ATTN_V1", v, &o->attention_v1))
+        return 2;
+    return 0;
+}
 
 static int parse_double(const char *flag, const char *v, double lo, double hi, double *out)
 {
@@ -105,6 +155,8 @@ static int parse_int(const char *flag, const char *v, long long lo, long long hi
 
 static int parse_args(int argc, char **argv, topts *o)
 {
+    if (env_defaults(o))
+        return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -118,6 +170,24 @@ static int parse_args(int argc, char **argv, topts *o)
             continue;
         if (!strcmp(a, "--json") || !strcmp(a, "--quiet") || !strcmp(a, "--shuffle") || !strcmp(a, "--inplace")) {
             *(a[2] == 'j' ? &o->json : a[2] == 'q' ? &o->quiet : a[2] == 's' ? &o->shuffle : &o->inplace) = true;
+            continue;
+        }
+        if (!strcmp(a, "--profile")) {
+            o->profile = true;
+            continue;
+        }
+        if (!strcmp(a, "--cuda-graph") || !strcmp(a, "--multi-tensor") || !strcmp(a, "--attention")) {
+            if (i + 1 >= argc)
+                return vr_cli_fail("train", 2, "%s needs a value", a);
+            const char *v = argv[++i];
+            bool on = false;
+            int rc = a[2] == 'a' ? parse_attention(a, v, &o->attention_v1) : parse_onoff(a, v, &on);
+            if (rc)
+                return rc;
+            if (a[2] == 'c')
+                o->cuda_graph = on;
+            else if (a[2] == 'm')
+                o->per_node_optimizer = !on;
             continue;
         }
         if (!strcmp(a, "--loss-scale") || !strcmp(a, "--loss-scale-window")) {
@@ -283,6 +353,10 @@ int vr_cmd_train(int argc, char **argv)
     c.max_memory = o.max_memory;
     c.loss_scale = (float)o.loss_scale;
     c.loss_scale_window = (int)o.loss_scale_window;
+    c.cuda_graph = o.cuda_graph;
+    c.per_node_optimizer = o.per_node_optimizer;
+    c.profile = o.profile;
+    c.attention_v1 = o.attention_v1;
     if ((o.loss_scale > 0 || o.loss_scale_window > 0) && c.step.precision != VR_PREC_FP16)
         return vr_cli_fail("train", 2, "--loss-scale%s: only with --precision fp16 (bf16 and fp32 need no scaling)",
                            o.loss_scale > 0 ? "" : "-window");

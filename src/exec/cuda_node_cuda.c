@@ -14,8 +14,7 @@
  * and sets the int32 skip flag beside them on an overflow, which the optimizer
  * kernels read (dev_skip); the classifier's loss gradient carries the scale.
  *
- * Multi-tensor apply (default; vr_exec_config.per_node_optimizer or
- * VRAM_MULTI_TENSOR=0 turn it off): the first sumsq node sums the squares of
+ * Multi-tensor apply (default; vr_exec_config.per_node_optimizer turns it off): the first sumsq node sums the squares of
  * every sumsq node's gradient in one pass (and computes the clip factor), the
  * first update node updates every parameter in one launch; the other nodes of
  * those groups queue nothing (the executor's books still run node by node).
@@ -71,7 +70,7 @@ typedef struct cuda_state {
     mt_group sq, opt;  /* the sumsq nodes, the update nodes */
     float *partials;   /* device, VR_CUDA_MT_MAX_PARTIALS floats (workspace tail) */
     vr_cuda_mt_tensor *build; /* host scratch table */
-    vr_cuda_prof *prof;       /* VRAM_PROFILE: per-node GPU time, NULL otherwise */
+    vr_cuda_prof *prof;       /* cfg.profile: per-node GPU time, NULL otherwise */
 } cuda_state;
 
 static const vr_tensor *T_(const vr_exec_args *a, int id) { return &a->g->tensors[id]; }
@@ -591,8 +590,9 @@ static vr_status cuda_init(vr_exec *e)
         st = vr_cuda_stream_create(&s->stream);
     if (!st)
         st = vr_cuda_ctx_init(&s->ctx, s->stream, s->ws, s->ws ? s->ws_bytes : 0);
+    s->ctx.attention_v1 = (int)(e->cfg.attention_v1 & 3u);
     if (!st && !e->cfg.cuda_graph)
-        st = vr__cuda_prof_new(e->g->n_nodes, &s->prof);
+        st = vr__cuda_prof_new(e->g->n_nodes, e->cfg.profile, &s->prof);
     if (st) {
         vr_cuda_ctx_destroy(&s->ctx);
         vr_cuda_stream_destroy(s->stream);

@@ -1,4 +1,4 @@
-/* vram exec — per-node GPU time of the CUDA backend (VRAM_PROFILE=1, node-by-node mode only).
+/* vram exec — per-node GPU time of the CUDA backend (vr_exec_config.profile, node-by-node mode only).
  *
  * A timing event is recorded on the executor's stream before every node and after the last one;
  * when the next step begins, the step just ended is read back (one wait per step, not per node) and
@@ -13,8 +13,8 @@
 
 typedef struct vr_cuda_prof vr_cuda_prof;
 
-/* A profiler for a graph of n_nodes nodes; *out NULL when VRAM_PROFILE is not set. */
-vr_status vr__cuda_prof_new(int n_nodes, vr_cuda_prof **out);
+/* A profiler for a graph of n_nodes nodes; *out NULL when not enabled (vr_exec_config.profile). */
+vr_status vr__cuda_prof_new(int n_nodes, bool enabled, vr_cuda_prof **out);
 /* Around node i's work on ctx's stream. */
 vr_status vr__cuda_prof_before(vr_cuda_prof *p, const vr_cuda_ctx *ctx, int i);
 vr_status vr__cuda_prof_after(vr_cuda_prof *p, const vr_cuda_ctx *ctx, int i);

@@ -14,11 +14,10 @@ struct vr_cuda_prof {
     bool pending;   /* a step ended and was not read back */
 };
 
-vr_status vr__cuda_prof_new(int n_nodes, vr_cuda_prof **out)
+vr_status vr__cuda_prof_new(int n_nodes, bool enabled, vr_cuda_prof **out)
 {
     *out = NULL;
-    const char *v = getenv("VRAM_PROFILE");
-    if (!v || !*v || !strcmp(v, "0"))
+    if (!enabled)
         return VR_OK;
     vr_cuda_prof *p = calloc(1, sizeof *p);
     if (p) {
@@ -147,7 +146,7 @@ void vr__cuda_prof_end(vr_cuda_prof *p, const vr_graph *g)
         if (rows) {
             for (int i = 0; i < p->n; i++)
                 total += p->ms[i];
-            fprintf(stderr, "vram profile (VRAM_PROFILE): GPU time per node, mean of %d steps after the first: "
+            fprintf(stderr, "vram profile: GPU time per node, mean of %d steps after the first: "
                             "%.3f ms/step\n", (int)steps, total / steps);
             int n = 0;
             for (int i = 0; i < p->n; i++)

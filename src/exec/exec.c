@@ -247,12 +247,6 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
         if (!e->cfg.loss_scale_window)
             e->cfg.loss_scale_window = 2000;
     }
-    const char *cg = getenv("VRAM_CUDA_GRAPH");
-    if (cg && *cg)
-        e->cfg.cuda_graph = strcmp(cg, "0") != 0;
-    const char *mt = getenv("VRAM_MULTI_TENSOR");
-    if (mt && *mt)
-        e->cfg.per_node_optimizer = strcmp(mt, "0") == 0;
     if (e->cfg.cuda_graph && (e->cfg.memory != VR_MEMORY_PLANNED || e->cfg.poison || e->opt_start >= N ||
                               (g->step.train && g->step.accum > 1)))
         e->cfg.cuda_graph = false; /* replays need fixed addresses and nothing queued between nodes */

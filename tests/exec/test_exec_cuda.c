@@ -443,8 +443,8 @@ enum { MT_NODES, MT_PLANNED, MT_GRAPH, MT_NODES_DYNAMIC, MT_DYNAMIC, MT_RUNS };
  * dynamic (poisoned; against the per-node dynamic run). Each step: losses equal,
  * norms within 1e-6 relative (summation order), the state (params, master, m, v) bit for bit equal
  * when the clip factors are, else params within 1 bf16 ulp and master/m/v within rounding; then the
- * others take the per-node state again. Also: the plan equals each run, VRAM_MULTI_TENSOR=0 turns it
- * off. Returns the steps compared exactly. */
+ * others take the per-node state again. Also: the plan equals each run, per_node_optimizer turns it
+ * off (and the environment does not). Returns the steps compared exactly. */
 static int mt_compare(vr_optim optim, float clip, int steps)
 {
     vr_model_config m = mt_gpt();
@@ -535,13 +535,18 @@ static int mt_compare(vr_optim optim, float clip, int steps)
             assert_true(mem.arena == pl->arena_size);
         vr_exec_free(e[r]);
     }
-    /* the environment switch */
+    /* the configuration switch (the library reads no environment) */
     setenv("VRAM_MULTI_TENSOR", "0", 1);
     vr_exec *x = NULL;
     assert_int_equal(vr_exec_create(plan[0], dev, &cfg[MT_PLANNED], &x), VR_OK);
-    assert_false(x->multi_tensor);
+    assert_true(x->multi_tensor);
     vr_exec_free(x);
     unsetenv("VRAM_MULTI_TENSOR");
+    vr_exec_config off = cfg[MT_PLANNED];
+    off.per_node_optimizer = true;
+    assert_int_equal(vr_exec_create(plan[0], dev, &off, &x), VR_OK);
+    assert_false(x->multi_tensor);
+    vr_exec_free(x);
     vr_device_close(dev);
     vr_plan_free(plan[0]);
     vr_plan_free(plan[1]);

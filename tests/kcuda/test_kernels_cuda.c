@@ -64,6 +64,9 @@ static int setup(void **state)
     size_t ws = vr_cuda_matmul_workspace_bytes();
     if (cudaMalloc(&workspace, ws) != cudaSuccess) return -1;
     if (vr_cuda_ctx_init(&ctx, NULL, workspace, ws) != VR_OK) return -1;
+    /* VRAM_ATTN_V1=1|fwd|bwd (this test's switch) runs the attention tests on the first kernels */
+    const char *v1 = getenv("VRAM_ATTN_V1");
+    ctx.attention_v1 = !v1 || !v1[0] || !strcmp(v1, "0") ? 0 : !strcmp(v1, "fwd") ? 1 : !strcmp(v1, "bwd") ? 2 : 3;
     struct cudaDeviceProp p;
     cudaGetDeviceProperties(&p, 0);
     print_message("GPU: %s, %d SMs, compute %d.%d\n", p.name, ctx.sm_count, p.major, p.minor);

@@ -1081,21 +1081,9 @@ __global__ void k_att_dq_convert(T *dqkv, const float *dqacc, int bh0, int nbh, 
 
 /* ---------------------------------------------------------------- entry points */
 
-/* VRAM_ATTN_V1 selects the first tensor-core kernels (forward 64 queries per block; backward as two
- * deterministic kernels without atomics) instead of v2: "1" both, "fwd" the forward only, "bwd" the
- * backward only. Read once. Returns whether v1 is selected for the forward (bwd = 0) or backward. */
-static int att_v1(int bwd)
-{
-    static int v = -1; // bit 0: forward, bit 1: backward
-    if (v < 0) {
-        const char *e = getenv("VRAM_ATTN_V1");
-        if (!e || !e[0] || !strcmp(e, "0")) v = 0;
-        else if (!strcmp(e, "fwd")) v = 1;
-        else if (!strcmp(e, "bwd")) v = 2;
-        else v = 3;
-    }
-    return (v >> (bwd ? 1 : 0)) & 1;
-}
+/* ctx->attention_v1 selects the first tensor-core kernels (forward 64 queries per block; backward as two
+ * deterministic kernels without atomics) instead of v2: bit 0 the forward, bit 1 the backward. */
+static int att_v1(const vr_cuda_ctx *ctx, int bwd) { return (ctx->attention_v1 >> (bwd ? 1 : 0)) & 1; }
 
 static int use_tc(vr_cuda_dtype dt, int C, int NH, const void *p1, const void *p2, const void *p3)
 {
@@ -1109,7 +1097,7 @@ static vr_status att_fwd_t(const vr_cuda_ctx *ctx, void *out, float *lse, const 
 {
     cudaStream_t s = VR_STREAM(ctx);
     if constexpr (!__is_same(T, float)) {
-        if (tc && !att_v1(0)) {
+        if (tc && !att_v1(ctx, 0)) {
             dim3 grid((T_ + TC_BQ2 - 1) / TC_BQ2, B * NH);
             float scale_log2 = rsqrtf((float)TC_D) * VR_LOG2E;
             k_att_fwd_tc2<T><<<grid, 128, 0, s>>>((T *)out, lse, (const T *)qkv, T_, C, NH, scale_log2);
@@ -1139,7 +1127,7 @@ static vr_status att_bwd_t(const vr_cuda_ctx *ctx, void *dqkv, const void *dout,
     if constexpr (!__is_same(T, float)) {
         // v2: the fused backward, when the scratch beyond delta holds the fp32 dQ of at least one head
         size_t dbytes = (rows * sizeof(float) + 255) & ~(size_t)255, per_bh = (size_t)T_ * TC_D * sizeof(float);
-        if (tc && !att_v1(1) && vr_aligned16(out) && vr_aligned16(delta) && scratch_bytes >= dbytes + per_bh) {
+        if (tc && !att_v1(ctx, 1) && vr_aligned16(out) && vr_aligned16(delta) && scratch_bytes >= dbytes + per_bh) {
             k_att_delta64<T><<<(unsigned)((rows * 8 + 255) / 256), 256, 0, s>>>(delta, (const T *)dout,
                                                                               (const T *)out, B, T_, C, NH);
             VR_CU_LAUNCHED(ctx, "attention_bwd (delta)");

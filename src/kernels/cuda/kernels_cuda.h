@@ -74,6 +74,9 @@ typedef struct vr_cuda_ctx {
                                * [2] sqrt(1 - beta2^step), [3] 1 on the first step, else 0; fill with
                                * vr_cuda_opt_scalars + vr_cuda_upload), so that a captured CUDA graph
                                * replays each step with that step's values. Set after ctx_init. */
+    int attention_v1;       /* bit 0: the forward, bit 1: the backward use the first tensor-core attention
+                             * kernels (v1: the backward as two deterministic kernels without atomics)
+                             * instead of v2 (default 0) */
 } vr_cuda_ctx;
 
 /* Recommended cuBLASLt workspace: 32 MiB (as PyTorch on Hopper). */
