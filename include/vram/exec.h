@@ -55,6 +55,10 @@ extern "C" {
 
 typedef struct vr_exec vr_exec;
 
+/* The cuBLAS(Lt) workspace a CUDA step holds (as PyTorch on Hopper): the graph's workspace tensor
+ * (vr_step_config.workspace_bytes, role temp) on a CUDA device. */
+#define VR_CUDA_WORKSPACE_BYTES ((uint64_t)32 << 20)
+
 typedef struct vr_exec_config {
     vr_memory_mode memory;        /* planned (arena) or dynamic (caching allocator) */
     const char *alloc_policy;     /* dynamic: allocator policy (NULL = "pytorch") */

@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "vram/checkpoint.h"
 #include "vram/data.h"
+#include "vram/device.h"
 #include "vram/exec.h"
 #include "vram/util.h"
 
@@ -28,14 +29,15 @@ static void usage(FILE *f)
                "  --batch N                rows per batch (8)\n"
                "  --seq N                  sequence length (min(64, the checkpoint's))\n"
                "  --batches N              batches to average (0: the whole split) (0)\n"
-               "  --device cpu             (cpu)\n"
+               "  --device cpu|cuda|cuda:N (cpu)\n"
+               "  --precision fp32|bf16|fp16   weights and activations of the evaluation (fp32)\n"
                "  --memory planned|dynamic (planned)\n"
                "  --inplace                gelu and the residual adds write over their dying input\n"
                "  --json                   one JSON object\n");
 }
 
 typedef struct eopts {
-    const char *init, *data, *split, *device, *memory;
+    const char *init, *data, *split, *device, *memory, *precision;
     long long batch, seq, batches;
     bool json, inplace;
 } eopts;
@@ -57,6 +59,7 @@ static int parse_args(int argc, char **argv, eopts *o)
                           : !strcmp(a, "--split")  ? &o->split
                           : !strcmp(a, "--device") ? &o->device
                           : !strcmp(a, "--memory") ? &o->memory
+                          : !strcmp(a, "--precision") ? &o->precision
                                                    : NULL;
         long long *iv = !strcmp(a, "--batch") ? &o->batch : !strcmp(a, "--seq") ? &o->seq
                         : !strcmp(a, "--batches")                               ? &o->batches
@@ -120,11 +123,19 @@ static vr_status run(const eopts *o, eval_run *r, double *loss, int64_t *nb)
     if (m.T > lc.max_seq_len)
         return vr_error(VR_ERR_INVALID, "--seq: %d is longer than the checkpoint's %d positions", m.T, lc.max_seq_len);
     vr_step_config s = {0};
+    if (o->precision && (st = vr_precision_parse(o->precision, "--precision", &s.precision)))
+        return st;
     vr_memory_mode mode = o->memory && !strcmp(o->memory, "dynamic") ? VR_MEMORY_DYNAMIC : VR_MEMORY_PLANNED;
     vr_plan_config pc = {.memory = mode, .inplace = o->inplace};
     vr_exec_config ec = {.memory = mode};
+    if ((st = vr_device_open(o->device ? o->device : "cpu", &r->dev)))
+        return st;
+    if (vr_device_kind_of(r->dev) == VR_DEVICE_CUDA) { /* the CUDA kernels' scratch and cuBLAS workspace */
+        s.kernels = VR_KERNELS_CUDA;
+        s.workspace_bytes = VR_CUDA_WORKSPACE_BYTES;
+    }
     if ((st = vr_graph_build(&m, &s, &r->g)) || (st = vr_plan_create(r->g, &pc, &r->p)) ||
-        (st = vr_device_open(o->device ? o->device : "cpu", &r->dev)) || (st = vr_exec_create(r->p, r->dev, &ec, &r->e)))
+        (st = vr_exec_create(r->p, r->dev, &ec, &r->e)))
         return st;
     r->params = malloc(sizeof(float) * (size_t)r->g->n_params);
     r->tok = malloc(sizeof(int32_t) * (size_t)m.B * (size_t)m.T);

@@ -19,12 +19,12 @@
 #include "cli/model_flags.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "vram/device.h"
+#include "vram/exec.h"
 #include "vram/fit.h"
 #include "vram/graph.h"
 #include "vram/util.h"
 
 #define CONTEXT_ESTIMATE (527 * VR_MiB) /* DESIGN.md: PyTorch's context on an H100 */
-#define CUDA_WORKSPACE (32 * VR_MiB)    /* cuBLAS workspace, counted as temp by the plan */
 
 static const vr_model_defaults fit_defaults = {"gpt2", "mnist", 1, 0, VR_OPTIM_ADAMW};
 
@@ -200,7 +200,7 @@ static int resolve_device(const opts *o, target *t, vr_step_config *s, vr_fit_co
         if (t->spec[4] && vr_parse_int(t->spec + 5, "--device", 0, 1024, &idx) != VR_OK)
             return vr_cli_fail("fit", 2, "%s", vr_last_error());
         t->cuda = true;
-        s->workspace_bytes = CUDA_WORKSPACE;
+        s->workspace_bytes = VR_CUDA_WORKSPACE_BYTES;
         s->kernels = VR_KERNELS_CUDA;
         uint64_t cost = 0;
         if (o->has_context)

@@ -16,6 +16,7 @@
 #include "cli/cli.h"
 #include "cli/model_flags.h"
 #include "vram/device.h"
+#include "vram/exec.h"
 #include "vram/graph.h"
 #include "vram/plan.h"
 #include "vram/util.h"
@@ -23,7 +24,6 @@
 /* The CUDA context when it cannot be measured: DESIGN.md's figure (PyTorch on an H100). */
 #define CONTEXT_ESTIMATE (527 * VR_MiB)
 /* The library workspace on cuda (cuBLAS: 32 MiB in PyTorch). */
-#define CUDA_WORKSPACE (32 * VR_MiB)
 
 static const vr_model_defaults plan_defaults = {"gpt2", "mnist", 8, 0, VR_OPTIM_ADAMW};
 
@@ -175,7 +175,7 @@ int vr_cmd_plan(int argc, char **argv)
     if (o.policy && pc.memory != VR_MEMORY_DYNAMIC)
         return vr_cli_fail("plan", 2, "--policy: only with --memory dynamic");
     if (o.kernels ? !strcmp(o.kernels, "cuda") : t.cuda) {
-        s.workspace_bytes = CUDA_WORKSPACE;
+        s.workspace_bytes = VR_CUDA_WORKSPACE_BYTES;
         s.kernels = VR_KERNELS_CUDA;
     }
     pc.capacity = t.capacity > t.context ? t.capacity - t.context : t.capacity ? 1 : 0;
@@ -222,7 +222,7 @@ int vr_cmd_plan(int argc, char **argv)
                t.context ? ", " : "", t.context_how);
         if (s.kernels == VR_KERNELS_CUDA)
             printf("          CUDA kernels; library workspace %s (cuBLAS) counted as temp\n",
-                   vr_format_size(CUDA_WORKSPACE, a, sizeof a));
+                   vr_format_size(VR_CUDA_WORKSPACE_BYTES, a, sizeof a));
         printf("need      %s = %s %s + context %s\n", vr_format_size(need, a, sizeof a),
                p->has_dynamic ? "peak reserved" : "arena", vr_format_size(need - t.context, b, sizeof b),
                vr_format_size(t.context, c, sizeof c));

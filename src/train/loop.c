@@ -92,7 +92,7 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
     if (!st && vr_device_kind_of(t->dev) == VR_DEVICE_CUDA) { /* the CUDA kernels' scratch and cuBLAS workspace */
         t->cfg.step.kernels = VR_KERNELS_CUDA;
         if (!t->cfg.step.workspace_bytes)
-            t->cfg.step.workspace_bytes = (uint64_t)32 << 20;
+            t->cfg.step.workspace_bytes = VR_CUDA_WORKSPACE_BYTES;
     }
     if (!st)
         st = vr__trainer_memory_open(t);

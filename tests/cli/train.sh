@@ -110,6 +110,13 @@ else
   "$vram" train --device cuda --precision fp16 --steps 9 --loss-scale-window 3 --resume "$tmp/h.bin" \
     >"$tmp/h2.out" || fail "fp16 resume failed"
   grep -q "^step 7/9 .*| scale 262144" "$tmp/h2.out" || { cat "$tmp/h2.out"; fail "fp16 resume: the scale should go on from 262144"; }
+  # vram eval on the GPU: the fp32 loss of a checkpoint equals the CPU's (same kernels' arithmetic to rounding)
+  "$vram" train --steps 5 --save "$tmp/ev.bin" --quiet || fail "save for eval"
+  lc=$("$vram" eval --init "$tmp/ev.bin" --batches 4 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["loss"])')
+  lg=$("$vram" eval --init "$tmp/ev.bin" --batches 4 --device cuda --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["loss"])')
+  python3 -c "import sys; c, g = float('$lc'), float('$lg'); sys.exit(0 if abs(c - g) <= 1e-4 * abs(c) else 1)" ||
+    fail "eval on cuda: loss $lg, cpu $lc"
+  "$vram" eval --init "$tmp/ev.bin" --batches 4 --device cuda --precision bf16 >/dev/null || fail "eval bf16 on cuda"
 fi
 expect 2 "--loss-scale" train --loss-scale 1024 --steps 1
 "$vram" train --help | grep -q -- --resume
