@@ -148,6 +148,10 @@ vr_status vr_device_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t off
  * of mappings, each entirely inside). */
 void vr_device_phys_unmap(vr_device *dev, void *addr, size_t bytes);
 
+/* vr_device_phys_unmap for a range no queued work can touch any more (an event recorded after its last
+ * use has completed): cuda does not wait for the device first. */
+void vr_device_phys_unmap_idle(vr_device *dev, void *addr, size_t bytes);
+
 /* Gives the physical memory back (no mapping of it may remain). */
 void vr_device_phys_release(vr_device *dev, vr_phys *ph);
 

@@ -28,10 +28,22 @@
  *   split or handed to other sizes.
  * - Fresh granules come from the granules nobody uses; when those run out,
  *   cached blocks (and fully free small segments) are evicted, least recently
- *   freed first: unmapped (cuda waits for the device first, so their pages are
- *   then safe for any stream), their spans given back; only when nothing is
- *   cached is new physical memory created. Hence reserved grows only when the
- *   live blocks plus unusable gaps fill every granule held.
+ *   freed first: their spans are given back at once, and their virtual range
+ *   becomes *stale*: still mapped, with an event recorded on its stream. A
+ *   stale range is unmapped (without waiting for the device) once its event has
+ *   completed, looked at on every grow; work queued on that stream before the
+ *   eviction may still touch it until then. Its pages may be mapped again at
+ *   once for a request on the same stream (stream order keeps them apart);
+ *   before pages go to another stream, the stale ranges of other streams are
+ *   waited for. So eviction costs no device-wide wait (it used to: one per
+ *   unmap). Only when nothing is cached is new physical memory created. Hence
+ *   reserved grows only when the live blocks plus unusable gaps fill every
+ *   granule held.
+ * - Physical memory is created as one allocation per grow (the granules a
+ *   request needs at once), and a block's pieces that are consecutive granules
+ *   of one allocation are mapped with one call: a large block of fresh memory is
+ *   one mapping, not one per granule. empty_cache releases the physical
+ *   allocations all of whose granules are unused.
  * - Unavoidable overhead: gaps inside granules between pieces (a gap touching
  *   a granule's end or start is reused as head or tail; one in the middle
  *   waits for a neighbour's free), fragmentation of the small pool's
@@ -40,14 +52,31 @@
  *   releases every granule with nothing in it.
  * - Statistics: reserved_bytes counts granules held, per the pool that last
  *   took them; segment counts virtual ranges (small segments and large
- *   blocks); num_device_alloc / num_device_free count granule mappings /
- *   unmappings. max_split_size does not apply (large blocks never split). */
+ *   blocks); num_device_alloc / num_device_free count mapping calls / ranges
+ *   unmapped. max_split_size does not apply (large blocks never split). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "alloc/policy.h"
 
 typedef struct sgran sgran;
+
+/* One physical allocation: n granules, released when all of them are unused. */
+typedef struct hblk {
+    vr_phys *ph;
+    size_t n;                     /* granules */
+    size_t nfree;                 /* scratch count (release_cached) */
+} hblk;
+
+/* An evicted segment's virtual range, still mapped until its stream has passed the eviction. */
+typedef struct stale {
+    uintptr_t va;
+    size_t bytes;
+    size_t calls;                 /* mappings in it (one unmap call each) */
+    vr_stream stream;
+    vr_event *ev;                 /* recorded on stream at eviction */
+    struct stale *next;
+} stale;
 
 typedef struct span {
     uint32_t lo, hi;              /* used units [lo, hi) of a granule */
@@ -61,7 +90,8 @@ typedef struct glink {
 enum { HEADS = 0, TAILS = 1, FREE = 2 };
 
 struct sgran {
-    vr_phys *ph;
+    hblk *hb;                     /* the physical allocation it is part of */
+    size_t off;                   /* its byte offset there */
     int pool;                     /* VR_POOL_SMALL / LARGE: where its reserved bytes count */
     span *used;                   /* sorted by lo, disjoint */
     uint32_t nused, capused;
@@ -78,6 +108,7 @@ typedef struct piece {
 typedef struct sext {
     uintptr_t va;
     size_t n;                     /* granules mapped at va, va + G, ... */
+    size_t calls;                 /* by this many mapping calls */
     vr_segment *seg;
     bool cached;                  /* in the LRU list: free and evictable */
     struct sext *lprev, *lnext;
@@ -98,6 +129,8 @@ typedef struct st_state {
     sgran *freelist;
     size_t nfree;
     sext *oldest, *newest;        /* LRU of cached segments */
+    stale *stale_first, *stale_last; /* evicted ranges not unmapped yet, oldest first */
+    size_t nstale;
 } st_state;
 
 /* A placement: single piece (k == 0, no tail) or head + k full + tail. */
@@ -247,71 +280,113 @@ static void move_reserved(vr_alloc *a, sgran *g, int pool)
     g->pool = pool;
 }
 
-static void release_granule(vr_alloc *a, sgran *g);
-
-/* Creates one new granule (into FREE) for pool. */
-static vr_status create_granule(vr_alloc *a, int pool)
+/* Creates `count` new granules for pool as one physical allocation (into FREE, the first granule at
+ * the front), all or none; VR_ERR_OOM at the cap or when the device refuses. */
+static vr_status create_granules(vr_alloc *a, size_t count, int pool)
 {
     st_state *s = S(a);
-    if (s->nall == s->capall) {
-        size_t ncap = s->capall ? s->capall * 2 : 256;
+    if (a->limit != UINT64_MAX && (a->reserved + count * s->G > a->limit || count * s->G > a->limit))
+        return VR_ERR_OOM;
+    if (s->nall + count > s->capall) {
+        size_t ncap = s->capall ? s->capall : 256;
+        while (ncap < s->nall + count)
+            ncap *= 2;
         sgran **na = realloc(s->all, ncap * sizeof *na);
         if (!na)
             return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
         s->all = na;
         s->capall = ncap;
     }
-    sgran *g = calloc(1, sizeof *g);
-    if (!g)
+    hblk *hb = calloc(1, sizeof *hb);
+    sgran *gs = calloc(count, sizeof *gs); /* one array per allocation: gs[0] is freed with it */
+    if (!hb || !gs) {
+        free(hb);
+        free(gs);
         return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
-    vr_status st = vr_device_phys_create(a->dev, s->G, &g->ph);
+    }
+    vr_status st = vr_device_phys_create(a->dev, count * s->G, &hb->ph);
     if (st != VR_OK) {
-        free(g);
+        free(hb);
+        free(gs);
         return st;
     }
-    for (int w = 0; w < 3; w++)
-        g->link[w].bucket = -1;
-    g->pool = pool;
-    g->idx = s->nall;
-    s->all[s->nall++] = g;
-    link_into(s, g, FREE, 0);
-    a->reserved += s->G;
-    vra_stat_inc(&a->stats.reserved_bytes[VR_POOL_ALL], (int64_t)s->G);
-    vra_stat_inc(&a->stats.reserved_bytes[pool], (int64_t)s->G);
+    hb->n = count;
+    for (size_t i = count; i-- > 0;) { /* linked last to first: FREE then hands them out in order */
+        sgran *g = &gs[i];
+        for (int w = 0; w < 3; w++)
+            g->link[w].bucket = -1;
+        g->hb = hb;
+        g->off = i * s->G;
+        g->pool = pool;
+        g->idx = s->nall;
+        s->all[s->nall++] = g;
+        link_into(s, g, FREE, 0);
+        vra_stat_inc(&a->stats.reserved_bytes[pool], (int64_t)s->G);
+    }
+    a->reserved += count * s->G;
+    vra_stat_inc(&a->stats.reserved_bytes[VR_POOL_ALL], (int64_t)(count * s->G));
     return VR_OK;
 }
 
-/* Creates `count` new granules for pool, all or none; VR_ERR_OOM at the cap
- * or when the device refuses. */
-static vr_status create_granules(vr_alloc *a, size_t count, int pool)
+/* Gives back a physical allocation all of whose granules are in FREE. */
+static void release_hblk(vr_alloc *a, hblk *hb)
 {
     st_state *s = S(a);
-    if (a->limit != UINT64_MAX && (a->reserved + count * s->G > a->limit || count * s->G > a->limit))
-        return VR_ERR_OOM;
-    for (size_t i = 0; i < count; i++) {
-        vr_status st = create_granule(a, pool);
-        if (st != VR_OK) {
-            while (i--) /* the newest granules are at the front of FREE */
-                release_granule(a, s->freelist);
-            return st;
+    sgran *first = NULL;
+    for (size_t i = s->nall; i-- > 0;) {
+        sgran *g = s->all[i];
+        if (g->hb != hb)
+            continue;
+        if (g->off == 0)
+            first = g;
+        unlink_from(s, g, FREE);
+        a->reserved -= s->G;
+        vra_stat_dec(&a->stats.reserved_bytes[VR_POOL_ALL], (int64_t)s->G);
+        vra_stat_dec(&a->stats.reserved_bytes[g->pool], (int64_t)s->G);
+        s->all[g->idx] = s->all[--s->nall];
+        s->all[g->idx]->idx = g->idx;
+        free(g->used);
+    }
+    vr_device_phys_release(a->dev, hb->ph);
+    free(first); /* the granules' array */
+    free(hb);
+}
+
+/* ---------------------------------------------------------------- stale ranges */
+
+/* Unmaps a stale range (its event has completed, or the device is idle) and frees it. */
+static void stale_drop(vr_alloc *a, stale *x)
+{
+    vr_device_phys_unmap_idle(a->dev, (void *)x->va, x->bytes);
+    vr_device_vm_release(a->dev, (void *)x->va, x->bytes);
+    vr_event_destroy(a->dev, x->ev);
+    a->stats.num_device_free += (int64_t)x->calls;
+    free(x);
+}
+
+/* Unmaps the stale ranges whose event has completed, and with `other` NULL... : every one of a stream
+ * other than *other waits for its event first (before its pages go to that stream). wait_all: all. */
+static void stale_reap(vr_alloc *a, const vr_stream *other, bool wait_all)
+{
+    st_state *s = S(a);
+    stale **pp = &s->stale_first, *last = NULL;
+    while (*pp) {
+        stale *x = *pp;
+        bool wait = wait_all || (other && x->stream != *other);
+        if (wait)
+            vr_event_sync(a->dev, x->ev), x->ev = NULL;
+        if (wait || vr_event_query(a->dev, x->ev)) {
+            *pp = x->next;
+            s->nstale--;
+            stale_drop(a, x);
+        } else {
+            last = x;
+            pp = &x->next;
         }
     }
-    return VR_OK;
+    s->stale_last = last;
 }
 
-static void release_granule(vr_alloc *a, sgran *g)
-{
-    st_state *s = S(a);
-    unlink_from(s, g, FREE);
-    vr_device_phys_release(a->dev, g->ph);
-    a->reserved -= s->G;
-    vra_stat_dec(&a->stats.reserved_bytes[VR_POOL_ALL], (int64_t)s->G);
-    vra_stat_dec(&a->stats.reserved_bytes[g->pool], (int64_t)s->G);
-    s->all[g->idx] = s->all[--s->nall];
-    s->all[g->idx]->idx = g->idx;
-    free(g->used);
-    free(g);
-}
 
 /* ---------------------------------------------------------------- LRU of cached segments */
 
@@ -344,13 +419,26 @@ static void evict(vr_alloc *a, sext *e)
     lru_remove(s, e);
     vr_block *b = seg->head;
     vra_tree_remove(&b->pool->blocks, b);
-    vr_device_phys_unmap(a->dev, (void *)e->va, e->n * s->G);
+    stale *x = malloc(sizeof *x);
+    if (x)
+        *x = (stale){.va = e->va, .bytes = e->n * s->G, .calls = e->calls, .stream = seg->stream};
+    if (!x || vr_event_record(a->dev, seg->stream, &x->ev) != VR_OK) { /* unmap now, waiting for the device */
+        free(x);
+        vr_device_phys_unmap(a->dev, (void *)e->va, e->n * s->G);
+        vr_device_vm_release(a->dev, (void *)e->va, e->n * s->G);
+        a->stats.num_device_free += (int64_t)e->calls;
+    } else {
+        if (s->stale_last)
+            s->stale_last->next = x;
+        else
+            s->stale_first = x;
+        s->stale_last = x;
+        s->nstale++;
+    }
     for (size_t i = 0; i < e->n; i++) {
         span_del(e->p[i].g, e->p[i].lo);
         reclass(s, e->p[i].g);
     }
-    vr_device_vm_release(a->dev, (void *)e->va, e->n * s->G);
-    a->stats.num_device_free += (int64_t)e->n;
     vra_pool_dec(a->stats.segment, seg->pool, 1);
     vra_record(a, VRA_SEGMENT_UNMAP, e->va, e->n * s->G, seg->stream);
     vra_block_delete(a, b);
@@ -401,6 +489,15 @@ static plan make_plan(const st_state *s, uint32_t u_small, size_t u)
     return p;
 }
 
+/* Fresh pieces by physical allocation and offset. */
+static int by_place(const void *x, const void *y)
+{
+    const sgran *a = ((const piece *)x)->g, *b = ((const piece *)y)->g;
+    if (a->hb != b->hb)
+        return (uintptr_t)a->hb < (uintptr_t)b->hb ? -1 : 1;
+    return (a->off > b->off) - (a->off < b->off);
+}
+
 static sgran *take_fresh(vr_alloc *a, int pool)
 {
     st_state *s = S(a);
@@ -422,8 +519,10 @@ static vr_status execute(vr_alloc *a, vra_request *req, const plan *p)
     size_t i = 0;
     if (p->head)
         e->p[i++] = (piece){p->head, p->hlo, p->hhi};
+    size_t f0 = i;
     for (size_t j = 0; j < p->k; j++)
         e->p[i++] = (piece){take_fresh(a, pool), 0, s->nb};
+    qsort(&e->p[f0], p->k, sizeof(piece), by_place); /* runs of one allocation map at once */
     if (p->e)
         e->p[i++] = (piece){p->tail ? p->tail : take_fresh(a, pool), 0, p->e};
     e->n = n;
@@ -434,18 +533,25 @@ static vr_status execute(vr_alloc *a, vra_request *req, const plan *p)
             st = vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
     if (st == VR_OK)
         st = vr_device_vm_reserve(a->dev, n * s->G, &va);
-    size_t mapped = 0;
-    for (; st == VR_OK && mapped < n; mapped++)
-        if ((st = vr_device_phys_map(a->dev, (char *)va + mapped * s->G, e->p[mapped].g->ph, 0, s->G)) != VR_OK)
-            break;
+    size_t mapped = 0, calls = 0;
+    while (st == VR_OK && mapped < n) {
+        size_t run = 1; /* granules mapped by one call: consecutive in one physical allocation */
+        while (mapped + run < n && e->p[mapped + run].g->hb == e->p[mapped].g->hb &&
+               e->p[mapped + run].g->off == e->p[mapped].g->off + run * s->G)
+            run++;
+        st = vr_device_phys_map(a->dev, (char *)va + mapped * s->G, e->p[mapped].g->hb->ph, e->p[mapped].g->off,
+                                run * s->G);
+        if (st == VR_OK)
+            mapped += run, calls++;
+    }
     size_t bytes = 0;
     for (i = 0; i < n; i++)
         bytes += (size_t)(e->p[i].hi - e->p[i].lo) * UNIT;
     uintptr_t base = (uintptr_t)va + (size_t)e->p[0].lo * UNIT;
     vr_segment *seg = st == VR_OK ? vra_segment_new(a, base, bytes, req->stream, req->pool, false, true) : NULL;
     if (!seg) { /* undo the mappings and the range; fresh granules go back to FREE */
-        for (size_t j = 0; j < mapped; j++)
-            vr_device_phys_unmap(a->dev, (char *)va + j * s->G, s->G);
+        if (mapped)
+            vr_device_phys_unmap(a->dev, va, mapped * s->G);
         if (va)
             vr_device_vm_release(a->dev, va, n * s->G);
         for (size_t j = 0; j < n; j++)
@@ -458,9 +564,10 @@ static vr_status execute(vr_alloc *a, vra_request *req, const plan *p)
     for (i = 0; i < n; i++)
         reclass(s, e->p[i].g);
     e->va = (uintptr_t)va;
+    e->calls = calls;
     e->seg = seg;
     seg->pdata = e;
-    a->stats.num_device_alloc += (int64_t)n;
+    a->stats.num_device_alloc += (int64_t)calls;
     vra_pool_inc(a->stats.segment, req->pool, 1);
     vra_record(a, VRA_SEGMENT_MAP, e->va, n * s->G, req->stream);
     req->block = seg->head;
@@ -472,6 +579,7 @@ static vr_status grow(vr_alloc *a, vra_request *req)
     st_state *s = S(a);
     bool small = req->pool->is_small;
     size_t u = req->size / UNIT;
+    stale_reap(a, NULL, s->nstale > 4096); /* bound the stale ranges (address space) */
     plan p = make_plan(s, small, u);
     while (p.nfresh > s->nfree && s->oldest) {
         evict(a, s->oldest);
@@ -483,6 +591,7 @@ static vr_status grow(vr_alloc *a, vra_request *req)
         if (st != VR_OK)
             return st;
     }
+    stale_reap(a, &req->stream, false); /* pages evicted on other streams: their work first */
     return execute(a, req, &p);
 }
 
@@ -517,8 +626,21 @@ static void release_cached(vr_alloc *a)
     st_state *s = S(a);
     while (s->oldest)
         evict(a, s->oldest);
-    while (s->freelist)
-        release_granule(a, s->freelist);
+    stale_reap(a, NULL, true);
+    for (sgran *g = s->freelist; g; g = g->link[FREE].next)
+        g->hb->nfree = 0;
+    for (sgran *g = s->freelist; g; g = g->link[FREE].next)
+        g->hb->nfree++;
+    for (bool again = true; again;) { /* release_hblk changes FREE: look again after each */
+        again = false;
+        for (sgran *g = s->freelist; g; g = g->link[FREE].next)
+            if (g->hb->nfree == g->hb->n) {
+                g->hb->nfree = 0;
+                release_hblk(a, g->hb);
+                again = true;
+                break;
+            }
+    }
 }
 
 static void fini(vr_alloc *a);
@@ -558,8 +680,20 @@ static void fini(vr_alloc *a)
         free(seg->pdata);
         seg->pdata = NULL;
     }
-    for (size_t i = 0; i < s->nall; i++) {
+    while (s->stale_first) { /* mapped ranges leaked to the device like live blocks; events freed */
+        stale *x = s->stale_first;
+        s->stale_first = x->next;
+        vr_event_destroy(a->dev, x->ev);
+        free(x);
+    }
+    size_t nfirst = 0;
+    for (size_t i = 0; i < s->nall; i++) { /* each allocation's array and record, once: by its first granule */
         free(s->all[i]->used);
+        if (s->all[i]->off == 0)
+            s->all[nfirst++] = s->all[i];
+    }
+    for (size_t i = 0; i < nfirst; i++) {
+        free(s->all[i]->hb);
         free(s->all[i]);
     }
     free(s->all);

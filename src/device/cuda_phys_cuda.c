@@ -89,13 +89,15 @@ vr_status vr__cuda_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t offs
     return VR_OK;
 }
 
-void vr__cuda_phys_unmap(vr_device *dev, void *addr, size_t bytes)
+/* Unmaps every phys mapping in [addr, addr+bytes); waits for the device first unless idle. */
+static void phys_unmap(vr_device *dev, void *addr, size_t bytes, bool idle)
 {
     cuda_device *c = cud(dev);
     const vr_cu_api *cu = vr__cu();
     if (!cu)
         return;
-    vr__cuda_sync_before_unmap(dev);
+    if (!idle)
+        vr__cuda_sync_before_unmap(dev);
     char b[200];
     uintptr_t at = (uintptr_t)addr, end = at + bytes;
     while (at < end) {
@@ -117,6 +119,10 @@ void vr__cuda_phys_unmap(vr_device *dev, void *addr, size_t bytes)
         at += len;
     }
 }
+
+void vr__cuda_phys_unmap(vr_device *dev, void *addr, size_t bytes) { phys_unmap(dev, addr, bytes, false); }
+
+void vr__cuda_phys_unmap_idle(vr_device *dev, void *addr, size_t bytes) { phys_unmap(dev, addr, bytes, true); }
 
 void vr__cuda_phys_release(vr_device *dev, vr_phys *ph)
 {

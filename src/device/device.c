@@ -181,6 +181,16 @@ void vr_device_phys_unmap(vr_device *dev, void *addr, size_t bytes)
         dev->ops->phys_unmap(dev, addr, bytes);
 }
 
+void vr_device_phys_unmap_idle(vr_device *dev, void *addr, size_t bytes)
+{
+    if (!bytes)
+        return;
+    if (dev->ops->phys_unmap_idle)
+        dev->ops->phys_unmap_idle(dev, addr, bytes);
+    else if (dev->ops->phys_unmap)
+        dev->ops->phys_unmap(dev, addr, bytes);
+}
+
 void vr_device_phys_release(vr_device *dev, vr_phys *ph)
 {
     if (ph && dev->ops->phys_release)
