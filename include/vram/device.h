@@ -144,6 +144,10 @@ vr_status vr_device_phys_create(vr_device *dev, size_t bytes, vr_phys **out);
  * granules there are unmapped (addr, offset and bytes granule-aligned). */
 vr_status vr_device_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t offset, size_t bytes);
 
+/* Maps n phys handles of one granule each side by side from addr (as n vr_device_phys_map calls, all or
+ * none; cuda sets the access of the whole range once). */
+vr_status vr_device_phys_map_granules(vr_device *dev, void *addr, vr_phys *const *phs, size_t n);
+
 /* Unmaps phys mappings covering [addr, addr+bytes) (granule-aligned; any number
  * of mappings, each entirely inside). */
 void vr_device_phys_unmap(vr_device *dev, void *addr, size_t bytes);

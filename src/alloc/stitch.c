@@ -33,17 +33,15 @@
  *   stale range is unmapped (without waiting for the device) once its event has
  *   completed, looked at on every grow; work queued on that stream before the
  *   eviction may still touch it until then. Its pages may be mapped again at
- *   once for a request on the same stream (stream order keeps them apart);
- *   before pages go to another stream, the stale ranges of other streams are
- *   waited for. So eviction costs no device-wide wait (it used to: one per
- *   unmap). Only when nothing is cached is new physical memory created. Hence
- *   reserved grows only when the live blocks plus unusable gaps fill every
- *   granule held.
- * - Physical memory is created as one allocation per grow (the granules a
- *   request needs at once), and a block's pieces that are consecutive granules
- *   of one allocation are mapped with one call: a large block of fresh memory is
- *   one mapping, not one per granule. empty_cache releases the physical
- *   allocations all of whose granules are unused.
+ *   once for a request on the same stream (stream order keeps the two uses
+ *   apart); before pages go to another stream, the stale ranges of other
+ *   streams are waited for. So an eviction costs no device-wide wait (it used
+ *   to: one per unmap, which stalled the GPU's queue). Only when nothing is
+ *   cached is new physical memory created. Hence reserved grows only when the
+ *   live blocks plus unusable gaps fill every granule held.
+ * - A new block's granules are mapped by one device call (cuda: a cuMemMap
+ *   per granule, CUDA maps only whole physical allocations, and one
+ *   cuMemSetAccess for the range).
  * - Unavoidable overhead: gaps inside granules between pieces (a gap touching
  *   a granule's end or start is reused as head or tail; one in the middle
  *   waits for a neighbour's free), fragmentation of the small pool's
@@ -52,8 +50,8 @@
  *   releases every granule with nothing in it.
  * - Statistics: reserved_bytes counts granules held, per the pool that last
  *   took them; segment counts virtual ranges (small segments and large
- *   blocks); num_device_alloc / num_device_free count mapping calls / ranges
- *   unmapped. max_split_size does not apply (large blocks never split). */
+ *   blocks); num_device_alloc / num_device_free count granule mappings /
+ *   unmappings. max_split_size does not apply (large blocks never split). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,18 +59,10 @@
 
 typedef struct sgran sgran;
 
-/* One physical allocation: n granules, released when all of them are unused. */
-typedef struct hblk {
-    vr_phys *ph;
-    size_t n;                     /* granules */
-    size_t nfree;                 /* scratch count (release_cached) */
-} hblk;
-
 /* An evicted segment's virtual range, still mapped until its stream has passed the eviction. */
 typedef struct stale {
     uintptr_t va;
-    size_t bytes;
-    size_t calls;                 /* mappings in it (one unmap call each) */
+    size_t n;                     /* granules */
     vr_stream stream;
     vr_event *ev;                 /* recorded on stream at eviction */
     struct stale *next;
@@ -90,8 +80,7 @@ typedef struct glink {
 enum { HEADS = 0, TAILS = 1, FREE = 2 };
 
 struct sgran {
-    hblk *hb;                     /* the physical allocation it is part of */
-    size_t off;                   /* its byte offset there */
+    vr_phys *ph;
     int pool;                     /* VR_POOL_SMALL / LARGE: where its reserved bytes count */
     span *used;                   /* sorted by lo, disjoint */
     uint32_t nused, capused;
@@ -108,7 +97,6 @@ typedef struct piece {
 typedef struct sext {
     uintptr_t va;
     size_t n;                     /* granules mapped at va, va + G, ... */
-    size_t calls;                 /* by this many mapping calls */
     vr_segment *seg;
     bool cached;                  /* in the LRU list: free and evictable */
     struct sext *lprev, *lnext;
@@ -280,92 +268,87 @@ static void move_reserved(vr_alloc *a, sgran *g, int pool)
     g->pool = pool;
 }
 
-/* Creates `count` new granules for pool as one physical allocation (into FREE, the first granule at
- * the front), all or none; VR_ERR_OOM at the cap or when the device refuses. */
-static vr_status create_granules(vr_alloc *a, size_t count, int pool)
+static void release_granule(vr_alloc *a, sgran *g);
+
+/* Creates one new granule (into FREE) for pool. */
+static vr_status create_granule(vr_alloc *a, int pool)
 {
     st_state *s = S(a);
-    if (a->limit != UINT64_MAX && (a->reserved + count * s->G > a->limit || count * s->G > a->limit))
-        return VR_ERR_OOM;
-    if (s->nall + count > s->capall) {
-        size_t ncap = s->capall ? s->capall : 256;
-        while (ncap < s->nall + count)
-            ncap *= 2;
+    if (s->nall == s->capall) {
+        size_t ncap = s->capall ? s->capall * 2 : 256;
         sgran **na = realloc(s->all, ncap * sizeof *na);
         if (!na)
             return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
         s->all = na;
         s->capall = ncap;
     }
-    hblk *hb = calloc(1, sizeof *hb);
-    sgran *gs = calloc(count, sizeof *gs); /* one array per allocation: gs[0] is freed with it */
-    if (!hb || !gs) {
-        free(hb);
-        free(gs);
+    sgran *g = calloc(1, sizeof *g);
+    if (!g)
         return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
-    }
-    vr_status st = vr_device_phys_create(a->dev, count * s->G, &hb->ph);
+    vr_status st = vr_device_phys_create(a->dev, s->G, &g->ph);
     if (st != VR_OK) {
-        free(hb);
-        free(gs);
+        free(g);
         return st;
     }
-    hb->n = count;
-    for (size_t i = count; i-- > 0;) { /* linked last to first: FREE then hands them out in order */
-        sgran *g = &gs[i];
-        for (int w = 0; w < 3; w++)
-            g->link[w].bucket = -1;
-        g->hb = hb;
-        g->off = i * s->G;
-        g->pool = pool;
-        g->idx = s->nall;
-        s->all[s->nall++] = g;
-        link_into(s, g, FREE, 0);
-        vra_stat_inc(&a->stats.reserved_bytes[pool], (int64_t)s->G);
-    }
-    a->reserved += count * s->G;
-    vra_stat_inc(&a->stats.reserved_bytes[VR_POOL_ALL], (int64_t)(count * s->G));
+    for (int w = 0; w < 3; w++)
+        g->link[w].bucket = -1;
+    g->pool = pool;
+    g->idx = s->nall;
+    s->all[s->nall++] = g;
+    link_into(s, g, FREE, 0);
+    a->reserved += s->G;
+    vra_stat_inc(&a->stats.reserved_bytes[VR_POOL_ALL], (int64_t)s->G);
+    vra_stat_inc(&a->stats.reserved_bytes[pool], (int64_t)s->G);
     return VR_OK;
 }
 
-/* Gives back a physical allocation all of whose granules are in FREE. */
-static void release_hblk(vr_alloc *a, hblk *hb)
+/* Creates `count` new granules for pool, all or none; VR_ERR_OOM at the cap
+ * or when the device refuses. */
+static vr_status create_granules(vr_alloc *a, size_t count, int pool)
 {
     st_state *s = S(a);
-    sgran *first = NULL;
-    for (size_t i = s->nall; i-- > 0;) {
-        sgran *g = s->all[i];
-        if (g->hb != hb)
-            continue;
-        if (g->off == 0)
-            first = g;
-        unlink_from(s, g, FREE);
-        a->reserved -= s->G;
-        vra_stat_dec(&a->stats.reserved_bytes[VR_POOL_ALL], (int64_t)s->G);
-        vra_stat_dec(&a->stats.reserved_bytes[g->pool], (int64_t)s->G);
-        s->all[g->idx] = s->all[--s->nall];
-        s->all[g->idx]->idx = g->idx;
-        free(g->used);
+    if (a->limit != UINT64_MAX && (a->reserved + count * s->G > a->limit || count * s->G > a->limit))
+        return VR_ERR_OOM;
+    for (size_t i = 0; i < count; i++) {
+        vr_status st = create_granule(a, pool);
+        if (st != VR_OK) {
+            while (i--) /* the newest granules are at the front of FREE */
+                release_granule(a, s->freelist);
+            return st;
+        }
     }
-    vr_device_phys_release(a->dev, hb->ph);
-    free(first); /* the granules' array */
-    free(hb);
+    return VR_OK;
+}
+
+static void release_granule(vr_alloc *a, sgran *g)
+{
+    st_state *s = S(a);
+    unlink_from(s, g, FREE);
+    vr_device_phys_release(a->dev, g->ph);
+    a->reserved -= s->G;
+    vra_stat_dec(&a->stats.reserved_bytes[VR_POOL_ALL], (int64_t)s->G);
+    vra_stat_dec(&a->stats.reserved_bytes[g->pool], (int64_t)s->G);
+    s->all[g->idx] = s->all[--s->nall];
+    s->all[g->idx]->idx = g->idx;
+    free(g->used);
+    free(g);
 }
 
 /* ---------------------------------------------------------------- stale ranges */
 
-/* Unmaps a stale range (its event has completed, or the device is idle) and frees it. */
+/* Unmaps a stale range (its event has completed) without waiting for the device, and frees it. */
 static void stale_drop(vr_alloc *a, stale *x)
 {
-    vr_device_phys_unmap_idle(a->dev, (void *)x->va, x->bytes);
-    vr_device_vm_release(a->dev, (void *)x->va, x->bytes);
+    st_state *s = S(a);
+    vr_device_phys_unmap_idle(a->dev, (void *)x->va, x->n * s->G);
+    vr_device_vm_release(a->dev, (void *)x->va, x->n * s->G);
     vr_event_destroy(a->dev, x->ev);
-    a->stats.num_device_free += (int64_t)x->calls;
+    a->stats.num_device_free += (int64_t)x->n;
     free(x);
 }
 
-/* Unmaps the stale ranges whose event has completed, and with `other` NULL... : every one of a stream
- * other than *other waits for its event first (before its pages go to that stream). wait_all: all. */
+/* Unmaps the stale ranges whose event has completed. Those of a stream other than *other (when given),
+ * or all with wait_all, are waited for first. */
 static void stale_reap(vr_alloc *a, const vr_stream *other, bool wait_all)
 {
     st_state *s = S(a);
@@ -373,8 +356,10 @@ static void stale_reap(vr_alloc *a, const vr_stream *other, bool wait_all)
     while (*pp) {
         stale *x = *pp;
         bool wait = wait_all || (other && x->stream != *other);
-        if (wait)
-            vr_event_sync(a->dev, x->ev), x->ev = NULL;
+        if (wait) {
+            vr_event_sync(a->dev, x->ev); /* frees the event */
+            x->ev = NULL;
+        }
         if (wait || vr_event_query(a->dev, x->ev)) {
             *pp = x->next;
             s->nstale--;
@@ -386,7 +371,6 @@ static void stale_reap(vr_alloc *a, const vr_stream *other, bool wait_all)
     }
     s->stale_last = last;
 }
-
 
 /* ---------------------------------------------------------------- LRU of cached segments */
 
@@ -421,12 +405,12 @@ static void evict(vr_alloc *a, sext *e)
     vra_tree_remove(&b->pool->blocks, b);
     stale *x = malloc(sizeof *x);
     if (x)
-        *x = (stale){.va = e->va, .bytes = e->n * s->G, .calls = e->calls, .stream = seg->stream};
+        *x = (stale){.va = e->va, .n = e->n, .stream = seg->stream};
     if (!x || vr_event_record(a->dev, seg->stream, &x->ev) != VR_OK) { /* unmap now, waiting for the device */
         free(x);
         vr_device_phys_unmap(a->dev, (void *)e->va, e->n * s->G);
         vr_device_vm_release(a->dev, (void *)e->va, e->n * s->G);
-        a->stats.num_device_free += (int64_t)e->calls;
+        a->stats.num_device_free += (int64_t)e->n;
     } else {
         if (s->stale_last)
             s->stale_last->next = x;
@@ -489,15 +473,6 @@ static plan make_plan(const st_state *s, uint32_t u_small, size_t u)
     return p;
 }
 
-/* Fresh pieces by physical allocation and offset. */
-static int by_place(const void *x, const void *y)
-{
-    const sgran *a = ((const piece *)x)->g, *b = ((const piece *)y)->g;
-    if (a->hb != b->hb)
-        return (uintptr_t)a->hb < (uintptr_t)b->hb ? -1 : 1;
-    return (a->off > b->off) - (a->off < b->off);
-}
-
 static sgran *take_fresh(vr_alloc *a, int pool)
 {
     st_state *s = S(a);
@@ -519,10 +494,8 @@ static vr_status execute(vr_alloc *a, vra_request *req, const plan *p)
     size_t i = 0;
     if (p->head)
         e->p[i++] = (piece){p->head, p->hlo, p->hhi};
-    size_t f0 = i;
     for (size_t j = 0; j < p->k; j++)
         e->p[i++] = (piece){take_fresh(a, pool), 0, s->nb};
-    qsort(&e->p[f0], p->k, sizeof(piece), by_place); /* runs of one allocation map at once */
     if (p->e)
         e->p[i++] = (piece){p->tail ? p->tail : take_fresh(a, pool), 0, p->e};
     e->n = n;
@@ -533,17 +506,15 @@ static vr_status execute(vr_alloc *a, vra_request *req, const plan *p)
             st = vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
     if (st == VR_OK)
         st = vr_device_vm_reserve(a->dev, n * s->G, &va);
-    size_t mapped = 0, calls = 0;
-    while (st == VR_OK && mapped < n) {
-        size_t run = 1; /* granules mapped by one call: consecutive in one physical allocation */
-        while (mapped + run < n && e->p[mapped + run].g->hb == e->p[mapped].g->hb &&
-               e->p[mapped + run].g->off == e->p[mapped].g->off + run * s->G)
-            run++;
-        st = vr_device_phys_map(a->dev, (char *)va + mapped * s->G, e->p[mapped].g->hb->ph, e->p[mapped].g->off,
-                                run * s->G);
-        if (st == VR_OK)
-            mapped += run, calls++;
-    }
+    vr_phys **phs = st == VR_OK ? malloc(n * sizeof *phs) : NULL;
+    if (st == VR_OK && !phs)
+        st = vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
+    for (i = 0; st == VR_OK && i < n; i++)
+        phs[i] = e->p[i].g->ph;
+    if (st == VR_OK)
+        st = vr_device_phys_map_granules(a->dev, va, phs, n);
+    free(phs);
+    size_t mapped = st == VR_OK ? n : 0;
     size_t bytes = 0;
     for (i = 0; i < n; i++)
         bytes += (size_t)(e->p[i].hi - e->p[i].lo) * UNIT;
@@ -564,10 +535,9 @@ static vr_status execute(vr_alloc *a, vra_request *req, const plan *p)
     for (i = 0; i < n; i++)
         reclass(s, e->p[i].g);
     e->va = (uintptr_t)va;
-    e->calls = calls;
     e->seg = seg;
     seg->pdata = e;
-    a->stats.num_device_alloc += (int64_t)calls;
+    a->stats.num_device_alloc += (int64_t)n;
     vra_pool_inc(a->stats.segment, req->pool, 1);
     vra_record(a, VRA_SEGMENT_MAP, e->va, n * s->G, req->stream);
     req->block = seg->head;
@@ -579,7 +549,7 @@ static vr_status grow(vr_alloc *a, vra_request *req)
     st_state *s = S(a);
     bool small = req->pool->is_small;
     size_t u = req->size / UNIT;
-    stale_reap(a, NULL, s->nstale > 4096); /* bound the stale ranges (address space) */
+    stale_reap(a, NULL, s->nstale > 4096); /* bounded: the stale ranges hold address space */
     plan p = make_plan(s, small, u);
     while (p.nfresh > s->nfree && s->oldest) {
         evict(a, s->oldest);
@@ -627,20 +597,8 @@ static void release_cached(vr_alloc *a)
     while (s->oldest)
         evict(a, s->oldest);
     stale_reap(a, NULL, true);
-    for (sgran *g = s->freelist; g; g = g->link[FREE].next)
-        g->hb->nfree = 0;
-    for (sgran *g = s->freelist; g; g = g->link[FREE].next)
-        g->hb->nfree++;
-    for (bool again = true; again;) { /* release_hblk changes FREE: look again after each */
-        again = false;
-        for (sgran *g = s->freelist; g; g = g->link[FREE].next)
-            if (g->hb->nfree == g->hb->n) {
-                g->hb->nfree = 0;
-                release_hblk(a, g->hb);
-                again = true;
-                break;
-            }
-    }
+    while (s->freelist)
+        release_granule(a, s->freelist);
 }
 
 static void fini(vr_alloc *a);
@@ -680,20 +638,14 @@ static void fini(vr_alloc *a)
         free(seg->pdata);
         seg->pdata = NULL;
     }
-    while (s->stale_first) { /* mapped ranges leaked to the device like live blocks; events freed */
+    while (s->stale_first) { /* still mapped: left to the device like live blocks; events freed */
         stale *x = s->stale_first;
         s->stale_first = x->next;
         vr_event_destroy(a->dev, x->ev);
         free(x);
     }
-    size_t nfirst = 0;
-    for (size_t i = 0; i < s->nall; i++) { /* each allocation's array and record, once: by its first granule */
+    for (size_t i = 0; i < s->nall; i++) {
         free(s->all[i]->used);
-        if (s->all[i]->off == 0)
-            s->all[nfirst++] = s->all[i];
-    }
-    for (size_t i = 0; i < nfirst; i++) {
-        free(s->all[i]->hb);
         free(s->all[i]);
     }
     free(s->all);

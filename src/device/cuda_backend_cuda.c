@@ -241,6 +241,7 @@ static const vr_device_ops cuda_ops = {
     .phys_map = vr__cuda_phys_map,
     .phys_unmap = vr__cuda_phys_unmap,
     .phys_unmap_idle = vr__cuda_phys_unmap_idle,
+    .phys_map_granules = vr__cuda_phys_map_granules,
     .phys_release = vr__cuda_phys_release,
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,

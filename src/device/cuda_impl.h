@@ -77,6 +77,7 @@ vr_status vr__cuda_phys_create(vr_device *dev, size_t bytes, vr_phys **out);
 vr_status vr__cuda_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t offset, size_t bytes);
 void vr__cuda_phys_unmap(vr_device *dev, void *addr, size_t bytes);
 void vr__cuda_phys_unmap_idle(vr_device *dev, void *addr, size_t bytes);
+vr_status vr__cuda_phys_map_granules(vr_device *dev, void *addr, vr_phys *const *phs, size_t n, size_t granule);
 void vr__cuda_phys_release(vr_device *dev, vr_phys *ph);
 vr_status vr__cuda_vm_reserve(vr_device *dev, size_t bytes, void **base);
 vr_status vr__cuda_vm_map(vr_device *dev, void *addr, size_t bytes);

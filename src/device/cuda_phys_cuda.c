@@ -4,7 +4,8 @@
  *   create   cuMemCreate (pinned device memory); counted in used
  *   map      cuMemMap of [offset, offset+bytes) of the handle at addr, then
  *            cuMemSetAccess (read/write); the mapping's size is remembered
- *            because cuMemUnmap must be given whole mappings
+ *            because cuMemUnmap must be given whole mappings. Several handles
+ *            side by side (map_granules): a cuMemMap each, one cuMemSetAccess
  *   unmap    cudaDeviceSynchronize (cuMemUnmap does not wait for kernels),
  *            then cuMemUnmap of each mapping inside the range
  *   release  cuMemRelease
@@ -51,12 +52,22 @@ vr_status vr__cuda_phys_create(vr_device *dev, size_t bytes, vr_phys **out)
     return VR_OK;
 }
 
-vr_status vr__cuda_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t offset, size_t bytes)
+/* Forgets the mapping at addr (bookkeeping only). */
+static void forget(vr_device *dev, uintptr_t addr, size_t bytes)
 {
     cuda_device *c = cud(dev);
-    const vr_cu_api *cu = vr__cu();
-    if (!cu)
-        return vr__error_prefix(VR_ERR_DEVICE, dev->name);
+    uint64_t len;
+    pthread_mutex_lock(&dev->lock);
+    vr__ptrmap_take(&c->phys_maps, addr, &len);
+    vr__vm_set(&c->vm, vr__vm_find(&c->vm, addr, bytes), addr, bytes, false);
+    pthread_mutex_unlock(&dev->lock);
+}
+
+/* cuMemMap of [offset, offset+bytes) of ph at addr with its bookkeeping; cuMemSetAccess too when access. */
+static vr_status map_one(vr_device *dev, const vr_cu_api *cu, void *addr, vr_phys *ph, size_t offset, size_t bytes,
+                         bool access)
+{
+    cuda_device *c = cud(dev);
     if (offset > ph->bytes || bytes > ph->bytes - offset)
         return vr_error(VR_ERR_INVALID, "device %s: phys map of %zu bytes at offset %zu of a %zu-byte handle", dev->name,
                         bytes, offset, ph->bytes);
@@ -72,21 +83,52 @@ vr_status vr__cuda_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t offs
         return st;
     char b[160];
     CUresult res = cu->MemMap((CUdeviceptr)(uintptr_t)addr, bytes, 0, ph->h, offset);
-    if (res == CUDA_SUCCESS) {
+    if (res == CUDA_SUCCESS && access) {
         res = vr__cu_set_rw(cu, dev->index, (CUdeviceptr)(uintptr_t)addr, bytes);
         if (res != CUDA_SUCCESS)
             cu->MemUnmap((CUdeviceptr)(uintptr_t)addr, bytes);
     }
     if (res != CUDA_SUCCESS) {
-        uint64_t len;
-        pthread_mutex_lock(&dev->lock);
-        vr__ptrmap_take(&c->phys_maps, (uintptr_t)addr, &len);
-        vr__vm_set(&c->vm, vr__vm_find(&c->vm, (uintptr_t)addr, bytes), (uintptr_t)addr, bytes, false);
-        pthread_mutex_unlock(&dev->lock);
+        forget(dev, (uintptr_t)addr, bytes);
         return vr_error(VR_ERR_DEVICE, "device %s: cuMemMap/cuMemSetAccess of a phys handle: %s", dev->name,
                         vr__cu_err(res, b, sizeof b));
     }
     return VR_OK;
+}
+
+vr_status vr__cuda_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t offset, size_t bytes)
+{
+    const vr_cu_api *cu = vr__cu();
+    if (!cu)
+        return vr__error_prefix(VR_ERR_DEVICE, dev->name);
+    return map_one(dev, cu, addr, ph, offset, bytes, true);
+}
+
+vr_status vr__cuda_phys_map_granules(vr_device *dev, void *addr, vr_phys *const *phs, size_t n, size_t granule)
+{
+    const vr_cu_api *cu = vr__cu();
+    if (!cu)
+        return vr__error_prefix(VR_ERR_DEVICE, dev->name);
+    size_t i = 0;
+    vr_status st = VR_OK;
+    for (; i < n && st == VR_OK; i++)
+        st = map_one(dev, cu, (char *)addr + i * granule, phs[i], 0, granule, false);
+    if (st == VR_OK) {
+        CUresult res = vr__cu_set_rw(cu, dev->index, (CUdeviceptr)(uintptr_t)addr, n * granule);
+        if (res != CUDA_SUCCESS) {
+            char b[160];
+            st = vr_error(VR_ERR_DEVICE, "device %s: cuMemSetAccess of %zu mapped granules: %s", dev->name, n,
+                          vr__cu_err(res, b, sizeof b));
+        }
+    } else {
+        i--; /* the failed one undid itself */
+    }
+    if (st != VR_OK)
+        while (i-- > 0) {
+            cu->MemUnmap((CUdeviceptr)(uintptr_t)((char *)addr + i * granule), granule);
+            forget(dev, (uintptr_t)addr + i * granule, granule);
+        }
+    return st;
 }
 
 /* Unmaps every phys mapping in [addr, addr+bytes); waits for the device first unless idle. */

@@ -175,6 +175,26 @@ vr_status vr_device_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t off
     return dev->ops->phys_map(dev, addr, ph, offset, bytes);
 }
 
+vr_status vr_device_phys_map_granules(vr_device *dev, void *addr, vr_phys *const *phs, size_t n)
+{
+    size_t g = dev->ops->vm_granularity(dev);
+    if (g == 0 || !dev->ops->phys_map)
+        return vr_error(VR_ERR_UNSUPPORTED, "device %s: no physical memory handles", dev->name);
+    if ((uintptr_t)addr % g)
+        return vr_error(VR_ERR_INVALID, "device %s: phys map at %p is not granule-aligned (%zu)", dev->name, addr, g);
+    if (dev->ops->phys_map_granules)
+        return dev->ops->phys_map_granules(dev, addr, phs, n, g);
+    for (size_t i = 0; i < n; i++) {
+        vr_status st = dev->ops->phys_map(dev, (char *)addr + i * g, phs[i], 0, g);
+        if (st != VR_OK) {
+            if (i)
+                vr_device_phys_unmap(dev, addr, i * g);
+            return st;
+        }
+    }
+    return VR_OK;
+}
+
 void vr_device_phys_unmap(vr_device *dev, void *addr, size_t bytes)
 {
     if (bytes && dev->ops->phys_unmap)

@@ -27,6 +27,8 @@ typedef struct vr_device_ops {
     vr_status (*phys_create)(vr_device *dev, size_t bytes, vr_phys **out);
     vr_status (*phys_map)(vr_device *dev, void *addr, vr_phys *ph, size_t offset, size_t bytes);
     void (*phys_unmap)(vr_device *dev, void *addr, size_t bytes);
+    /* Optional: n handles of one granule each mapped side by side from addr (NULL: phys_map each). */
+    vr_status (*phys_map_granules)(vr_device *dev, void *addr, vr_phys *const *phs, size_t n, size_t granule);
     /* Optional: the same without waiting for the device (NULL: phys_unmap). */
     void (*phys_unmap_idle)(vr_device *dev, void *addr, size_t bytes);
     void (*phys_release)(vr_device *dev, vr_phys *ph);

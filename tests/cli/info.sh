@@ -32,5 +32,5 @@ PY
 "$vram" info --json | python3 -c 'import json,sys; json.load(sys.stdin)'
 
 if "$vram" info --bogus 2>/dev/null; then echo "--bogus accepted"; exit 1; fi
-"$vram" info --help | grep -q json
+"$vram" info --help >"$tmp/help" && grep -q json "$tmp/help"
 echo ok

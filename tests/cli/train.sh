@@ -119,6 +119,6 @@ else
   "$vram" eval --init "$tmp/ev.bin" --batches 4 --device cuda --precision bf16 >/dev/null || fail "eval bf16 on cuda"
 fi
 expect 2 "--loss-scale" train --loss-scale 1024 --steps 1
-"$vram" train --help | grep -q -- --resume
-"$vram" eval --help | grep -q -- --init
+"$vram" train --help >"$tmp/help" && grep -q -- --resume "$tmp/help"
+"$vram" eval --help >"$tmp/help" && grep -q -- --init "$tmp/help"
 echo ok
