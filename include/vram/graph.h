@@ -291,6 +291,10 @@ int64_t vr_mlp_num_params(const vr_mlp_config *c);
 
 /* ------------------------------------------------------------------ whole-step builder */
 
+/* Checks the step config's fields and their combinations (optim_state needs a stateful optimizer, no
+ * master needs bf16); VR_ERR_INVALID naming the field. vr_graph_build calls it first. */
+vr_status vr_step_config_check(const vr_step_config *s);
+
 /* Builds the graph of one step: the model's forward, then (when s->train) the
  * backward (with recomputation as configured) and the optimizer nodes.
  * VR_ERR_INVALID naming the field at fault. Free with vr_graph_free. */

@@ -165,6 +165,8 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
     s->no_master = o->master && !strcmp(o->master, "none");
     s->freeze = o->freeze;
     s->grad_clip = (float)o->clip;
+    if (vr_step_config_check(s))
+        return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     return 0;
 }
 

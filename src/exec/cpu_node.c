@@ -22,6 +22,35 @@ static int rows(const vr_exec_args *a, int id) { return (int)(numel(a, id) / las
 #define CF(p) ((const float *)(p))
 #define I32(p) ((const int32_t *)(p))
 
+/* Momentum / Adam over 8-bit (u8 codes + absmax) or bf16 state (optim_state.c); the random bits of
+ * stochastic rounding come from the step and the element's index in the flat state buffer. */
+static vr_status compact_state(const vr_exec_args *a, vr_dtype sdt, float *p, const float *g, size_t len, int step)
+{
+    const vr_node *n = a->node;
+    const vr_optim_hparams *h = a->h;
+    uint64_t idx = (uint64_t)T_(a, n->out[2])->view_offset;
+    if (n->op == VR_OP_SGD_MOMENTUM) {
+        if (sdt == VR_U8)
+            vr_cpu_sgd_momentum_q8(p, g, a->out[2], F(a->out[4]), len, h->lr, h->momentum, h->dampening,
+                                   a->weight_decay, h->nesterov, step, a->grad_scale);
+        else
+            vr_cpu_sgd_momentum_bf16s(p, g, a->out[2], len, h->lr, h->momentum, h->dampening, a->weight_decay,
+                                      h->nesterov, step, a->grad_scale, (uint64_t)step, idx);
+        return VR_OK;
+    }
+    if (n->op != VR_OP_ADAM && n->op != VR_OP_ADAMW)
+        return vr_error(VR_ERR_UNSUPPORTED, "cpu: %s has no optimizer state to store in %s", vr_op_name(n->op),
+                        vr_dtype_name(sdt));
+    int decoupled = n->op == VR_OP_ADAMW;
+    if (sdt == VR_U8)
+        vr_cpu_adam_q8(p, g, a->out[2], a->out[3], F(a->out[4]), F(a->out[5]), len, h->lr, h->beta1, h->beta2, h->eps,
+                       a->weight_decay, step, a->grad_scale, decoupled);
+    else
+        vr_cpu_adam_bf16s(p, g, a->out[2], a->out[3], len, h->lr, h->beta1, h->beta2, h->eps, a->weight_decay, step,
+                          a->grad_scale, decoupled, (uint64_t)step, idx);
+    return VR_OK;
+}
+
 static vr_status optimizer(const vr_exec_args *a)
 {
     const vr_node *n = a->node;
@@ -34,6 +63,9 @@ static vr_status optimizer(const vr_exec_args *a)
     int step = h->step > 0 ? (int)h->step : 1;
     float *p = F(a->out[0]);
     const float *g = CF(a->in[0]);
+    vr_dtype sdt = n->out[2] >= 0 ? T_(a, n->out[2])->dtype : VR_F32;
+    if (sdt != VR_F32)
+        return compact_state(a, sdt, p, g, len, step);
     switch (n->op) {
     case VR_OP_SGD:
         vr_cpu_sgd(p, g, len, h->lr, a->weight_decay, a->grad_scale);

@@ -4,9 +4,8 @@
 
 #include "graph/graph_internal.h"
 
-vr_status vr_graph_build(const vr_model_config *m, const vr_step_config *s, vr_graph **out)
+vr_status vr_step_config_check(const vr_step_config *s)
 {
-    *out = NULL;
     if ((unsigned)s->precision > VR_PREC_FP16 || (unsigned)s->optim > VR_OPTIM_ADAMW ||
         (unsigned)s->recompute > VR_RECOMPUTE_SELECTIVE)
         return vr_error(VR_ERR_INVALID, "step config: bad precision, optimizer or recompute value");
@@ -22,6 +21,15 @@ vr_status vr_graph_build(const vr_model_config *m, const vr_step_config *s, vr_g
                                                      : "weights lose small updates without an fp32 master");
     if (s->accum < 0)
         return vr_error(VR_ERR_INVALID, "--accum: must be >= 1 (got %d)", s->accum);
+    return VR_OK;
+}
+
+vr_status vr_graph_build(const vr_model_config *m, const vr_step_config *s, vr_graph **out)
+{
+    *out = NULL;
+    vr_status cst = vr_step_config_check(s);
+    if (cst)
+        return cst;
     vr_graph *g = vr_graph_new(s->precision);
     if (!g)
         return vr_error(VR_ERR_OOM, "graph: out of host memory");

@@ -60,6 +60,13 @@ flags="--steps 10 --lr-schedule constant --warmup 0 --accum 2 --clip 1.0 --quiet
 "$vram" train ${flags/--steps 10/--steps 4} --save-state "$tmp/s4.bin"
 "$vram" train $flags --resume "$tmp/s4.bin" --save "$tmp/b.bin"
 cmp "$tmp/a.bin" "$tmp/b.bin" || fail "resumed run differs from the straight one"
+# the same with 8-bit (codes, absmax, small tensors' f32 state) and bf16 optimizer state
+for os in 8bit bf16; do
+  "$vram" train $flags --optim-state $os --save "$tmp/a.bin" --quiet
+  "$vram" train ${flags/--steps 10/--steps 4} --optim-state $os --save-state "$tmp/s4.bin" --quiet
+  "$vram" train $flags --optim-state $os --resume "$tmp/s4.bin" --save "$tmp/b.bin" --quiet
+  cmp "$tmp/a.bin" "$tmp/b.bin" || fail "resumed run differs from the straight one ($os state)"
+done
 
 # errors: exit 2 (flags) or 1 (files, devices), one line naming the culprit
 expect() {
@@ -78,6 +85,10 @@ expect 2 --lr train --lr fast
 expect 2 --memory train --memory lots
 expect 2 --device train --device tpu
 expect 2 --optim train --optim lion
+expect 2 --optim-state train --optim-state 4bit
+expect 2 --optim-state train --optim-state 8bit --optim sgd
+expect 2 --master train --master none
+expect 2 --master train --master fp64
 expect 2 --eval-every train --eval-every often
 expect 2 --threads train --threads 0
 expect 2 --warmup train --steps 10 --warmup 50

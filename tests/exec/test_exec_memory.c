@@ -181,6 +181,25 @@ static void gpt_frozen(void **st)
     both_modes("gpt frozen", &m, &s);
 }
 
+/* Compact optimizer state: 8-bit (codes, absmax, f32 state of the small tensors) and bf16, with Adam and
+ * momentum, accumulation, clipping and freezing: the plan equals what runs, per role. */
+static void gpt_optim_state(void **st)
+{
+    (void)st;
+    vr_model_config m = et_gpt(2, 16);
+    vr_step_config s = train_cfg(VR_OPTIM_ADAMW);
+    s.optim_state = VR_OSTATE_8BIT;
+    both_modes("gpt adamw 8-bit", &m, &s);
+    s.optim_state = VR_OSTATE_BF16;
+    both_modes("gpt adamw bf16 state", &m, &s);
+    s = train_cfg(VR_OPTIM_MOMENTUM);
+    s.optim_state = VR_OSTATE_8BIT;
+    s.accum = 2;
+    s.grad_clip = 0.5f;
+    s.freeze = "h.0.*";
+    both_modes("gpt momentum 8-bit accum clip frozen", &m, &s);
+}
+
 static void gpt_eval_and_backward_only(void **st)
 {
     (void)st;
@@ -244,6 +263,7 @@ int main(void)
         cmocka_unit_test(gpt_plain),  cmocka_unit_test(gpt_recompute),
         cmocka_unit_test(gpt_accum_clip), cmocka_unit_test(gpt_frozen),
         cmocka_unit_test(gpt_eval_and_backward_only), cmocka_unit_test(mlp_all),
+        cmocka_unit_test(gpt_optim_state),
         cmocka_unit_test(in_place),         cmocka_unit_test(other_allocator_policies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -168,6 +168,30 @@ void vr_cpu_adam(float *param, const float *grad, float *m, float *v, size_t n, 
 void vr_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale);
 
+/* ---------------------------------------------------------------- compact optimizer state (optim_state.c) */
+
+/* The 256 sorted values of the dynamic quantization map (bitsandbytes' create_dynamic_map with 7
+ * exponent bits): signed for Adam's m and momentum, unsigned for Adam's v. */
+void vr_qmap_dynamic(int is_signed, float out[256]);
+
+/* Adam (decoupled = 0) / AdamW (1) as vr_cpu_adam(w) with 8-bit block-wise state: m, v are u8 codes (n),
+ * absmax_m, absmax_v one float per block of VR_Q8_BLOCK (vram/optim_state.h). An element whose scaled
+ * gradient is inf/NaN keeps its state and parameter. Zeroed codes and absmax are a zero state. */
+void vr_cpu_adam_q8(float *param, const float *grad, uint8_t *m, uint8_t *v, float *absmax_m, float *absmax_v,
+                    size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                    float grad_scale, int decoupled);
+/* The same with bf16 m, v (bits), stochastically rounded with the random bits of (seed, index0 + i). */
+void vr_cpu_adam_bf16s(float *param, const float *grad, uint16_t *m, uint16_t *v, size_t n, float lr, float beta1,
+                       float beta2, float eps, float weight_decay, int step, float grad_scale, int decoupled,
+                       uint64_t seed, uint64_t index0);
+/* vr_cpu_sgd_momentum with 8-bit block-wise momentum (signed map) / bf16 momentum. */
+void vr_cpu_sgd_momentum_q8(float *param, const float *grad, uint8_t *mom, float *absmax, size_t n, float lr,
+                            float momentum, float dampening, float weight_decay, int nesterov, int step,
+                            float grad_scale);
+void vr_cpu_sgd_momentum_bf16s(float *param, const float *grad, uint16_t *mom, size_t n, float lr, float momentum,
+                               float dampening, float weight_decay, int nesterov, int step, float grad_scale,
+                               uint64_t seed, uint64_t index0);
+
 #ifdef __cplusplus
 }
 #endif

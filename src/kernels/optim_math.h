@@ -1,0 +1,86 @@
+/* vram kernels — the arithmetic of compact optimizer state, shared by the CPU and CUDA kernels so that
+ * both round the same way (one definition; VR_HD marks functions compiled for host and device).
+ *
+ * Stochastic rounding to bf16 (the state format "bf16", and bf16 weights without a master copy): x is
+ * rounded down or up to a neighbouring bf16 with probabilities by distance, so the rounding is unbiased:
+ * the fp32 bits get 16 random low bits added, then are truncated. The random bits are a counter-based
+ * hash of (seed, element index): the same on every device and thread layout, different every step.
+ *
+ * 8-bit block-wise state (vram/optim_state.h): codes index a sorted 256-entry map (vr_qmap_dynamic in
+ * kernels/cpu); a value x of a block with absmax a is stored as the code of the map entry nearest x / a. */
+#ifndef VRAM_KERNELS_OPTIM_MATH_H
+#define VRAM_KERNELS_OPTIM_MATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define VR_HD __host__ __device__ __forceinline__
+#else
+#define VR_HD static inline
+#endif
+
+/* Streams of random bits of one step: the Adam m and v, momentum, and the weights. */
+enum { VR_SR_M = 1, VR_SR_V = 2, VR_SR_W = 3 };
+
+/* 32 random bits from (seed, stream, index): splitmix64's finaliser. */
+VR_HD uint32_t vr_sr_bits(uint64_t seed, uint32_t stream, uint64_t index)
+{
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + ((uint64_t)stream << 56) + index;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (uint32_t)((z ^ (z >> 31)) >> 16);
+}
+
+VR_HD uint32_t vr_f32_bits(float x)
+{
+    uint32_t u;
+#ifdef __CUDA_ARCH__
+    u = __float_as_uint(x);
+#else
+    memcpy(&u, &x, 4);
+#endif
+    return u;
+}
+
+VR_HD float vr_bits_f32(uint32_t u)
+{
+    float x;
+#ifdef __CUDA_ARCH__
+    x = __uint_as_float(u);
+#else
+    memcpy(&x, &u, 4);
+#endif
+    return x;
+}
+
+/* x as bf16 bits, stochastically rounded with the low 16 bits of rnd (inf and NaN round to nearest). */
+VR_HD uint16_t vr_bf16_sr(float x, uint32_t rnd)
+{
+    uint32_t u = vr_f32_bits(x);
+    if ((u & 0x7f800000u) == 0x7f800000u) /* inf / NaN: keep (NaN stays NaN) */
+        return (uint16_t)((u >> 16) | ((u & 0xffffu) ? 0x40u : 0u));
+    return (uint16_t)((u + (rnd & 0xffffu)) >> 16);
+}
+
+VR_HD float vr_bf16_to_f32(uint16_t h) { return vr_bits_f32((uint32_t)h << 16); }
+
+/* The code of the entry of map (256 sorted floats) nearest x (the lower one on a tie). */
+VR_HD uint8_t vr_q8_code(const float *map, float x)
+{
+    int lo = 0, hi = 255; /* the last entry <= x, by bisection */
+    if (!(x > map[0]))
+        return 0;
+    if (x >= map[255])
+        return 255;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) >> 1;
+        if (map[mid] <= x)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return (uint8_t)(x - map[lo] <= map[hi] - x ? lo : hi);
+}
+
+#endif
