@@ -112,6 +112,35 @@ static int32_t *skip_flag(const vr_exec_args *a, const cuda_state *s)
     return a->exec->scaling && s->clip ? (int32_t *)&s->clip[2] : NULL;
 }
 
+/* The kind of an update node for the multi-tensor and compact-state kernels. */
+static int mt_kind(vr_op op)
+{
+    return op == VR_OP_SGD ? VR_CUDA_MT_SGD : op == VR_OP_SGD_MOMENTUM ? VR_CUDA_MT_MOMENTUM
+           : op == VR_OP_ADAM ? VR_CUDA_MT_ADAM : VR_CUDA_MT_ADAMW;
+}
+
+/* An update node's tensors as a table entry (decay: its weight decay is not 0). *special: the state is
+ * bf16 or 8-bit, or a bf16 weight has no master (the compact-state kernels then run it). */
+static void state_entry(const vr_exec_args *b, vr_cuda_dtype pdt, vr_cuda_mt_tensor *t, bool *special)
+{
+    const vr_node *n = b->node;
+    vr_dtype sdt = n->out[2] >= 0 ? T_(b, n->out[2])->dtype : VR_F32;
+    memset(t, 0, sizeof *t);
+    t->param = b->out[0];
+    t->master = F(b->out[1]);
+    t->grad = b->in[0];
+    t->m = n->op != VR_OP_SGD ? F(b->out[2]) : NULL;
+    t->v = n->op == VR_OP_ADAM || n->op == VR_OP_ADAMW ? F(b->out[3]) : NULL;
+    t->n = numel(b, n->out[0]);
+    t->decay = b->weight_decay != 0.0f;
+    t->fmt = sdt == VR_U8 ? VR_CUDA_STATE_Q8 : sdt == VR_BF16 ? VR_CUDA_STATE_BF16 : VR_CUDA_STATE_F32;
+    t->absmax_m = F(b->out[4]);
+    t->absmax_v = F(b->out[5]);
+    t->sindex = n->out[2] >= 0 ? (uint64_t)T_(b, n->out[2])->view_offset : 0;
+    t->windex = (uint64_t)T_(b, n->out[0])->param_offset;
+    *special = t->fmt != VR_CUDA_STATE_F32 || (!t->master && pdt != VR_CUDA_F32);
+}
+
 static vr_status optimizer(const vr_exec_args *a, const cuda_state *s)
 {
     const vr_node *n = a->node;
@@ -133,6 +162,12 @@ static vr_status optimizer(const vr_exec_args *a, const cuda_state *s)
     int32_t *skip = skip_flag(a, s);
     if (a->exec->scaling && !skip)
         return vr_error(VR_ERR_INVALID, "cuda: fp16 loss scaling needs the step's workspace");
+    vr_cuda_mt_tensor t;
+    bool special = false;
+    state_entry(a, pdt, &t, &special);
+    if (special)
+        return vr_cuda_optim_state(c, mt_kind(n->op), pdt, gdt, &t, h->lr, h->beta1, h->beta2, h->eps, h->momentum,
+                                   h->dampening, h->nesterov, a->weight_decay, step, a->grad_scale, dev_scale, skip);
     switch (n->op) {
     case VR_OP_SGD:
         return vr_cuda_sgd(c, pdt, a->out[0], F(a->out[1]), gdt, a->in[0], len, h->lr, a->weight_decay, a->grad_scale,
@@ -317,7 +352,7 @@ static vr_status mt_update(const vr_exec_args *a, cuda_state *s, bool *ran)
     if (!h)
         return VR_OK;
     vr_cuda_dtype pdt0 = VR_CUDA_F32, gdt0 = VR_CUDA_F32;
-    bool clip = a->node->in[1] >= 0;
+    bool clip = a->node->in[1] >= 0, special = false;
     int len = 0;
     /* the nodes' arguments with a weight decay of 1 say which tensors decay (the table then does not
      * change with the decay's value, which a CUDA graph passes as a launch argument) */
@@ -338,36 +373,27 @@ static vr_status mt_update(const vr_exec_args *a, cuda_state *s, bool *ran)
         int64_t cnt = numel(&b, n->out[0]);
         if (cnt == 0)
             continue;
-        bool need_m = op != VR_OP_SGD, need_v = op == VR_OP_ADAM || op == VR_OP_ADAMW;
-        if (!b.out[0] || !b.in[0] || (!b.out[1] && pdt != VR_CUDA_F32) || (need_m && !b.out[2]) ||
-            (need_v && !b.out[3]))
+        bool need_m = op != VR_OP_SGD, need_v = op == VR_OP_ADAM || op == VR_OP_ADAMW, sp = false;
+        vr_cuda_mt_tensor *t = &s->build[len];
+        state_entry(&b, pdt, t, &sp);
+        if (!b.out[0] || !b.in[0] || (!b.out[1] && pdt == VR_CUDA_F16) || (need_m && !b.out[2]) ||
+            (need_v && !b.out[3]) || (t->fmt == VR_CUDA_STATE_Q8 && (!t->absmax_m || (need_v && !t->absmax_v))))
             return VR_OK; /* node by node says what is wrong */
         if (!len) {
             pdt0 = pdt;
             gdt0 = gdt;
         }
-        vr_cuda_mt_tensor *t = &s->build[len++];
-        memset(t, 0, sizeof *t);
-        t->param = b.out[0];
-        t->master = F(b.out[1]);
-        t->grad = b.in[0];
-        t->m = need_m ? F(b.out[2]) : NULL;
-        t->v = need_v ? F(b.out[3]) : NULL;
-        t->n = cnt;
-        t->decay = b.weight_decay != 0.0f;
+        special = special || sp;
+        len++;
     }
     vr_status st = mt_table(s, &s->opt, len);
     if (st)
         return st;
     if (len) {
-        int kind = op == VR_OP_SGD ? VR_CUDA_MT_SGD
-                   : op == VR_OP_SGD_MOMENTUM ? VR_CUDA_MT_MOMENTUM
-                   : op == VR_OP_ADAM ? VR_CUDA_MT_ADAM
-                                      : VR_CUDA_MT_ADAMW;
-        st = vr_cuda_mt_optim(&s->ctx, kind, pdt0, gdt0, s->opt.dev, len, s->opt.chunks, h->lr, h->beta1, h->beta2,
-                              h->eps, h->momentum, h->dampening, h->nesterov, h->weight_decay,
-                              h->step > 0 ? (int)h->step : 1, a->grad_scale, clip ? s->clip : NULL,
-                              skip_flag(a, s));
+        st = (special ? vr_cuda_mt_optim_state : vr_cuda_mt_optim)(
+            &s->ctx, mt_kind(op), pdt0, gdt0, s->opt.dev, len, s->opt.chunks, h->lr, h->beta1, h->beta2, h->eps,
+            h->momentum, h->dampening, h->nesterov, h->weight_decay, h->step > 0 ? (int)h->step : 1, a->grad_scale,
+            clip ? s->clip : NULL, skip_flag(a, s));
     }
     *ran = !st;
     return st;
@@ -615,7 +641,7 @@ static bool cuda_graph_ok(vr_exec *e)
 static vr_status cuda_graph_scalars(vr_exec *e, const vr_optim_hparams *h)
 {
     cuda_state *s = e->be_state;
-    float v[4];
+    float v[VR_CUDA_OPT_SCALARS];
     vr_cuda_opt_scalars(v, h->lr, h->beta1, h->beta2, h->step > 0 ? (int)h->step : 1);
     return vr_cuda_upload(&s->ctx, s->clip + 4, v, sizeof v);
 }

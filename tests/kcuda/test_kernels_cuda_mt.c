@@ -143,12 +143,12 @@ static void run_config(vr_cuda_ctx *ctx, int kind, vr_cuda_dtype pdt, vr_cuda_dt
     float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, mom = 0.9f, damp = 0.1f, wd = 0.1f;
     float *hp = NULL;
     if (dev_scalars)
-        CU(cudaMalloc((void **)&hp, 16));
+        CU(cudaMalloc((void **)&hp, VR_CUDA_OPT_SCALARS * sizeof(float)));
     for (int step = 1; step <= 3; step++) {
         if (dev_scalars) { /* the device values differ from the arguments: the kernels must read them */
-            float v[4];
+            float v[VR_CUDA_OPT_SCALARS];
             vr_cuda_opt_scalars(v, lr * (float)step, b1, b2, step);
-            CU(cudaMemcpy(hp, v, 16, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(hp, v, sizeof v, cudaMemcpyHostToDevice));
             ctx->opt_scalars = hp;
         }
         for (int t = 0; t < NT; t++) {

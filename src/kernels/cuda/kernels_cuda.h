@@ -71,7 +71,8 @@ typedef struct vr_cuda_ctx {
     int sm_count;           /* multiprocessors of that device */
     const float *opt_scalars; /* device, NULL by default: the optimizers take lr and step from their
                                * arguments. Else they read them here ([0] lr, [1] 1 - beta1^step,
-                               * [2] sqrt(1 - beta2^step), [3] 1 on the first step, else 0; fill with
+                               * [2] sqrt(1 - beta2^step), [3] 1 on the first step, else 0, [4] the step
+                               * (the seed of stochastic rounding); fill with
                                * vr_cuda_opt_scalars + vr_cuda_upload), so that a captured CUDA graph
                                * replays each step with that step's values. Set after ctx_init. */
     int attention_v1;       /* bit 0: the forward, bit 1: the backward use the first tensor-core attention
@@ -114,9 +115,10 @@ vr_status vr_cuda_events_create(void **ev, int n);
 vr_status vr_cuda_event_record(const vr_cuda_ctx *ctx, void *ev);
 vr_status vr_cuda_event_ms(void *from, void *to, float *ms);
 void vr_cuda_events_destroy(void **ev, int n);
-/* The four values of vr_cuda_ctx.opt_scalars for a step (host; computed as the optimizers compute
- * them from their arguments, so both paths give the same bits). */
-void vr_cuda_opt_scalars(float out[4], float lr, float beta1, float beta2, int step);
+/* The values of vr_cuda_ctx.opt_scalars for a step (host; computed as the optimizers compute them from
+ * their arguments, so both paths give the same bits); [4] is the step, the seed of stochastic rounding. */
+#define VR_CUDA_OPT_SCALARS 5
+void vr_cuda_opt_scalars(float out[VR_CUDA_OPT_SCALARS], float lr, float beta1, float beta2, int step);
 
 /* ---------------------------------------------------------------- memory helpers */
 
@@ -343,14 +345,22 @@ vr_status vr_cuda_adamw(const vr_cuda_ctx *ctx, vr_cuda_dtype pdt, void *param, 
 
 typedef struct vr_cuda_mt_tensor {
     void *param;       /* pdt: updated (rounded from master when there is one) */
-    float *master;     /* fp32 master, NULL: param is fp32 and updated in place */
+    float *master;     /* fp32 master, NULL: param is fp32 and updated in place, or (bf16 param, the
+                        * compact-state kernels only) rounded stochastically */
     const void *grad;  /* gdt (sumsq: the tensor whose squares are summed, of dt) */
-    float *m, *v;      /* optimizer state (momentum | Adam m, v); NULL where the optimizer has none */
+    float *m, *v;      /* optimizer state (momentum | Adam m, v); NULL where the optimizer has none; of the
+                        * format below (f32; bf16 bits; u8 codes) */
     int64_t n;         /* elements (> 0) */
     int64_t chunk0;    /* first chunk of this tensor (vr_cuda_mt_layout) */
     int32_t decay;     /* 1: weight decay applies to this tensor */
-    int32_t pad_;
+    int32_t fmt;       /* VR_CUDA_STATE_*: the state's format (the compact-state kernels) */
+    float *absmax_m, *absmax_v; /* VR_CUDA_STATE_Q8: one f32 per block of VR_Q8_BLOCK */
+    uint64_t sindex;   /* the element index of m[0] in its flat state buffer (random bits of rounding) */
+    uint64_t windex;   /* the element index of param[0] in the parameter buffer (same) */
 } vr_cuda_mt_tensor;
+
+/* Optimizer-state formats of the compact-state kernels (vram/optim_state.h, kernels/optim_math.h). */
+enum { VR_CUDA_STATE_F32 = 0, VR_CUDA_STATE_BF16 = 1, VR_CUDA_STATE_Q8 = 2 };
 
 /* Host: fills chunk0 of t[0..n) (every t[i].n > 0) and returns the total number of chunks. */
 int64_t vr_cuda_mt_layout(vr_cuda_mt_tensor *t, int n);
@@ -372,6 +382,24 @@ vr_status vr_cuda_mt_optim(const vr_cuda_ctx *ctx, int kind, vr_cuda_dtype pdt, 
                            float beta2, float eps, float momentum, float dampening, int nesterov,
                            float weight_decay, int step, float grad_scale, const float *dev_grad_scale,
                            const int32_t *dev_skip);
+
+/* ---------------------------------------------------------------- compact optimizer state */
+/* The update of vr_cuda_mt_optim (kind, scalars, device scale and skip as there) for tables whose entries
+ * may hold bf16 or 8-bit block-wise state (fmt) and bf16 params without a master (stochastic rounding):
+ * the arithmetic of the fp32 kernels per element; 8-bit: dequantize in registers, update, the block's new
+ * absmax, requantize to the nearest entry of the dynamic map (vr_qmap_dynamic); an element whose scaled
+ * gradient is inf/NaN keeps its state and parameter. The random bits of rounding come from (step,
+ * sindex/windex + i). One launch, chunks as vr_cuda_mt_layout. */
+vr_status vr_cuda_mt_optim_state(const vr_cuda_ctx *ctx, int kind, vr_cuda_dtype pdt, vr_cuda_dtype gdt,
+                                 const vr_cuda_mt_tensor *tab, int n_tensors, int64_t n_chunks, float lr, float beta1,
+                                 float beta2, float eps, float momentum, float dampening, int nesterov,
+                                 float weight_decay, int step, float grad_scale, const float *dev_grad_scale,
+                                 const int32_t *dev_skip);
+/* The same for one tensor t (host memory; t->n elements, its decay flag honoured): no table upload. */
+vr_status vr_cuda_optim_state(const vr_cuda_ctx *ctx, int kind, vr_cuda_dtype pdt, vr_cuda_dtype gdt,
+                              const vr_cuda_mt_tensor *t, float lr, float beta1, float beta2, float eps, float momentum,
+                              float dampening, int nesterov, float weight_decay, int step, float grad_scale,
+                              const float *dev_grad_scale, const int32_t *dev_skip);
 
 #ifdef __cplusplus
 }

@@ -132,13 +132,14 @@ extern "C" vr_status vr_cuda_sgd_momentum(const vr_cuda_ctx *ctx, vr_cuda_dtype 
                             dev_skip);
 }
 
-extern "C" void vr_cuda_opt_scalars(float out[4], float lr, float beta1, float beta2, int step)
+extern "C" void vr_cuda_opt_scalars(float out[VR_CUDA_OPT_SCALARS], float lr, float beta1, float beta2, int step)
 {
     int t = step < 1 ? 1 : step;
     out[0] = lr;
     out[1] = (float)(1.0 - pow((double)beta1, (double)t));
     out[2] = (float)sqrt(1.0 - pow((double)beta2, (double)t));
     out[3] = step <= 1 ? 1.0f : 0.0f;
+    out[4] = (float)t;
 }
 
 static opt_args adam_args(float lr, float b1, float b2, float eps, float wd, int step, float grad_scale)
