@@ -128,6 +128,25 @@ else
   python3 -c "import sys; c, g = float('$lc'), float('$lg'); sys.exit(0 if abs(c - g) <= 1e-4 * abs(c) else 1)" ||
     fail "eval on cuda: loss $lg, cpu $lc"
   "$vram" eval --init "$tmp/ev.bin" --batches 4 --device cuda --precision bf16 >/dev/null || fail "eval bf16 on cuda"
+  # compact optimizer state on the GPU: plan == run, the loss falls; fp32 + 8-bit state close to the CPU's
+  for f in "--optim-state 8bit" "--optim-state bf16" "--optim-state 8bit --master none" "--master none" \
+           "--optim momentum --optim-state 8bit"; do
+    "$vram" train --device cuda --precision bf16 --steps 30 $f >"$tmp/cs.out" || fail "cuda bf16 $f"
+    ! grep -q DIFFERS "$tmp/cs.out" || { cat "$tmp/cs.out"; fail "cuda bf16 $f: planned and allocated differ"; }
+    python3 - "$tmp/cs.out" "$f" <<'PY' || fail "cuda bf16 $f: the loss does not fall"
+import re, sys
+m = re.search(r"loss ([0-9.]+) -> ([0-9.]+)", open(sys.argv[1]).read())
+assert m and float(m.group(2)) < float(m.group(1)) - 1.0, (sys.argv[2], m and m.groups())
+PY
+  done
+  for d in cpu cuda; do
+    "$vram" train --device $d --steps 8 --optim-state 8bit --json >"$tmp/q8_$d.jsonl" || fail "8-bit state on $d"
+  done
+  python3 - "$tmp/q8_cpu.jsonl" "$tmp/q8_cuda.jsonl" <<'PY' || fail "8-bit state: cuda and cpu losses differ"
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(f) if '"event":"step"' in l] for f in sys.argv[1:])
+assert len(a) == len(b) == 8 and max(abs(x - y) for x, y in zip(a, b)) < 1e-3, (a, b)
+PY
 fi
 expect 2 "--loss-scale" train --loss-scale 1024 --steps 1
 "$vram" train --help >"$tmp/help" && grep -q -- --resume "$tmp/help"
