@@ -515,6 +515,8 @@ static void test_embedding(void **state)
         run_embedding(DTS[di], 4, 1024, 768, 50257, 0);
         run_embedding(DTS[di], 8, 1024, 768, 50257, 1); /* runs of 1638 rows: spread over a block */
         run_embedding(DTS[di], 4, 300, 13, 100, 1);     /* odd C: no vector loads */
+        run_embedding(DTS[di], 2, 64, 4096, 500, 1);    /* C of the 6.7B shape: the shared-memory limit */
+        run_embedding(DTS[di], 1, 32, 16384, 100, 1);   /* beyond 48 KiB of partial sums: opted in */
     }
 }
 

@@ -197,10 +197,21 @@ static vr_status emb_bwd_t(const vr_cuda_ctx *ctx, void *dwte, void *dwpe, const
             int ncol = vec ? C / VEC : C;
             int bx = ncol < 128 ? ncol : 128;
             int gy = 512 / bx;
-            while (gy > 1 && (size_t)gy * C * sizeof(float) > 48 * 1024) gy--;
-            if (gy < 1) gy = 1;
+            /* dynamic shared memory: gy rows of C partial sums, beside the kernel's static s_end; within the
+             * 48 KiB every launch may use (C = 4096 fit exactly and the launch failed), else opted into up to
+             * the device's maximum for the one row */
+            const size_t limit = 48 * 1024 - 64;
+            while (gy > 1 && (size_t)gy * C * sizeof(float) > limit) gy--;
             size_t shm = (size_t)gy * C * sizeof(float);
-            if (shm > 48 * 1024) return vr_cu_bad(op, "C too large for the dwte kernel");
+            if (shm > limit) {
+                int dev = 0, most = 0;
+                VR_CU_CHECK(cudaGetDevice(&dev), op);
+                VR_CU_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), op);
+                if (shm + 64 > (size_t)most) return vr_cu_bad(op, "C too large for the dwte kernel");
+                VR_CU_CHECK(cudaFuncSetAttribute(vec ? k_emb_dwte<T, VEC> : k_emb_dwte<T, 1>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm),
+                            op);
+            }
             dim3 blk(bx, gy);
             unsigned grid = (unsigned)((R + VR_EMB_SEG - 1) / VR_EMB_SEG);
             if (vec)
