@@ -12,8 +12,11 @@
 #    a few steps at its choice: plan, tokens/s, MFU.
 # Peak memory: nvidia-smi's memory.used sampled every 50 ms, minus the idle baseline, for every system.
 # MFU: tokens/s x (6N + 6 L C T) FLOP per token (llm.c's count) / 989 TFLOP/s (H100 SXM dense bf16).
+# PARTS="1 2 3 4" (default) picks the parts to run.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
+PARTS=${PARTS:-1 2 3 4}
+part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 OUT=${OUT:-$PWD/out/states}; mkdir -p "$OUT"
 STEPS=${STEPS:-30}
 . scripts/gpu-setup.sh
@@ -40,12 +43,15 @@ gpumon() {
 }
 peak() { sort -n "$OUT/$1.smi" | tail -1 | awk -v b="$base" '{printf "%.2f", ($1 - b) / 1024}'; }
 
+if part 1; then
 echo "== 1. CUDA tests"
 for t in $tests test_exec_cuda; do
   timeout 300 $BIN/$t > "$OUT/$t.log" 2>&1; echo "$t rc $? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$t.log" | tr '\n' ' ')"
   grep -E "^\[  FAILED|ERROR" "$OUT/$t.log" | head -5
 done
 
+fi
+if part 2; then
 echo "== 2. GPT-2 124M B=16 T=1024 bf16: optimizer-state formats ($STEPS steps each)"
 G="--preset gpt2 --batch 16 --seq 1024 --precision bf16 --clip 1.0 --lr 6e-4 --warmup 0 --lr-schedule constant --device cuda --eval-every -1 --json"
 for cfg in fp32:"--optim-state fp32" 8bit:"--optim-state 8bit" bf16:"--optim-state bf16" 8bit-nomaster:"--optim-state 8bit --master none"; do
@@ -74,6 +80,8 @@ for n in ("fp32", "8bit", "bf16", "8bit-nomaster"):
           + (f"  x{ms / res['fp32']:.3f} of fp32 state" if 'fp32' in res and n != 'fp32' else ""))
 PY
 
+fi
+if part 3; then
 echo "== 3. GPT-2 XL under --max-memory 16GiB"
 X="--preset gpt2-xl --seq 1024"
 timeout 120 $VRAM fit $X --capacity 16GiB --device cuda --json > "$OUT/xl_fit.json" 2> "$OUT/xl_fit.err"
@@ -93,6 +101,8 @@ gpumon xl_torch timeout 240 python3 bench/gpu/torch_gpt2.py --mode eager --preci
   --layers 48 --channels 1600 --heads 25 --max-probe 1 --probe-steps 1 > "$OUT/xl_torch.json" 2> "$OUT/xl_torch.err"
 echo "torch eager fp32 AdamW gpt2-xl in 16 GiB: rc $? $(tail -1 "$OUT/xl_torch.json" | cut -c1-300)"
 
+fi
+if part 4; then
 echo "== 4. the 6.7B shape on the whole GPU"
 S="--layers 32 --channels 4096 --heads 32 --vocab 50257 --max-seq 1024 --seq 1024"
 timeout 120 $VRAM fit $S --capacity 79GiB --device cuda --json > "$OUT/b67_fit.json" 2> "$OUT/b67_fit.err"
@@ -108,6 +118,7 @@ echo "vram fit chose: $flags"
 gpumon b67 timeout 400 $VRAM train $S $flags --steps 4 --lr 1e-4 --clip 1.0 --device cuda --eval-every -1 --json \
   > "$OUT/b67.jsonl" 2> "$OUT/b67.err"
 echo "vram 6.7B rc $? peak $(peak b67) GiB; $(tail -c 400 "$OUT/b67.err" | tr '\n' ' ' | cut -c1-300)"
+fi
 python3 - "$OUT" <<'PY' | tee "$OUT/big_table.txt"
 import json, statistics, sys
 out = sys.argv[1]
