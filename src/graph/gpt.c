@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "graph/graph_internal.h"
+#include "vram/util.h"
 
 typedef struct gpt_preset {
     const char *name;
@@ -72,12 +73,23 @@ vr_status vr_gpt_config_check(vr_gpt_config *c)
         return vr_error(VR_ERR_INVALID, "--heads: %d does not divide the %d channels", c->NH, c->C);
     if (c->V < 1)
         return vr_error(VR_ERR_INVALID, "--vocab: must be >= 1 (got %d)", c->V);
+    if (c->V > 2147483647 - 127)
+        return vr_error(VR_ERR_INVALID, "--vocab: %d is too large", c->V);
     if (c->Vp == 0)
         c->Vp = (c->V + 127) / 128 * 128;
     if (c->Vp < c->V)
         return vr_error(VR_ERR_INVALID, "--padded-vocab: %d is less than the vocabulary %d", c->Vp, c->V);
     if (c->maxT < 1)
         return vr_error(VR_ERR_INVALID, "--max-seq: must be >= 1 (got %d)", c->maxT);
+    if (c->L > VR_GPT_MAX_LAYERS)
+        return vr_error(VR_ERR_INVALID, "--layers: %d is above the limit %d", c->L, VR_GPT_MAX_LAYERS);
+    /* every parameter block and their fp32 sum must fit in int64 bytes (checked, before anything is built) */
+    int64_t C = c->C, L = c->L, total = 0, s[16];
+    const int64_t rows[16] = {c->Vp, c->maxT, L, L, 3 * L * C, 3 * L, L * C, L, L, L, 4 * L * C, 4 * L, 4 * L * C, L, 1, 1};
+    for (int i = 0; i < 16; i++)
+        if (!vr_mul_i64(rows[i], C, &s[i]) || !vr_mul_i64(s[i], 4, &s[i]) || !vr_add_i64(total, s[i], &total))
+            return vr_error(VR_ERR_INVALID, "gpt config: the parameter count of layers %d, channels %d, vocab %d, "
+                            "max-seq %d overflows 64 bits", c->L, c->C, c->Vp, c->maxT);
     return VR_OK;
 }
 
