@@ -85,8 +85,11 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
     if (!st && !(c->hp.lr > 0))
         st = vr_error(VR_ERR_INVALID, "--lr: must be > 0 (got %g)", (double)c->hp.lr);
     t->sched = (vr_lr_schedule){c->lr_kind, c->hp.lr, c->warmup, c->steps, c->min_lr_frac};
-    if (!st && vr_lr_check(&t->sched))
-        st = vr_error(VR_ERR_INVALID, "--warmup/--lr: %s", vr_last_error());
+    if (!st && vr_lr_check(&t->sched)) {
+        char why[512]; /* a copy: vr_error must not read the buffer it writes */
+        snprintf(why, sizeof why, "%s", vr_last_error());
+        st = vr_error(VR_ERR_INVALID, "--warmup/--lr: %s", why);
+    }
     if (!st)
         st = vr_device_open(c->device ? c->device : "cpu", &t->dev);
     if (!st && vr_device_kind_of(t->dev) == VR_DEVICE_CUDA) { /* the CUDA kernels' scratch and cuBLAS workspace */
