@@ -369,6 +369,10 @@ vr_status vr_graph_backward(vr_graph *g, const vr_step_config *s)
         return g->err;
     if (g->loss_node < 0 || g->n_forward != g->n_nodes)
         return vr_graph_fail(g, VR_ERR_INVALID, "backward: the graph has no forward pass to differentiate"), g->err;
+    vr_op loss_op = g->nodes[g->loss_node].op;
+    if (loss_op != VR_OP_CLASSIFIER && loss_op != VR_OP_SOFTMAX_XENT) /* nothing would seed a gradient */
+        return vr_graph_fail(g, VR_ERR_UNSUPPORTED, "backward: loss node %s is a %s, not a loss autodiff knows "
+                             "(classifier, softmax_xent)", g->nodes[g->loss_node].name, vr_op_name(loss_op)), g->err;
     g->step = *s;
     if (g->step.accum < 1)
         g->step.accum = 1;
