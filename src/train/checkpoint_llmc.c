@@ -49,6 +49,13 @@ vr_status vr_llmc_config_check(const vr_llmc_config *cfg, const char *what)
     if (cfg->channels % cfg->num_heads != 0)
         return vr_error(VR_ERR_FORMAT, "%s: num_heads %d does not divide channels %d", what,
                         cfg->num_heads, cfg->channels);
+    vr_gpt_config c = {.L = cfg->num_layers, .C = cfg->channels, .NH = cfg->num_heads,
+                       .V = cfg->vocab_size, .Vp = cfg->padded_vocab_size, .maxT = cfg->max_seq_len};
+    int64_t n; /* unchecked, the size product can wrap 2^64 to a small number that matches the file size */
+    if (!vr_gpt_num_params_checked(&c, &n) || (uint64_t)n > (UINT64_MAX - HEADER_BYTES) / 4)
+        return vr_error(VR_ERR_FORMAT, "%s: num_layers %d, channels %d, padded_vocab_size %d, max_seq_len %d: "
+                        "the parameter bytes overflow 64 bits", what, cfg->num_layers, cfg->channels,
+                        cfg->padded_vocab_size, cfg->max_seq_len);
     return VR_OK;
 }
 

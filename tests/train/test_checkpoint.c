@@ -164,6 +164,21 @@ static void corrupt_files_are_refused(void **state)
     free(q);
 }
 
+/* A header whose parameter bytes wrap 2^64 to exactly 0: a 1024-byte file used to pass the size check. */
+static void wrapping_header_is_refused(void **state)
+{
+    (void)state;
+    int32_t h[256] = {VR_LLMC_MAGIC, VR_LLMC_VERSION_FP32, 1, 4844204, 4789589, 1, 16777216, 4844204};
+    const char *p = tt_path(dir, "wrap.bin");
+    tt_write(p, h, sizeof h);
+    vr_llmc_config cfg;
+    assert_int_equal(vr_llmc_read_header(p, &cfg), VR_ERR_FORMAT);
+    ERR_HAS(p); ERR_HAS("overflow");
+    /* a directory is named as one (was: "4096 bytes is too small for the header") */
+    assert_int_not_equal(vr_llmc_read_header(dir, &cfg), VR_OK);
+    ERR_HAS(dir); ERR_HAS("is a directory");
+}
+
 static void failed_save_keeps_previous_file(void **state)
 {
     (void)state;
@@ -207,6 +222,7 @@ int main(void)
         cmocka_unit_test(round_trip_is_bit_exact),
         cmocka_unit_test(corrupt_files_are_refused),
         cmocka_unit_test(failed_save_keeps_previous_file),
+        cmocka_unit_test(wrapping_header_is_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
