@@ -186,7 +186,7 @@ vr_status vr_recompute_parse(const char *s, const char *what, vr_recompute *out)
 
 /* GPT-2 architecture (llm.c's GPT2Config). */
 /* The most layers a GPT config may have (planning is n log n in the nodes; this keeps a typo from planning for minutes). */
-#define VR_GPT_MAX_LAYERS 4096
+#define VR_GPT_MAX_LAYERS 2048
 
 typedef struct vr_gpt_config {
     int L;      /* layers */
