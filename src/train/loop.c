@@ -175,6 +175,9 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
 {
     uint64_t t0 = vr_now_ns();
     vr_status st = VR_OK;
+    /* where the data stands: a step that fails puts it back, so a retried or resumed run skips no batch */
+    vr_data_pos pos0 = t->train ? vr_data_tell(t->train) : (vr_data_pos){0, 0};
+    int64_t next0 = t->task.next;
     for (int k = 0; k < t->accum && !st; k++)
         if (!(st = next_train_batch(t, k)))
             st = vr__trainer_dump_batch(t, k);
@@ -184,8 +187,14 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
     vr_exec_result res;
     if (!st)
         st = vr_exec_step(t->exec, t->mb, &h, &res);
-    if (st)
-        return st;
+    if (st) {
+        char why[1024]; /* the seek must not replace the step's error */
+        snprintf(why, sizeof why, "%s", vr_last_error());
+        if (t->train)
+            vr_data_seek(t->train, pos0);
+        t->task.next = next0;
+        return vr_error(st, "%s", why);
+    }
     t->step++;
     t->skipped += res.skipped;
     if ((st = vr__trainer_memory_sample(t)))
