@@ -177,7 +177,7 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
     vr_status st = VR_OK;
     /* where the data stands: a step that fails puts it back, so a retried or resumed run skips no batch */
     vr_data_pos pos0 = t->train ? vr_data_tell(t->train) : (vr_data_pos){0, 0};
-    int64_t next0 = t->task.next;
+    uint64_t next0 = t->task.next;
     for (int k = 0; k < t->accum && !st; k++)
         if (!(st = next_train_batch(t, k)))
             st = vr__trainer_dump_batch(t, k);
