@@ -14,8 +14,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: vram replay TRACE [options]\n"
             "\n"
-            "Replays an allocator trace (CSV, gzip or plain: action,addr,size,stream; see\n"
-            "shared/traces/README.md) through a fresh caching allocator on a simulated\n"
+            "Replays an allocator trace (CSV, gzip or plain: action,addr,size,stream; the\n"
+            "format is in docs/trace-format.md, samples in tests/data/traces/) through a\n"
+            "fresh caching allocator on a simulated\n"
             "`meta` device and prints its peaks beside those PyTorch recorded.\n"
             "\n"
             "options:\n"
