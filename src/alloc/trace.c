@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "alloc/trace.h"
@@ -241,6 +242,11 @@ static const char *gz_problem(gzFile gz, const char *path)
 vr_status vra_trace_read(const char *path, vra_trace *t)
 {
     memset(t, 0, sizeof *t);
+    struct stat sb; /* before gzopen: a FIFO would block it, a directory reads as an odd error */
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return vr_error(VR_ERR_IO, "%s: is a directory, not a trace file", path);
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return vr_error(VR_ERR_IO, "%s: is not a regular file", path);
     errno = 0;
     gzFile gz = gzopen(path, "rb");
     if (!gz)

@@ -164,12 +164,12 @@ int vr_cmd_replay(int argc, char **argv)
             trace = a;
         }
     }
-    if (!trace) {
-        usage(stderr);
-        return 2;
-    }
+    if (!trace)
+        return vr_cli_fail("replay", 2, "give a TRACE file (vram replay --help)");
     vr_replay_result r;
     vr_status st = vr_replay_file(trace, &o, &r);
+    if (st != VR_OK && o.policy && strstr(vr_last_error(), "unknown policy"))
+        return vr_cli_fail("replay", 2, "--policy: %s", vr_last_error());
     if (st != VR_OK)
         return vr_cli_fail("replay", st == VR_ERR_INVALID || st == VR_ERR_UNSUPPORTED ? 2 : 1, "%s", vr_last_error());
     const char *policy = o.policy ? o.policy : "pytorch";
