@@ -251,7 +251,7 @@ static void bad_configs_name_the_flag(void **state)
 static void overflowing_shapes_are_refused(void **state)
 {
     (void)state;
-    vr_gpt_config c = {.L = 4000, .C = 2000000000, .NH = 1, .V = 2000000000, .maxT = 2000000000};
+    vr_gpt_config c = {.L = 2000, .C = 2000000000, .NH = 1, .V = 2000000000, .maxT = 2000000000};
     assert_int_equal(vr_gpt_config_check(&c), VR_ERR_INVALID);
     assert_non_null(strstr(vr_last_error(), "overflows"));
     vr_gpt_config big = {.L = VR_GPT_MAX_LAYERS + 1, .C = 64, .NH = 4, .V = 256, .maxT = 64};
@@ -269,7 +269,8 @@ static void overflowing_shapes_are_refused(void **state)
     vr_graph *g = NULL;
     assert_int_not_equal(vr_graph_build(&m, &s, &g), VR_OK);
     assert_null(g);
-    assert_non_null(strstr(vr_last_error(), "overflows"));
+    if (!strstr(vr_last_error(), "overflows"))
+        fail_msg("activations: %s", vr_last_error());
 }
 
 int main(void)
