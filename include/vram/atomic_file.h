@@ -38,6 +38,11 @@ vr_status vr_atomic_commit(vr_atomic_file *af);
 /* Gives up: closes and removes the temporary file. Safe after commit. */
 void vr_atomic_abort(vr_atomic_file *af);
 
+/* Checks, before a long run, that path can be written later: not a directory or special file, and a
+ * temporary file can be created (and is removed) beside it. Errors name the path. vr_atomic_open also
+ * removes path.tmp.<pid> files left by processes that no longer exist. */
+vr_status vr_atomic_check_writable(const char *path);
+
 /* Writes a whole buffer to path atomically (open + write + commit). */
 vr_status vr_atomic_write_file(const char *path, const void *buf, size_t n);
 

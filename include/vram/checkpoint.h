@@ -21,6 +21,7 @@ extern "C" {
 
 #define VR_LLMC_MAGIC 20240326
 #define VR_LLMC_VERSION_FP32 3
+#define VR_LLMC_VERSION_BF16 5 /* llm.c's bf16 checkpoints: the same layout, 2-byte bfloat16 parameters */
 #define VR_LLMC_HEADER_INTS 256
 #define VR_LLMC_NUM_TENSORS 16
 
@@ -54,7 +55,8 @@ vr_status vr_llmc_read_header(const char *path, vr_llmc_config *cfg);
 vr_status vr_llmc_config_match(const char *path, const vr_llmc_config *file, const vr_llmc_config *model);
 
 /* Loads the parameters into params[0..n): validates the header, matches it
- * against `model` (skipped when NULL) and checks n equals the file's count. */
+ * against `model` (skipped when NULL) and checks n equals the file's count.
+ * Version 3 (fp32) and version 5 (bf16, widened to fp32 exactly) are read. */
 vr_status vr_llmc_load(const char *path, const vr_llmc_config *model, float *params, size_t n);
 
 /* Saves n = vr_llmc_num_params(cfg) fp32 parameters with cfg's header, atomically. */

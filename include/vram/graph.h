@@ -197,6 +197,9 @@ vr_status vr_optim_parse(const char *s, const char *what, vr_optim *out);
 vr_status vr_recompute_parse(const char *s, const char *what, vr_recompute *out);
 
 /* GPT-2 architecture (llm.c's GPT2Config). */
+/* The most layers a GPT config may have (planning is n log n in the nodes; this keeps a typo from planning for minutes). */
+#define VR_GPT_MAX_LAYERS 2048
+
 typedef struct vr_gpt_config {
     int L;      /* layers */
     int C;      /* channels */
@@ -281,6 +284,9 @@ const char *vr_mlp_preset_names(void);
 
 /* Fills Vp when 0 and checks the fields; VR_ERR_INVALID naming the field. */
 vr_status vr_gpt_config_check(vr_gpt_config *c);
+
+/* The parameter count into *n; false when it, or its fp32 bytes, overflows int64 (or a field is negative). */
+bool vr_gpt_num_params_checked(const vr_gpt_config *c, int64_t *n);
 
 /* Element counts of the 16 parameter tensors in llm.c's order (wte, wpe, ln1w, ... lnfb; Vp 0 = V rounded up to 128). */
 void vr_gpt_param_sizes(const vr_gpt_config *c, int64_t sizes[16]);

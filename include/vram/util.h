@@ -2,6 +2,7 @@
 #ifndef VRAM_UTIL_H
 #define VRAM_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "vram/status.h"
@@ -23,6 +24,12 @@ char *vr_format_size(uint64_t bytes, char *buf, size_t cap);
 
 /* Parses a non-negative integer flag value, naming `what` in the error. */
 vr_status vr_parse_int(const char *text, const char *what, long long lo, long long hi, long long *out);
+
+/* a * b into *out; false (*out untouched) when either is negative or the product exceeds INT64_MAX. */
+bool vr_mul_i64(int64_t a, int64_t b, int64_t *out);
+
+/* a + b into *out; false (*out untouched) when either is negative or the sum exceeds INT64_MAX. */
+bool vr_add_i64(int64_t a, int64_t b, int64_t *out);
 
 /* Monotonic wall clock in nanoseconds. */
 uint64_t vr_now_ns(void);

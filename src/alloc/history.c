@@ -173,7 +173,8 @@ static cJSON *snapshot_json(vr_alloc *a)
     if (list)
         for (const vr_segment *s = a->segs; s; s = s->lnext)
             list[n++] = s;
-    qsort(list, n, sizeof *list, cmp_seg);
+    if (n > 1) /* list is NULL with no segments: qsort(NULL, ...) is UB */
+        qsort(list, n, sizeof *list, cmp_seg);
     for (size_t i = 0; i < n; i++) {
         const vr_block *b = list[i]->head;
         while (b) {

@@ -3,9 +3,11 @@
  * file and line number; nothing in the input can crash it. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "alloc/trace.h"
@@ -108,9 +110,21 @@ static const char *const known_actions[] = {
     "segment_map", "segment_unmap", "oom", "snapshot", "user_defined",
 };
 
-/* Reads PyTorch's figures from the "# {...}" line; false when it is not JSON. */
-static bool header(vra_trace *t, const char *json)
+/* A JSON number that is a byte count or a count: finite, integral, in [0, 2^63). */
+static bool json_count(const cJSON *n, uint64_t *out)
 {
+    double v = n->valuedouble;
+    if (!isfinite(v) || v < 0 || v >= 9223372036854775808.0 || v != floor(v))
+        return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
+/* Reads PyTorch's figures from the "# {...}" line; false when it is not JSON (*bad NULL) or a number
+ * field is out of range (*bad names it). */
+static bool header(vra_trace *t, const char *json, const char **bad)
+{
+    *bad = NULL;
     while (*json == ' ')
         json++;
     if (*json != '{')
@@ -127,15 +141,22 @@ static bool header(vra_trace *t, const char *json)
         snprintf(t->workload, sizeof t->workload, "%s", w->valuestring);
     if (cJSON_IsString(v))
         snprintf(t->torch_version, sizeof t->torch_version, "%s", v->valuestring);
-    if (cJSON_IsNumber(pa) && cJSON_IsNumber(pr) && pa->valuedouble >= 0 && pr->valuedouble >= 0) {
+    uint64_t a = 0, r = 0, n = 0;
+    if (cJSON_IsNumber(pa) && !json_count(pa, &a))
+        *bad = "peak_allocated";
+    else if (cJSON_IsNumber(pr) && !json_count(pr, &r))
+        *bad = "peak_reserved";
+    else if (cJSON_IsNumber(re) && !json_count(re, &n))
+        *bad = "num_alloc_retries";
+    if (!*bad && cJSON_IsNumber(pa) && cJSON_IsNumber(pr)) {
         t->have_torch = true;
-        t->peak_allocated = (uint64_t)pa->valuedouble;
-        t->peak_reserved = (uint64_t)pr->valuedouble;
+        t->peak_allocated = a;
+        t->peak_reserved = r;
     }
-    if (cJSON_IsNumber(re))
-        t->alloc_retries = (int64_t)re->valuedouble;
+    if (!*bad && cJSON_IsNumber(re))
+        t->alloc_retries = (int64_t)n;
     cJSON_Delete(h);
-    return true;
+    return !*bad;
 }
 
 static bool push(vra_trace *t, vra_op op)
@@ -221,6 +242,11 @@ static const char *gz_problem(gzFile gz, const char *path)
 vr_status vra_trace_read(const char *path, vra_trace *t)
 {
     memset(t, 0, sizeof *t);
+    struct stat sb; /* before gzopen: a FIFO would block it, a directory reads as an odd error */
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return vr_error(VR_ERR_IO, "%s: is a directory, not a trace file", path);
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return vr_error(VR_ERR_IO, "%s: is not a regular file", path);
     errno = 0;
     gzFile gz = gzopen(path, "rb");
     if (!gz)
@@ -249,8 +275,14 @@ vr_status vra_trace_read(const char *path, vra_trace *t)
         if (len == 0)
             continue;
         if (line[0] == '#') {
-            if (!seen_data && !t->workload[0] && !t->have_torch && !header(t, line + 1)) {
-                st = vr_error(VR_ERR_FORMAT, "%s:%llu: header line is not valid JSON", path, (unsigned long long)ln);
+            const char *bad = NULL;
+            if (!seen_data && !t->workload[0] && !t->have_torch && !header(t, line + 1, &bad)) {
+                if (bad)
+                    st = vr_error(VR_ERR_FORMAT, "%s:%llu: header field %s is not a count in [0, 2^63)", path,
+                                  (unsigned long long)ln, bad);
+                else
+                    st = vr_error(VR_ERR_FORMAT, "%s:%llu: header line is not valid JSON", path,
+                                  (unsigned long long)ln);
                 break;
             }
             continue;

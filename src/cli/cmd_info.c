@@ -151,8 +151,7 @@ int vr_cmd_info(int argc, char **argv)
             usage(stdout);
             return 0;
         } else {
-            usage(stderr);
-            return vr_cli_fail("info", 2, "unknown option '%s'", argv[i]);
+            return vr_cli_fail("info", 2, "unknown flag '%s' (see vram info --help)", argv[i]);
         }
     }
 

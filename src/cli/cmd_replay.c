@@ -14,8 +14,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: vram replay TRACE [options]\n"
             "\n"
-            "Replays an allocator trace (CSV, gzip or plain: action,addr,size,stream; see\n"
-            "shared/traces/README.md) through a fresh caching allocator on a simulated\n"
+            "Replays an allocator trace (CSV, gzip or plain: action,addr,size,stream; the\n"
+            "format is in docs/trace-format.md, samples in tests/data/traces/) through a\n"
+            "fresh caching allocator on a simulated\n"
             "`meta` device and prints its peaks beside those PyTorch recorded.\n"
             "\n"
             "options:\n"
@@ -163,12 +164,12 @@ int vr_cmd_replay(int argc, char **argv)
             trace = a;
         }
     }
-    if (!trace) {
-        usage(stderr);
-        return 2;
-    }
+    if (!trace)
+        return vr_cli_fail("replay", 2, "give a TRACE file (vram replay --help)");
     vr_replay_result r;
     vr_status st = vr_replay_file(trace, &o, &r);
+    if (st != VR_OK && o.policy && strstr(vr_last_error(), "unknown policy"))
+        return vr_cli_fail("replay", 2, "--policy: %s", vr_last_error());
     if (st != VR_OK)
         return vr_cli_fail("replay", st == VR_ERR_INVALID || st == VR_ERR_UNSUPPORTED ? 2 : 1, "%s", vr_last_error());
     const char *policy = o.policy ? o.policy : "pytorch";

@@ -31,7 +31,35 @@ typedef struct ad {
     bool *bwd_needed;    /* [n_forward]: the backward of this node will be emitted */
     int *last_cons;      /* scratch for alias checks */
     vr_recomp *rc;
+    /* forward tensors by the storage of their gradient, as lists: head[storage] -> t -> next[t] -> ... -1.
+     * A gradient is set once and its storage never changes, so the lists only grow; alias checks walk
+     * one list instead of every tensor (that scan made deep models quadratic). */
+    int *grad_head, *grad_next;
+    int n_head;
 } ad;
+
+/* Records that forward tensor x now has a gradient (g->tensors[x].grad set). */
+static void note_grad(ad *a, int x)
+{
+    vr_graph *g = a->g;
+    int st = vr_graph_storage(g, g->tensors[x].grad);
+    if (st >= a->n_head) {
+        int n = a->n_head ? a->n_head : 256;
+        while (n <= st)
+            n *= 2;
+        int *h = realloc(a->grad_head, sizeof(int) * (size_t)n);
+        if (!h) {
+            vr_graph_fail(g, VR_ERR_OOM, "autodiff: out of host memory");
+            return;
+        }
+        for (int i = a->n_head; i < n; i++)
+            h[i] = -1;
+        a->grad_head = h;
+        a->n_head = n;
+    }
+    a->grad_next[x] = a->grad_head[st];
+    a->grad_head[st] = x;
+}
 
 static bool ng(const ad *a, int t) { return t >= 0 && t < a->n0 && a->needs_grad[t]; }
 
@@ -56,6 +84,7 @@ static int contrib(ad *a, int x, uint8_t *acc)
     bool micro = param && a->s->accum > 1;
     g->tensors[id].persistent = micro;
     g->tensors[x].grad = id;
+    note_grad(a, x);
     *acc = micro ? VR_ACC_MICRO : VR_ACC_OVERWRITE;
     return id;
 }
@@ -147,9 +176,8 @@ static bool alias_ok(ad *a, int k, int z, int beta)
         return false;
     int open[64], n = 0;
     int bs = vr_graph_storage(g, beta);
-    for (int t = 0; t < a->n0; t++)
-        if (t != z && g->tensors[t].grad >= 0 && vr_graph_storage(g, g->tensors[t].grad) == bs &&
-            g->tensors[t].producer >= 0 && g->tensors[t].producer < k) {
+    for (int t = bs < a->n_head ? a->grad_head[bs] : -1; t >= 0; t = a->grad_next[t])
+        if (t != z && g->tensors[t].producer >= 0 && g->tensors[t].producer < k) {
             if (n == 63)
                 return false;
             open[n++] = t;
@@ -188,6 +216,7 @@ static void backward_add(ad *a, int n)
             acc_node(a, n, g->tensors[x].grad, VR_ACC_ADD, dy);
         } else if (alias_ok(a, n, x, dy)) {
             g->tensors[x].grad = dy;
+            note_grad(a, x);
         } else {
             uint8_t acc;
             int gt = contrib(a, x, &acc);
@@ -218,6 +247,7 @@ static void backward_reshape(ad *a, int n)
     g->nodes[id].in[0] = dy;
     g->nodes[id].out[0] = v;
     g->tensors[x].grad = v;
+    note_grad(a, x);
 }
 
 /* Kernels take one acc flag for a pair of outputs (embedding: dwte and dwpe;
@@ -369,6 +399,10 @@ vr_status vr_graph_backward(vr_graph *g, const vr_step_config *s)
         return g->err;
     if (g->loss_node < 0 || g->n_forward != g->n_nodes)
         return vr_graph_fail(g, VR_ERR_INVALID, "backward: the graph has no forward pass to differentiate"), g->err;
+    vr_op loss_op = g->nodes[g->loss_node].op;
+    if (loss_op != VR_OP_CLASSIFIER && loss_op != VR_OP_SOFTMAX_XENT) /* nothing would seed a gradient */
+        return vr_graph_fail(g, VR_ERR_UNSUPPORTED, "backward: loss node %s is a %s, not a loss autodiff knows "
+                             "(classifier, softmax_xent)", g->nodes[g->loss_node].name, vr_op_name(loss_op)), g->err;
     g->step = *s;
     if (g->step.accum < 1)
         g->step.accum = 1;
@@ -378,9 +412,11 @@ vr_status vr_graph_backward(vr_graph *g, const vr_step_config *s)
     ad a = {.g = g, .s = s, .n0 = g->n_tensors};
     a.needs_grad = calloc((size_t)a.n0, 1);
     a.bwd_needed = calloc((size_t)g->n_forward + 1, 1);
-    if (!a.needs_grad || !a.bwd_needed) {
+    a.grad_next = malloc(sizeof(int) * ((size_t)a.n0 + 1));
+    if (!a.needs_grad || !a.bwd_needed || !a.grad_next) {
         free(a.needs_grad);
         free(a.bwd_needed);
+        free(a.grad_next);
         return vr_graph_fail(g, VR_ERR_OOM, "autodiff: out of host memory"), g->err;
     }
     mark_needed(&a);
@@ -409,6 +445,8 @@ vr_status vr_graph_backward(vr_graph *g, const vr_step_config *s)
     vr_recomp_free(a.rc);
     free(a.needs_grad);
     free(a.bwd_needed);
+    free(a.grad_head);
+    free(a.grad_next);
     vr_optimizer_nodes(g, s, a.n0);
 
     /* producers of everything the backward created (first writer; the classifier's dx, dwte too) */

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "graph/graph_internal.h"
+#include "vram/util.h"
 
 typedef struct gpt_preset {
     const char *name;
@@ -72,13 +73,35 @@ vr_status vr_gpt_config_check(vr_gpt_config *c)
         return vr_error(VR_ERR_INVALID, "--heads: %d does not divide the %d channels", c->NH, c->C);
     if (c->V < 1)
         return vr_error(VR_ERR_INVALID, "--vocab: must be >= 1 (got %d)", c->V);
+    if (c->V > 2147483647 - 127)
+        return vr_error(VR_ERR_INVALID, "--vocab: %d is too large", c->V);
     if (c->Vp == 0)
         c->Vp = (c->V + 127) / 128 * 128;
     if (c->Vp < c->V)
         return vr_error(VR_ERR_INVALID, "--padded-vocab: %d is less than the vocabulary %d", c->Vp, c->V);
     if (c->maxT < 1)
         return vr_error(VR_ERR_INVALID, "--max-seq: must be >= 1 (got %d)", c->maxT);
+    if (c->L > VR_GPT_MAX_LAYERS)
+        return vr_error(VR_ERR_INVALID, "--layers: %d is above the limit %d", c->L, VR_GPT_MAX_LAYERS);
+    int64_t n;
+    if (!vr_gpt_num_params_checked(c, &n))
+        return vr_error(VR_ERR_INVALID, "gpt config: the parameter count of layers %d, channels %d, vocab %d, "
+                        "max-seq %d overflows 64 bits", c->L, c->C, c->Vp, c->maxT);
     return VR_OK;
+}
+
+bool vr_gpt_num_params_checked(const vr_gpt_config *c, int64_t *n)
+{
+    /* rows of each block times C, times 4 bytes, and their sum: every product checked */
+    int64_t C = c->C, L = c->L, Vp = c->Vp ? c->Vp : ((int64_t)c->V + 127) / 128 * 128, total = 0, s, r;
+    const int64_t rows[16][2] = {{Vp, 1}, {c->maxT, 1}, {L, 1}, {L, 1}, {L, 3 * C}, {L, 3}, {L, C}, {L, 1},
+                                 {L, 1}, {L, 1}, {L, 4 * C}, {L, 4}, {L, 4 * C}, {L, 1}, {1, 1}, {1, 1}};
+    for (int i = 0; i < 16; i++)
+        if (!vr_mul_i64(rows[i][0], rows[i][1], &r) || !vr_mul_i64(r, C, &s) || !vr_mul_i64(s, 4, &s) ||
+            !vr_add_i64(total, s, &total))
+            return false;
+    *n = total / 4;
+    return true;
 }
 
 void vr_gpt_param_sizes(const vr_gpt_config *c, int64_t s[16])

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "graph/graph_internal.h"
+#include "vram/util.h"
 
 /* ------------------------------------------------------------------ names */
 
@@ -149,6 +150,11 @@ int vr_graph_tensor(vr_graph *g, const char *name, vr_dtype dt, vr_role role, in
         if (shape[i] < 1)
             return vr_graph_fail(g, VR_ERR_INVALID, "tensor %s: dimension %d is %lld", name, i,
                                  (long long)shape[i]);
+    /* numel * element size must fit in int64 (checked: shapes come from flags and files) */
+    int64_t bytes = (int64_t)vr_dtype_size(dt);
+    for (int i = 0; i < ndim; i++)
+        if (!vr_mul_i64(bytes, shape[i], &bytes))
+            return vr_graph_fail(g, VR_ERR_INVALID, "tensor %s: the shape's byte size overflows 64 bits", name);
     if (g->n_tensors == g->cap_tensors) {
         int cap = g->cap_tensors ? 2 * g->cap_tensors : 256;
         vr_tensor *t = realloc(g->tensors, (size_t)cap * sizeof *t);

@@ -16,6 +16,7 @@
  *   A tensor computed in place occupies its base's bytes: the packing places
  *   bases, each live from its first use to the last use of any tensor on it. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "plan/plan_internal.h"
 
@@ -36,12 +37,6 @@ static int by_size(const void *a, const void *b)
     if (x->first != y->first)
         return x->first < y->first ? -1 : 1;
     return x->id < y->id ? -1 : x->id > y->id;
-}
-
-static int by_off(const void *a, const void *b)
-{
-    const span *x = a, *y = b;
-    return x->off < y->off ? -1 : x->off > y->off;
 }
 
 static bool lifetimes_overlap(const vr_plan_tensor *a, const vr_plan_tensor *b)
@@ -65,14 +60,17 @@ vr_status vr__plan_arena(vr_plan *p)
     }
     p->persistent_size = off;
 
+    /* The placed tensors are kept sorted by offset (one array per field, scanned in a tight loop), so the
+     * gap search is one pass over them with no sort per tensor: ties in offset do not change the result
+     * (a gap opens only where a span starts past every earlier end). */
     key *order = malloc(sizeof(key) * ((size_t)T + 1));
-    int *placed = malloc(sizeof(int) * ((size_t)T + 1));
     span *spans = malloc(sizeof(span) * ((size_t)T + 1));
+    int *life = malloc(sizeof(int) * 2 * ((size_t)T + 1)); /* first, unit last of each placed, by offset */
     int *ulast = vr__plan_unit_last(p);
-    if (!order || !placed || !spans || !ulast) {
+    if (!order || !spans || !life || !ulast) {
         free(order);
-        free(placed);
         free(spans);
+        free(life);
         free(ulast);
         return vr_error(VR_ERR_OOM, "plan: out of host memory");
     }
@@ -86,15 +84,11 @@ vr_status vr__plan_arena(vr_plan *p)
     for (int i = 0; i < n; i++) {
         int id = order[i].id;
         vr_plan_tensor *pt = &p->tensors[id];
-        int ns = 0;
-        for (int j = 0; j < np; j++) {
-            const vr_plan_tensor *q = &p->tensors[placed[j]];
-            if (spans_overlap(pt->first, ulast[id], q->first, ulast[placed[j]]))
-                spans[ns++] = (span){q->offset, q->offset + q->size};
-        }
-        qsort(spans, (size_t)ns, sizeof(span), by_off);
+        int f = pt->first, l = ulast[id];
         uint64_t cursor = 0, best = UINT64_MAX, best_gap = UINT64_MAX;
-        for (int j = 0; j < ns; j++) {
+        for (int j = 0; j < np; j++) {
+            if (!spans_overlap(f, l, life[2 * j], life[2 * j + 1]))
+                continue;
             if (spans[j].off > cursor) {
                 uint64_t gap = spans[j].off - cursor;
                 if (gap >= pt->size && gap < best_gap) {
@@ -108,7 +102,21 @@ vr_status vr__plan_arena(vr_plan *p)
         pt->offset = best != UINT64_MAX ? best : cursor;
         if (pt->offset + pt->size > top)
             top = pt->offset + pt->size;
-        placed[np++] = order[i].id;
+        /* insert after the placed spans at offsets <= this one */
+        int lo = 0, hi = np;
+        while (lo < hi) {
+            int mid = lo + (hi - lo) / 2;
+            if (spans[mid].off <= pt->offset)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        memmove(spans + lo + 1, spans + lo, (size_t)(np - lo) * sizeof *spans);
+        memmove(life + 2 * (lo + 1), life + 2 * lo, (size_t)(np - lo) * 2 * sizeof *life);
+        spans[lo] = (span){pt->offset, pt->offset + pt->size};
+        life[2 * lo] = f;
+        life[2 * lo + 1] = l;
+        np++;
     }
     for (int i = 0; i < n; i++)
         p->tensors[order[i].id].offset += p->persistent_size;
@@ -124,8 +132,8 @@ vr_status vr__plan_arena(vr_plan *p)
             p->tensors[t].offset = p->tensors[x->view_of].offset + (uint64_t)x->view_offset * vr_dtype_size(x->dtype);
     }
     free(order);
-    free(placed);
     free(spans);
+    free(life);
     free(ulast);
     return VR_OK;
 }

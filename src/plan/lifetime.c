@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vram/util.h"
 #include "plan/plan_internal.h"
 
 static void touch(vr_plan *p, int t, int node)
@@ -107,6 +108,7 @@ vr_status vr__plan_lifetimes(vr_plan *p)
         if (p->config.inplace)
         reuse_in_place(p);
     /* storage tensors: bytes, the lifetime rules, the resolved role */
+    int64_t sum_size = 0;
     for (int t = 0; t < T; t++) {
         const vr_tensor *x = &g->tensors[t];
         vr_plan_tensor *pt = &p->tensors[t];
@@ -114,6 +116,12 @@ vr_status vr__plan_lifetimes(vr_plan *p)
             continue;
         pt->bytes = vr_tensor_bytes(x);
         pt->size = vr__align_up(pt->bytes, p->align);
+        /* the timeline sums these sizes in int64: a sum that fits keeps every partial sum in range */
+        if (pt->size > (uint64_t)INT64_MAX || !vr_add_i64(sum_size, (int64_t)pt->size, &sum_size)) {
+            free(saved);
+            free(diff);
+            return vr_error(VR_ERR_INVALID, "plan: tensor %s: the summed tensor bytes overflow 64 bits", x->name);
+        }
         pt->persistent = x->persistent;
         if (x->persistent && N > 0) {
             pt->first = 0;

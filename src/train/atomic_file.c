@@ -6,10 +6,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include "vram/atomic_file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static _Thread_local int64_t fail_after = -1; /* testing hook, bytes */
@@ -31,6 +34,74 @@ static void release(vr_atomic_file *af)
     af->path = af->tmp_path = NULL;
 }
 
+/* The directory part of path ("." when none), into buf. */
+static void dir_of(const char *path, char *buf, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(buf, cap, ".");
+    else if (slash == path)
+        snprintf(buf, cap, "/");
+    else
+        snprintf(buf, cap, "%.*s", (int)(slash - path), path);
+}
+
+/* Removes path.tmp.<pid> files beside path whose process is gone (a kill while saving leaves them). */
+static void remove_stale_temps(const char *path)
+{
+    char dir[4096], full[4096 + 256];
+    dir_of(path, dir, sizeof dir);
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t bl = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, base, bl) != 0 || strncmp(e->d_name + bl, ".tmp.", 5) != 0)
+            continue;
+        const char *digits = e->d_name + bl + 5;
+        char *end = NULL;
+        long pid = strtol(digits, &end, 10);
+        if (end == digits || *end || pid <= 0 || pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* alive (or not ours to judge) */
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+        unlink(full);
+    }
+    closedir(d);
+}
+
+vr_status vr_atomic_check_writable(const char *path)
+{
+    if (!path || !*path)
+        return vr_error(VR_ERR_INVALID, "output file: empty path");
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return vr_error(VR_ERR_IO, "%s: is a directory, not a file", path);
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return vr_error(VR_ERR_IO, "%s: is not a regular file", path);
+    size_t cap = strlen(path) + 40;
+    char *probe = malloc(cap);
+    if (!probe)
+        return vr_error(VR_ERR_OOM, "%s: out of host memory for the path", path);
+    snprintf(probe, cap, "%s.tmp.%ld.probe", path, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) {
+        int e = errno;
+        char dir[4096];
+        dir_of(path, dir, sizeof dir);
+        free(probe);
+        return vr_error(VR_ERR_IO, "%s: cannot write in %s: %s", path, dir, strerror(e));
+    }
+    close(fd);
+    unlink(probe);
+    free(probe);
+    return VR_OK;
+}
+
 vr_status vr_atomic_open(vr_atomic_file *af, const char *path)
 {
     memset(af, 0, sizeof *af);
@@ -42,6 +113,7 @@ vr_status vr_atomic_open(vr_atomic_file *af, const char *path)
         release(af);
         return vr_error(VR_ERR_OOM, "%s: out of host memory for the path", path);
     }
+    remove_stale_temps(path);
     snprintf(af->tmp_path, cap, "%s.tmp.%ld", path, (long)getpid());
     int fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {

@@ -49,6 +49,13 @@ vr_status vr_llmc_config_check(const vr_llmc_config *cfg, const char *what)
     if (cfg->channels % cfg->num_heads != 0)
         return vr_error(VR_ERR_FORMAT, "%s: num_heads %d does not divide channels %d", what,
                         cfg->num_heads, cfg->channels);
+    vr_gpt_config c = {.L = cfg->num_layers, .C = cfg->channels, .NH = cfg->num_heads,
+                       .V = cfg->vocab_size, .Vp = cfg->padded_vocab_size, .maxT = cfg->max_seq_len};
+    int64_t n; /* unchecked, the size product can wrap 2^64 to a small number that matches the file size */
+    if (!vr_gpt_num_params_checked(&c, &n) || (uint64_t)n > (UINT64_MAX - HEADER_BYTES) / 4)
+        return vr_error(VR_ERR_FORMAT, "%s: num_layers %d, channels %d, padded_vocab_size %d, max_seq_len %d: "
+                        "the parameter bytes overflow 64 bits", what, cfg->num_layers, cfg->channels,
+                        cfg->padded_vocab_size, cfg->max_seq_len);
     return VR_OK;
 }
 
@@ -73,9 +80,10 @@ size_t vr_llmc_num_params(const vr_llmc_config *cfg)
 }
 
 /* Opens path, reads + validates the header; leaves f positioned at the params. */
-static vr_status open_checked(const char *path, vr_llmc_config *cfg, FILE **out)
+static vr_status open_checked(const char *path, vr_llmc_config *cfg, FILE **out, int *esize)
 {
     *out = NULL;
+    *esize = 4;
     FILE *f;
     uint64_t size;
     vr_status s = vr__file_open_read(path, &f, &size);
@@ -91,11 +99,12 @@ static vr_status open_checked(const char *path, vr_llmc_config *cfg, FILE **out)
                      h[0], VR_LLMC_MAGIC);
         goto fail;
     }
-    if (h[1] != VR_LLMC_VERSION_FP32) {
+    if (h[1] != VR_LLMC_VERSION_FP32 && h[1] != VR_LLMC_VERSION_BF16) {
         s = vr_error(VR_ERR_FORMAT, "%s: unsupported model file version %d (expected %d, fp32 with padded "
-                     "vocab; version 5 is bf16)", path, h[1], VR_LLMC_VERSION_FP32);
+                     "vocab, or %d, bf16)", path, h[1], VR_LLMC_VERSION_FP32, VR_LLMC_VERSION_BF16);
         goto fail;
     }
+    *esize = h[1] == VR_LLMC_VERSION_BF16 ? 2 : 4;
     cfg->max_seq_len = h[2];
     cfg->vocab_size = h[3];
     cfg->num_layers = h[4];
@@ -103,7 +112,7 @@ static vr_status open_checked(const char *path, vr_llmc_config *cfg, FILE **out)
     cfg->channels = h[6];
     cfg->padded_vocab_size = h[7];
     if ((s = vr_llmc_config_check(cfg, path)) != VR_OK) goto fail;
-    uint64_t want = HEADER_BYTES + (uint64_t)vr_llmc_num_params(cfg) * sizeof(float);
+    uint64_t want = HEADER_BYTES + (uint64_t)vr_llmc_num_params(cfg) * (uint64_t)*esize; /* checked above */
     if (size != want) {
         s = vr_error(VR_ERR_FORMAT, "%s: file is %llu bytes but its header implies %llu (%zu parameters)%s",
                      path, (unsigned long long)size, (unsigned long long)want, vr_llmc_num_params(cfg),
@@ -120,7 +129,8 @@ fail:
 vr_status vr_llmc_read_header(const char *path, vr_llmc_config *cfg)
 {
     FILE *f;
-    vr_status s = open_checked(path, cfg, &f);
+    int esize;
+    vr_status s = open_checked(path, cfg, &f, &esize);
     if (s == VR_OK) fclose(f);
     return s;
 }
@@ -141,7 +151,8 @@ vr_status vr_llmc_load(const char *path, const vr_llmc_config *model, float *par
 {
     vr_llmc_config cfg;
     FILE *f;
-    vr_status s = open_checked(path, &cfg, &f);
+    int esize;
+    vr_status s = open_checked(path, &cfg, &f, &esize);
     if (s != VR_OK) return s;
     if (model && (s = vr_llmc_config_match(path, &cfg, model)) != VR_OK) goto done;
     size_t want = vr_llmc_num_params(&cfg);
@@ -150,9 +161,20 @@ vr_status vr_llmc_load(const char *path, const vr_llmc_config *model, float *par
                      want, n);
         goto done;
     }
-    if (fread(params, sizeof(float), n, f) != n)
+    if (esize == 4 && fread(params, sizeof(float), n, f) != n)
         s = vr_error(VR_ERR_IO, "%s: read of %zu parameters failed: %s", path, n,
                      ferror(f) ? strerror(errno) : "short read");
+    /* bf16: read into the upper half of each float's slot, from the end back, then widen in place
+     * (bf16 is the top 16 bits of an fp32: the conversion is exact) */
+    uint16_t *half = (uint16_t *)params;
+    if (esize == 2 && fread(half, sizeof(uint16_t), n, f) != n)
+        s = vr_error(VR_ERR_IO, "%s: read of %zu bf16 parameters failed: %s", path, n,
+                     ferror(f) ? strerror(errno) : "short read");
+    else if (esize == 2)
+        for (size_t i = n; i-- > 0;) {
+            uint32_t bits = (uint32_t)half[i] << 16;
+            memcpy(&params[i], &bits, sizeof bits);
+        }
 done:
     fclose(f);
     return s;

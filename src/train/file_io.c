@@ -9,6 +9,12 @@
 vr_status vr__file_open_read(const char *path, FILE **f, uint64_t *size)
 {
     *size = 0;
+    *f = NULL;
+    struct stat pre; /* before fopen: a FIFO would block it, a directory opens and reads as garbage */
+    if (stat(path, &pre) == 0 && S_ISDIR(pre.st_mode))
+        return vr_error(VR_ERR_IO, "%s: is a directory, not a file", path);
+    if (stat(path, &pre) == 0 && !S_ISREG(pre.st_mode))
+        return vr_error(VR_ERR_IO, "%s: is not a regular file", path);
     *f = fopen(path, "rb");
     if (!*f)
         return vr_error(VR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));

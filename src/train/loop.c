@@ -85,8 +85,11 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
     if (!st && !(c->hp.lr > 0))
         st = vr_error(VR_ERR_INVALID, "--lr: must be > 0 (got %g)", (double)c->hp.lr);
     t->sched = (vr_lr_schedule){c->lr_kind, c->hp.lr, c->warmup, c->steps, c->min_lr_frac};
-    if (!st && vr_lr_check(&t->sched))
-        st = vr_error(VR_ERR_INVALID, "--warmup/--lr: %s", vr_last_error());
+    if (!st && vr_lr_check(&t->sched)) {
+        char why[512]; /* a copy: vr_error must not read the buffer it writes */
+        snprintf(why, sizeof why, "%s", vr_last_error());
+        st = vr_error(VR_ERR_INVALID, "--warmup/--lr: %s", why);
+    }
     if (!st)
         st = vr_device_open(c->device ? c->device : "cpu", &t->dev);
     if (!st && vr_device_kind_of(t->dev) == VR_DEVICE_CUDA) { /* the CUDA kernels' scratch and cuBLAS workspace */
@@ -174,6 +177,9 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
 {
     uint64_t t0 = vr_now_ns();
     vr_status st = VR_OK;
+    /* where the data stands: a step that fails puts it back, so a retried or resumed run skips no batch */
+    vr_data_pos pos0 = t->train ? vr_data_tell(t->train) : (vr_data_pos){0, 0};
+    uint64_t next0 = t->task.next;
     for (int k = 0; k < t->accum && !st; k++)
         if (!(st = next_train_batch(t, k)))
             st = vr__trainer_dump_batch(t, k);
@@ -183,8 +189,14 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
     vr_exec_result res;
     if (!st)
         st = vr_exec_step(t->exec, t->mb, &h, &res);
-    if (st)
-        return st;
+    if (st) {
+        char why[1024]; /* the seek must not replace the step's error */
+        snprintf(why, sizeof why, "%s", vr_last_error());
+        if (t->train)
+            vr_data_seek(t->train, pos0);
+        t->task.next = next0;
+        return vr_error(st, "%s", why);
+    }
     t->step++;
     t->skipped += res.skipped;
     if ((st = vr__trainer_memory_sample(t)))

@@ -152,19 +152,28 @@ static vr_status resume(vr_trainer *t, const char *path)
         t->step = want->step;
         t->tokens_seen = want->tokens_seen;
         t->rng = want->rng[0];
-        if (t->train)
-            st = vr_data_seek(t->train, want->data_pos);
-        else
+        if (want->step < 0)
+            st = vr_error(VR_ERR_FORMAT, "%s: step %lld is out of range", path, (long long)want->step);
+        else if (t->train && vr_data_seek(t->train, want->data_pos)) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", vr_last_error());
+            st = vr_error(VR_ERR_FORMAT, "%s: data_pos (epoch %llu, batch %llu) is out of range: %s", path,
+                          (unsigned long long)want->data_pos.epoch, (unsigned long long)want->data_pos.batch, why);
+        } else if (!t->train)
             t->task.next = want->data_pos.batch;
     }
     int64_t skipped = 0, good = 0; /* fp16 loss scaling (absent in older states: none skipped) */
     if (!st) {
         vr_state_get_config(file, "skipped_steps", &skipped);
         vr_state_get_config(file, "loss_scale_good", &good);
-        if (skipped < 0 || skipped > want->step || good < 0 || good > INT32_MAX || !(file->loss_scale > 0.0f) ||
-            isinf(file->loss_scale))
-            st = vr_error(VR_ERR_FORMAT, "%s: loss_scale %g, skipped_steps %lld, loss_scale_good %lld: out of range",
-                          path, file->loss_scale, (long long)skipped, (long long)good);
+        if (skipped < 0 || skipped > want->step)
+            st = vr_error(VR_ERR_FORMAT, "%s: skipped_steps %lld is out of range [0, step %lld]", path,
+                          (long long)skipped, (long long)want->step);
+        else if (good < 0 || good > INT32_MAX)
+            st = vr_error(VR_ERR_FORMAT, "%s: loss_scale_good %lld is out of range", path, (long long)good);
+        else if (!(file->loss_scale > 0.0f) || isinf(file->loss_scale))
+            st = vr_error(VR_ERR_FORMAT, "%s: loss_scale %g is out of range (finite, > 0)", path,
+                          (double)file->loss_scale);
     }
     if (!st) {
         t->skipped = skipped;

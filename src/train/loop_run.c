@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "train/loop_internal.h"
+#include "vram/atomic_file.h"
 #include "vram/util.h"
 
 static const char *sz(uint64_t b, char *buf) { return vr_format_size(b, buf, 32); }
@@ -152,7 +153,13 @@ vr_status vr_train_run(const vr_train_config *c, const vr_train_run_opts *o, FIL
 {
     vr_train_summary s = {.val_loss = NAN, .loss_first = NAN, .loss_last = NAN};
     vr_trainer *t = NULL;
-    vr_status st = vr_trainer_create(c, &t);
+    vr_status st = VR_OK;
+    /* output files are checked before the first step: found unwritable at the end, the run would be lost */
+    const char *outputs[3] = {o->save, o->save_state, o->save_init};
+    for (int i = 0; i < 3; i++)
+        if (outputs[i] && (st = vr_atomic_check_writable(outputs[i])))
+            return st;
+    st = vr_trainer_create(c, &t);
     if (st)
         return st;
     bool json = o->progress == VR_PROGRESS_JSON, quiet = o->progress == VR_PROGRESS_QUIET;

@@ -39,9 +39,12 @@ vr_status vr_parse_size(const char *text, const char *what, uint64_t *out)
     if (!unit_scale(end, &scale))
         return vr_error(VR_ERR_INVALID, "%s: unknown unit in '%s' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", what, text);
     double bytes = v * scale;
-    if (bytes > 1.8e19)
-        return vr_error(VR_ERR_INVALID, "%s: '%s' is too large", what, text);
-    *out = (uint64_t)llround(bytes);
+    /* 2^64 is exactly representable; anything at or above it does not fit in uint64 (llround would
+     * also wrap above 2^63, so the conversion is done in unsigned arithmetic on the rounded value) */
+    double r = floor(bytes + 0.5);
+    if (!(r < 18446744073709551616.0))
+        return vr_error(VR_ERR_INVALID, "%s: '%s' is too large (at most 2^64 - 1 bytes)", what, text);
+    *out = (uint64_t)r;
     return VR_OK;
 }
 

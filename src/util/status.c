@@ -3,15 +3,20 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char last_error[1024];
 
 vr_status vr_error(vr_status s, const char *fmt, ...)
 {
+    /* formatted apart first: callers may pass vr_last_error() itself as an argument (overlapping
+     * vsnprintf source and destination is UB) */
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, sizeof msg);
     return s;
 }
 

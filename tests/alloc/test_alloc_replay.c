@@ -132,6 +132,22 @@ static void writes_snapshot_and_chrome_trace(void **state)
     assert_int_equal(vr_replay_file(f, &bad, &r), VR_ERR_IO);
 }
 
+/* A snapshot of an allocator that holds no segment (every alloc failed): no qsort of a NULL list. */
+static void snapshot_with_no_segments(void **state)
+{
+    (void)state;
+    const char *f = write_plain("ooms.csv", "alloc,1,4194304,0\nalloc,2,4194304,0\n");
+    char snap[256];
+    snprintf(snap, sizeof snap, "%s/empty-snap.json", dir);
+    vr_replay_result r;
+    vr_replay_options o = {.capacity = 1 * MiB, .snapshot_path = snap};
+    assert_int_equal(vr_replay_file(f, &o, &r), VR_OK);
+    assert_int_equal(r.ooms, 2);
+    struct stat st;
+    assert_int_equal(stat(snap, &st), 0);
+    assert_true(st.st_size > 2);
+}
+
 static void expect_error(const char *path, vr_status want, const char *fragment)
 {
     vr_replay_result r;
@@ -156,6 +172,11 @@ static void rejects_bad_input_with_file_and_line(void **state)
         {"stream.csv", "alloc,1,512,\n", "stream.csv:1: stream ''"},
         {"header.csv", "# {\"workload\": \n", "header.csv:1: header line is not valid JSON"},
         {"columns.csv", "action,address,bytes\n", "columns.csv:1: column header"},
+        {"hugehdr.csv", "# {\"peak_allocated\": 1e30, \"peak_reserved\": 1}\nalloc,1,512,0\n",
+         "hugehdr.csv:1: header field peak_allocated"},
+        {"neghdr.csv", "# {\"peak_allocated\": 1, \"peak_reserved\": -4}\nalloc,1,512,0\n",
+         "neghdr.csv:1: header field peak_reserved"},
+        {"rethdr.csv", "# {\"num_alloc_retries\": 2.5}\nalloc,1,512,0\n", "rethdr.csv:1: header field num_alloc_retries"},
         {"empty.csv", "", "empty.csv: no trace events"},
         {"comments.csv", "# just a comment\n\n", "no trace events"},
     };
@@ -236,6 +257,7 @@ int main(void)
         cmocka_unit_test(writes_snapshot_and_chrome_trace),
         cmocka_unit_test(rejects_bad_input_with_file_and_line),
         cmocka_unit_test(rejects_corrupt_and_truncated_gzip),
+        cmocka_unit_test(snapshot_with_no_segments),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -11,6 +11,16 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# ---------------------------------------------------------------- the samples shipped in the repo
+src=${VRAM_SOURCE_DIR:-$(dirname "$0")/../..}
+for t in "$src"/tests/data/traces/small.csv "$src"/tests/data/traces/gpt2_prefix.csv.gz; do
+  out=$("$vram" replay "$t" --json) || { fail "replay sample $t exited $?"; continue; }
+  echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["peak_allocated"] > 0, d' \
+    || fail "sample $t: no peak in the JSON"
+done
+[ "$("$vram" replay "$src"/tests/data/traces/small.csv --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["peak_allocated"])')" = 6292480 ] \
+  || fail "small.csv: peak allocated is not 6292480"
+
 # ---------------------------------------------------------------- shared traces
 traces=${VRAM_SHARED_DIR:-}/traces
 if [ -z "${VRAM_SHARED_DIR:-}" ] || ! ls "$traces"/*.csv.gz >/dev/null 2>&1; then

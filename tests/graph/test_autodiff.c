@@ -429,6 +429,23 @@ static void unsafe_alias_gets_a_copy(void **state)
     vr_graph_free(g);
 }
 
+/* A loss autodiff does not know is an error naming it, not a graph with no backward. */
+static void unknown_loss_is_an_error(void **state)
+{
+    (void)state;
+    vr_graph *g = vr_graph_new(VR_PREC_FP32);
+    vr_graph_param_buffer(g, 4);
+    int64_t ws[1] = {4};
+    int w = vr_graph_param(g, "w", 1, ws, 0, VR_INIT_UNIFORM, 1.0f);
+    int y = vr_graph_gelu(g, "act", w);
+    assert_int_equal(vr_graph_set_loss(g, y), VR_OK);
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_SGD};
+    assert_int_equal(vr_graph_backward(g, &s), VR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(vr_last_error(), "act"));
+    assert_non_null(strstr(vr_last_error(), "gelu"));
+    vr_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -443,6 +460,7 @@ int main(void)
         cmocka_unit_test(mixed_precision),
         cmocka_unit_test(clipping_reads_every_grad_first),
         cmocka_unit_test(unsafe_alias_gets_a_copy),
+        cmocka_unit_test(unknown_loss_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

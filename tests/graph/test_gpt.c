@@ -247,6 +247,32 @@ static void bad_configs_name_the_flag(void **state)
     assert_non_null(strstr(vr_last_error(), "gpt2-medium"));
 }
 
+/* Shapes whose products overflow 64 bits are refused before anything is built (were signed overflow). */
+static void overflowing_shapes_are_refused(void **state)
+{
+    (void)state;
+    vr_gpt_config c = {.L = 2000, .C = 2000000000, .NH = 1, .V = 2000000000, .maxT = 2000000000};
+    assert_int_equal(vr_gpt_config_check(&c), VR_ERR_INVALID);
+    assert_non_null(strstr(vr_last_error(), "overflows"));
+    vr_gpt_config big = {.L = VR_GPT_MAX_LAYERS + 1, .C = 64, .NH = 4, .V = 256, .maxT = 64};
+    assert_int_equal(vr_gpt_config_check(&big), VR_ERR_INVALID);
+    assert_non_null(strstr(vr_last_error(), "--layers"));
+    vr_gpt_config v = {.L = 1, .C = 64, .NH = 4, .V = 2147483647, .maxT = 64};
+    assert_int_equal(vr_gpt_config_check(&v), VR_ERR_INVALID);
+    assert_non_null(strstr(vr_last_error(), "--vocab"));
+    /* activations: B * T * C overflows */
+    vr_model_config m = {.kind = VR_MODEL_GPT, .B = 2000000000, .T = 64};
+    assert_int_equal(vr_gpt_preset("tiny", &m.gpt, NULL), VR_OK);
+    m.gpt.maxT = 2000000000;
+    m.T = 2000000000;
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW};
+    vr_graph *g = NULL;
+    assert_int_not_equal(vr_graph_build(&m, &s, &g), VR_OK);
+    assert_null(g);
+    if (!strstr(vr_last_error(), "overflows"))
+        fail_msg("activations: %s", vr_last_error());
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -254,6 +280,7 @@ int main(void)
         cmocka_unit_test(llmc_layout),
         cmocka_unit_test(shapes_of_every_op),
         cmocka_unit_test(bad_configs_name_the_flag),
+        cmocka_unit_test(overflowing_shapes_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "plan_test_util.h"
+#include "vram/util.h"
 
 typedef struct strategy {
     const char *name;
@@ -144,6 +145,32 @@ static void layout(void **state)
     built_free(&b);
 }
 
+/* Planning a deep model is not quadratic-with-a-sort any more: 1000 tiny layers plan (graph, lifetimes, arena
+ * and the check) in seconds; the bound is generous (sanitizer builds), the point is "not minutes". */
+static void deep_models_plan_quickly(void **state)
+{
+    (void)state;
+    vr_model_config m = {.kind = VR_MODEL_GPT, .B = 1, .T = 64};
+    assert_int_equal(vr_gpt_preset("tiny", &m.gpt, NULL), VR_OK);
+    m.gpt.L = 1000;
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW};
+    vr_plan_config pc = {0};
+    uint64_t t0 = vr_now_ns();
+    vr_graph *g = NULL;
+    vr_plan *p = NULL;
+    assert_int_equal(vr_graph_build(&m, &s, &g), VR_OK);
+    assert_int_equal(vr_plan_create(g, &pc, &p), VR_OK);
+    double secs = (double)(vr_now_ns() - t0) / 1e9;
+    assert_int_equal(vr_plan_check(p), VR_OK);
+    if (secs > 60.0)
+        fail_msg("1000 layers took %.1f s to plan", secs);
+    vr_plan_free(p);
+    vr_graph_free(g);
+    m.gpt.L = VR_GPT_MAX_LAYERS + 1; /* above the bound: refused at once */
+    assert_int_equal(vr_graph_build(&m, &s, &g), VR_ERR_INVALID);
+    assert_non_null(strstr(vr_last_error(), "--layers"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -153,6 +180,7 @@ int main(void)
         cmocka_unit_test(other_alignments),
         cmocka_unit_test(check_catches_errors),
         cmocka_unit_test(layout),
+        cmocka_unit_test(deep_models_plan_quickly),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

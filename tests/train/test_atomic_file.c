@@ -6,6 +6,8 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "train/train_test_util.h"
@@ -94,12 +96,51 @@ static void read_only_directory(void **state)
     assert_int_equal(chmod(ro, 0755), 0);
 }
 
+/* Outputs are checked before a run: a directory or a missing parent is named; a good path leaves nothing. */
+static void writability_is_checked_first(void **state)
+{
+    (void)state;
+    assert_int_equal(vr_atomic_check_writable(dir), VR_ERR_IO);
+    assert_non_null(strstr(vr_last_error(), "is a directory"));
+    const char *lost = tt_path(dir, "nowhere/m.bin");
+    assert_int_equal(vr_atomic_check_writable(lost), VR_ERR_IO);
+    assert_non_null(strstr(vr_last_error(), lost));
+    const char *ok = tt_path(dir, "fine.bin");
+    assert_int_equal(vr_atomic_check_writable(ok), VR_OK);
+    assert_int_equal(access(ok, F_OK), -1); /* no partial output */
+    assert_int_equal(tt_count_entries(dir, ".tmp."), 0);
+}
+
+/* A kill while saving leaves path.tmp.PID; the next save removes those of dead processes only. */
+static void stale_temps_are_removed(void **state)
+{
+    (void)state;
+    pid_t child = fork();
+    if (child == 0)
+        _exit(0);
+    assert_true(child > 0);
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    const char *p = tt_path(dir, "m.bin");
+    char dead[512], alive[512];
+    snprintf(dead, sizeof dead, "%s.tmp.%ld", p, (long)child);
+    snprintf(alive, sizeof alive, "%s.tmp.%ld", p, (long)getppid()); /* a live process */
+    tt_write(dead, "x", 1);
+    tt_write(alive, "y", 1);
+    assert_int_equal(vr_atomic_write_file(p, "data", 4), VR_OK);
+    assert_int_equal(access(dead, F_OK), -1);
+    assert_int_equal(access(alive, F_OK), 0);
+    unlink(alive);
+    unlink(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(writes_and_replaces),
         cmocka_unit_test(failures_keep_the_old_file),
         cmocka_unit_test(read_only_directory),
+        cmocka_unit_test(writability_is_checked_first),
+        cmocka_unit_test(stale_temps_are_removed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -164,6 +164,54 @@ static void corrupt_files_are_refused(void **state)
     free(q);
 }
 
+/* A header whose parameter bytes wrap 2^64 to exactly 0: a 1024-byte file used to pass the size check. */
+static void wrapping_header_is_refused(void **state)
+{
+    (void)state;
+    int32_t h[256] = {VR_LLMC_MAGIC, VR_LLMC_VERSION_FP32, 1, 4844204, 4789589, 1, 16777216, 4844204};
+    const char *p = tt_path(dir, "wrap.bin");
+    tt_write(p, h, sizeof h);
+    vr_llmc_config cfg;
+    assert_int_equal(vr_llmc_read_header(p, &cfg), VR_ERR_FORMAT);
+    ERR_HAS(p); ERR_HAS("overflow");
+    /* a directory is named as one (was: "4096 bytes is too small for the header") */
+    assert_int_not_equal(vr_llmc_read_header(dir, &cfg), VR_OK);
+    ERR_HAS(dir); ERR_HAS("is a directory");
+}
+
+/* llm.c's bf16 checkpoints (version 5: the same header and order, 2-byte parameters) load widened to
+ * fp32 exactly; one short is named as truncated. */
+static void bf16_version5_loads(void **state)
+{
+    (void)state;
+    size_t n = vr_llmc_num_params(&tiny);
+    int32_t h[256] = {VR_LLMC_MAGIC, VR_LLMC_VERSION_BF16, tiny.max_seq_len, tiny.vocab_size, tiny.num_layers,
+                      tiny.num_heads, tiny.channels, tiny.padded_vocab_size};
+    uint8_t *b = malloc(sizeof h + 2 * n);
+    memcpy(b, h, sizeof h);
+    float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t v = (uint16_t)(0x3c00u + (i * 37u) % 0x0800u) ^ (uint16_t)(i & 1 ? 0x8000u : 0u); /* bf16 bits */
+        memcpy(b + sizeof h + 2 * i, &v, 2);
+        uint32_t bits = (uint32_t)v << 16;
+        memcpy(&want[i], &bits, 4);
+    }
+    const char *p = tt_path(dir, "bf16.bin");
+    tt_write(p, b, sizeof h + 2 * n);
+    vr_llmc_config cfg;
+    assert_int_equal(vr_llmc_read_header(p, &cfg), VR_OK);
+    assert_int_equal(cfg.channels, tiny.channels);
+    assert_int_equal(vr_llmc_load(p, &tiny, got, n), VR_OK);
+    assert_memory_equal(got, want, n * sizeof *got);
+    const char *t = tt_path(dir, "bf16-short.bin");
+    tt_write(t, b, sizeof h + 2 * n - 2);
+    assert_int_equal(vr_llmc_load(t, &tiny, got, n), VR_ERR_FORMAT);
+    ERR_HAS(t); ERR_HAS("truncated");
+    free(b);
+    free(want);
+    free(got);
+}
+
 static void failed_save_keeps_previous_file(void **state)
 {
     (void)state;
@@ -207,6 +255,8 @@ int main(void)
         cmocka_unit_test(round_trip_is_bit_exact),
         cmocka_unit_test(corrupt_files_are_refused),
         cmocka_unit_test(failed_save_keeps_previous_file),
+        cmocka_unit_test(wrapping_header_is_refused),
+        cmocka_unit_test(bf16_version5_loads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -17,6 +17,7 @@
 #include "vram/checkpoint.h"
 #include "vram/exec.h"
 #include "vram/train.h"
+#include "train/loop_internal.h"
 
 static const char *dir;
 
@@ -480,9 +481,43 @@ static int teardown(void **state)
     return 0;
 }
 
+/* A step that fails (here: out of memory on a small cpu: device in dynamic mode) leaves the data where
+ * it was, so a resumed or retried run does not skip a batch. */
+static void failed_step_keeps_the_data_position(void **state)
+{
+    (void)state;
+    static const char *caps[] = {"cpu:4MiB", "cpu:5MiB", "cpu:6MiB"};
+    int tried = 0;
+    for (int i = 0; i < 3; i++) {
+        vr_train_config c = tiny_gpt();
+        c.model.B = 32; /* activations of several MiB: the step, not the trainer, runs out */
+        c.model.T = 32;
+        c.memory = VR_MEMORY_DYNAMIC;
+        c.device = caps[i];
+        vr_trainer *t = NULL;
+        if (vr_trainer_create(&c, &t) != VR_OK)
+            continue;
+        vr_data_pos before = vr_data_tell(t->train);
+        vr_status st = vr_trainer_step(t, NULL);
+        if (st == VR_OK) {
+            vr_trainer_free(t);
+            continue;
+        }
+        tried++;
+        assert_non_null(strstr(vr_last_error(), "out of memory"));
+        vr_data_pos after = vr_data_tell(t->train);
+        assert_memory_equal(&before, &after, sizeof before);
+        assert_int_equal(vr_trainer_steps_done(t), 0);
+        vr_trainer_free(t);
+    }
+    if (!tried)
+        fail_msg("no capacity made the step (and not the trainer) fail");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(failed_step_keeps_the_data_position),
         cmocka_unit_test(accumulation_equals_large_batch),
         cmocka_unit_test(frozen_params_stay_and_own_no_state),
         cmocka_unit_test(resume_is_bit_exact),

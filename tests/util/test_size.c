@@ -32,6 +32,33 @@ static void rejects_garbage_naming_the_flag(void **state)
     assert_non_null(strstr(vr_last_error(), "--batch"));
 }
 
+/* Sizes between 2^63 and 2^64 bytes are exact-ish, at or above 2^64 refused (no silent wrap). */
+static void huge_sizes_fit_or_are_refused(void **state)
+{
+    (void)state;
+    uint64_t v = 0;
+    assert_int_equal(vr_parse_size("9223372036854775808", "--capacity", &v), VR_OK); /* 2^63 */
+    assert_true(v == (uint64_t)1 << 63);
+    assert_int_equal(vr_parse_size("12000000000000000000", "--capacity", &v), VR_OK);
+    assert_true(v == 12000000000000000000ull);
+    assert_int_equal(vr_parse_size("18446744073709551616", "--capacity", &v), VR_ERR_INVALID); /* 2^64 */
+    assert_non_null(strstr(vr_last_error(), "18446744073709551616"));
+    assert_int_equal(vr_parse_size("16777216TiB", "--capacity", &v), VR_ERR_INVALID); /* 2^64 */
+    assert_int_equal(vr_parse_size("1e30", "--capacity", &v), VR_ERR_INVALID);
+}
+
+static void checked_arithmetic(void **state)
+{
+    (void)state;
+    int64_t r = 7;
+    assert_true(vr_mul_i64(3, 5, &r) && r == 15);
+    assert_false(vr_mul_i64(INT64_MAX / 2 + 1, 2, &r));
+    assert_int_equal(r, 15);
+    assert_false(vr_mul_i64(-1, 2, &r));
+    assert_true(vr_add_i64(INT64_MAX - 1, 1, &r) && r == INT64_MAX);
+    assert_false(vr_add_i64(INT64_MAX, 1, &r));
+}
+
 static void formats_sizes(void **state)
 {
     (void)state;
@@ -47,6 +74,8 @@ int main(void)
         cmocka_unit_test(parses_units),
         cmocka_unit_test(rejects_garbage_naming_the_flag),
         cmocka_unit_test(formats_sizes),
+        cmocka_unit_test(huge_sizes_fit_or_are_refused),
+        cmocka_unit_test(checked_arithmetic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

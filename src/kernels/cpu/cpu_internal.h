@@ -22,8 +22,9 @@
  * polynomial for e^r, 2^n built in the exponent bits. Max error about 2 ulp on [-87, 88];
  * inputs below -87.3 (including -inf) return 2^-126 times a factor rather than 0, which is negligible
  * against the >= 1 sums it is used in; NaN propagates. */
-static inline float vr_expf(float x)
+static inline float vr_expf(float x0)
 {
+    float x = x0 == x0 ? x0 : 0.0f; /* NaN must not reach the float-to-int conversion below (UB) */
     x = x < -87.3f ? -87.3f : x;
     x = x > 88.3f ? 88.3f : x;
     // n = round(x / ln2) by the 1.5 * 2^23 trick (|x / ln2| < 128): branch-free, so it vectorizes
@@ -41,7 +42,7 @@ static inline float vr_expf(float x)
     int32_t bits = (int32_t)((uint32_t)(n + 127) << 23);
     float s;
     memcpy(&s, &bits, sizeof s);
-    return p * s;
+    return x0 == x0 ? p * s : x0;
 }
 
 #endif
