@@ -17,9 +17,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (n > 0 && !tok)
                 abort();
             /* Touch every token: ASan catches a buffer shorter than n. */
-            volatile uint32_t sum = 0;
+            uint64_t sum = 0;
             for (uint64_t j = 0; j < n; j++)
                 sum += tok[j];
+            if (sum > n * 65535u)
+                abort();
             if (vocabs[i] > 0)
                 for (uint64_t j = 0; j < n; j++)
                     if (tok[j] >= vocabs[i])
