@@ -127,12 +127,15 @@ static bool header(vra_trace *t, const char *json)
         snprintf(t->workload, sizeof t->workload, "%s", w->valuestring);
     if (cJSON_IsString(v))
         snprintf(t->torch_version, sizeof t->torch_version, "%s", v->valuestring);
-    if (cJSON_IsNumber(pa) && cJSON_IsNumber(pr) && pa->valuedouble >= 0 && pr->valuedouble >= 0) {
+    /* Figures outside uint64 / int64 (1e30, inf from 1e999) are ignored: converting them is undefined. */
+    const double u64_end = 18446744073709551616.0, i64_end = 9223372036854775808.0;
+    if (cJSON_IsNumber(pa) && cJSON_IsNumber(pr) && pa->valuedouble >= 0 && pr->valuedouble >= 0 &&
+        pa->valuedouble < u64_end && pr->valuedouble < u64_end) {
         t->have_torch = true;
         t->peak_allocated = (uint64_t)pa->valuedouble;
         t->peak_reserved = (uint64_t)pr->valuedouble;
     }
-    if (cJSON_IsNumber(re))
+    if (cJSON_IsNumber(re) && re->valuedouble >= -i64_end && re->valuedouble < i64_end)
         t->alloc_retries = (int64_t)re->valuedouble;
     cJSON_Delete(h);
     return true;
