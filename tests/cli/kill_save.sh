@@ -10,7 +10,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 export OMP_NUM_THREADS=1   # byte-identical runs (the new files are compared with a reference)
-model="--layers 2 --channels 192 --heads 4 --vocab 256 --padded-vocab 256 --max-seq 16 --seq 16 --batch 1 --quiet"
+model="--device cpu --layers 2 --channels 192 --heads 4 --vocab 256 --padded-vocab 256 --max-seq 16 --seq 16 --batch 1 --quiet"
 
 # the old files (1 step) and the complete new ones (2 steps), twice to check runs are deterministic
 "$vram" train $model --steps 1 --save "$tmp/old.ck" --save-state "$tmp/old.st"
