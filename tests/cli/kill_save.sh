@@ -45,7 +45,7 @@ for i in $(seq 1 40); do
   # resume from whatever state survived (every 8th run, to stay under ~30 s)
   if [ $((i % 8)) -eq 0 ]; then
     "$vram" train $model --steps 3 --resume "$w/st.bin" >/dev/null || fail "run $i: --resume from the surviving state"
-    "$vram" eval --init "$w/ck.bin" --seq 16 --batch 1 --batches 1 >/dev/null || fail "run $i: eval of the surviving checkpoint"
+    "$vram" eval --device cpu --init "$w/ck.bin" --seq 16 --batch 1 --batches 1 >/dev/null || fail "run $i: eval of the surviving checkpoint"
   fi
 done
 echo "kill while saving: 40 runs, files kept old $kept_old, complete new $got_new, runs killed between the two saves $mixed"
