@@ -10,6 +10,7 @@
  * model. --precision / --recompute / --optim-state / --master pin the
  * search to one. Exit 0 when something fits, 1 when nothing does (with the
  * smallest need found), 2 for a bad flag (one line naming it). */
+#define _DEFAULT_SOURCE /* strtok_r: without it clang declares it implicitly (int) and truncates the pointer */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
