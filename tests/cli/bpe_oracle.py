@@ -20,6 +20,9 @@ TEXT = ("Hello world! It's a test, isn't it? We'll see 12345 numbers.\n"
         "whitespace   runs\t\tand\n\n\n  trailing   \n"
         "<|endoftext|>after the special token<|endoftext|><|endoftext|>x\n"
         "  leading spaces and a lone é")
+# Not seen in training: merges apply partially, rare bytes stay single.
+UNSEEN = ("\nThé quick brown 🦊 jumps over 東京 and 서울: 9876543210 lazy dogs!!! they've\r\n"
+          "\u00a0nbsp\u2003em-space  \x01\x7f control, Ωmega ∑ ∫ 𝔘𝔫𝔦 <|end|> fin<|endoftext|")
 
 
 def bytes_to_unicode():
@@ -86,7 +89,8 @@ def make(d):
     }
     # Llama 3 style: list merges, ignore_merges, a vocab token no merge path reaches.
     v3 = dict(vocab)
-    v3[to_alphabet(" naïve")] = len(v3)
+    if to_alphabet(" naïve") not in v3:
+        v3[to_alphabet(" naïve")] = len(v3)
     llama3 = json.loads(json.dumps(gpt2))
     llama3["model"]["vocab"] = v3
     llama3["model"]["merges"] = [[a, b] for a, b in merges]
@@ -98,7 +102,7 @@ def make(d):
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
     json.dump(gpt2, open(d + "/gpt2.json", "w"), ensure_ascii=False)
     json.dump(llama3, open(d + "/llama3.json", "w"), ensure_ascii=False)
-    open(d + "/text.txt", "w", encoding="utf-8").write(TEXT)
+    open(d + "/text.txt", "w", encoding="utf-8", newline="").write(TEXT + UNSEEN)
 
 
 def encode(tok, text):
@@ -175,7 +179,7 @@ def encode(tok, text):
 
 def check(tok_path, text_path, bin_path):
     tok = json.load(open(tok_path, encoding="utf-8"))
-    text = open(text_path, encoding="utf-8").read()
+    text = open(text_path, encoding="utf-8", newline="").read()
     want = encode(tok, text)
     raw = open(bin_path, "rb").read()
     magic, version, n = struct.unpack("<3i", raw[:12])
