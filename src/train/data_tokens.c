@@ -17,7 +17,7 @@
 
 /* Reads a token file of either version; *width gets its token size (2 or 4)
  * and *out the raw tokens (caller frees). Tokens are checked against vocab. */
-static vr_status read_any(const char *path, int vocab, void **out, uint64_t *n, int *width)
+static vr_status read_any(const char *path, int vocab, int wide_ok, void **out, uint64_t *n, int *width)
 {
     *out = NULL;
     *n = 0;
@@ -35,6 +35,11 @@ static vr_status read_any(const char *path, int vocab, void **out, uint64_t *n, 
         fclose(f);
         return vr_error(VR_ERR_FORMAT, "%s: wrong magic %d (an llm.c token file starts with %d)", path,
                         h[0], VR_TOKENS_MAGIC);
+    }
+    if (h[1] == VR_TOKENS_VERSION_U32 && !wide_ok) {
+        fclose(f);
+        return vr_error(VR_ERR_FORMAT, "%s: token file version 2 holds uint32 tokens; this reader takes "
+                        "llm.c's uint16 tokens (version %d) only", path, VR_TOKENS_VERSION);
     }
     if (h[1] != VR_TOKENS_VERSION && h[1] != VR_TOKENS_VERSION_U32) {
         fclose(f);
@@ -88,14 +93,8 @@ vr_status vr_tokens_read(const char *path, int vocab, uint16_t **out, uint64_t *
     int w;
     *out = NULL;
     *n = 0;
-    vr_status s = read_any(path, vocab, &tok, n, &w);
+    vr_status s = read_any(path, vocab, 0, &tok, n, &w);
     if (s != VR_OK) return s;
-    if (w != 2) {
-        free(tok);
-        *n = 0;
-        return vr_error(VR_ERR_UNSUPPORTED, "%s: token file version %d holds uint32 tokens; this reader takes "
-                        "uint16 (version %d) only", path, VR_TOKENS_VERSION_U32, VR_TOKENS_VERSION);
-    }
     *out = tok;
     return VR_OK;
 }
@@ -106,7 +105,7 @@ vr_status vr_tokens_read32(const char *path, int vocab, uint32_t **out, uint64_t
     int w;
     *out = NULL;
     *n = 0;
-    vr_status s = read_any(path, vocab, &tok, n, &w);
+    vr_status s = read_any(path, vocab, 1, &tok, n, &w);
     if (s != VR_OK) return s;
     if (w == 2) { /* widen in place, from the end */
         uint32_t *wide = realloc(tok, *n ? *n * 4 : 1);
