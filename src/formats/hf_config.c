@@ -144,6 +144,9 @@ static vr_status parse_root(const cJSON *root, const char *label, vr_hf_config *
     if (c->num_key_value_heads == 0 || c->num_attention_heads % c->num_key_value_heads)
         return vr_error(VR_ERR_FORMAT, "%s: field \"num_key_value_heads\" (%d) must divide num_attention_heads (%d)",
                         label, c->num_key_value_heads, c->num_attention_heads);
+    if (c->num_hidden_layers > 100000)
+        return vr_error(VR_ERR_FORMAT, "%s: field \"num_hidden_layers\" (%d) is not plausible (max 100000)", label,
+                        c->num_hidden_layers);
     if (c->head_dim == 0) return vr_error(VR_ERR_FORMAT, "%s: field \"head_dim\" must be positive", label);
     if (c->mlp_bias) return vr_error(VR_ERR_UNSUPPORTED, "%s: field \"mlp_bias\" true is not supported", label);
     return parse_rope_scaling(root, label, c);
