@@ -31,7 +31,7 @@ typedef struct vr_hf_config {
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_position;
     int tie_word_embeddings;     /* default 0 */
-    int attention_bias;          /* q/k/v biases; default 1 for qwen2, else 0 */
+    int attention_bias;          /* q/k/v biases (+ o for llama/mistral); always 1 for qwen2, else default 0 */
     int mlp_bias;                /* default 0 (refused when 1: no such tensors mapped) */
 } vr_hf_config;
 
@@ -53,7 +53,8 @@ int vr_hf_tensor_count(const vr_hf_config *cfg);
 
 /* Fills out[0..vr_hf_tensor_count(cfg)) with the expected names and shapes:
  * embed_tokens (V,D); per layer q (H*hd,D), k/v (KV*hd,D), o (D,H*hd),
- * [+ q/k/v bias], gate/up (I,D), down (D,I), two norms (D); norm (D);
+ * [+ q/k/v bias (H*hd), (KV*hd); + o bias (D) when attention_bias is set
+ * for llama/mistral], gate/up (I,D), down (D,I), two norms (D); norm (D);
  * lm_head (V,D) when not tied. */
 void vr_hf_tensors(const vr_hf_config *cfg, vr_hf_tensor *out);
 

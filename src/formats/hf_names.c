@@ -6,9 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Llama/Mistral's attention_bias also puts a bias on o_proj; Qwen2's q/k/v biases are alone. */
+static int o_bias(const vr_hf_config *c) { return c->attention_bias && strcmp(c->model_type, "qwen2") != 0; }
+
 int vr_hf_tensor_count(const vr_hf_config *c)
 {
-    int per_layer = 9 + (c->attention_bias ? 3 : 0);
+    int per_layer = 9 + (c->attention_bias ? 3 : 0) + o_bias(c);
     return 2 + c->num_hidden_layers * per_layer + (c->tie_word_embeddings ? 0 : 1);
 }
 
@@ -40,6 +43,10 @@ void vr_hf_tensors(const vr_hf_config *c, vr_hf_tensor *out)
         }
         snprintf(n, sizeof n, "model.layers.%d.self_attn.o_proj.weight", i);
         put(out, &k, n, 2, D, Q);
+        if (o_bias(c)) {
+            snprintf(n, sizeof n, "model.layers.%d.self_attn.o_proj.bias", i);
+            put(out, &k, n, 1, D, 0);
+        }
         snprintf(n, sizeof n, "model.layers.%d.mlp.gate_proj.weight", i);
         put(out, &k, n, 2, I, D);
         snprintf(n, sizeof n, "model.layers.%d.mlp.up_proj.weight", i);

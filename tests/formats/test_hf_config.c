@@ -66,7 +66,7 @@ static void qwen2_defaults_and_llama3_rope(void **state)
     assert_int_equal(c.attention_bias, 1);
     assert_true(c.rope_theta == 10000 && c.rms_norm_eps == 1e-6);
     assert_int_equal(vr_hf_tensor_count(&c), 2 + 2 * 12 + 1);
-    vr_hf_tensor t[27];
+    vr_hf_tensor t[32];
     vr_hf_tensors(&c, t);
     assert_string_equal(t[2].name, "model.layers.0.self_attn.q_proj.bias");
     assert_true(t[2].ndim == 1 && t[2].shape[0] == 64);
@@ -80,6 +80,13 @@ static void qwen2_defaults_and_llama3_rope(void **state)
     assert_true(c.rope_factor == 32 && c.rope_low_freq_factor == 1 && c.rope_high_freq_factor == 4);
     assert_int_equal(c.rope_original_max_position, 8192);
     assert_int_equal(c.head_dim, 32);
+    /* llama's attention_bias: q, k, v and o biases */
+    parse_str("{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"
+              "\"num_attention_heads\":4,\"vocab_size\":100,\"attention_bias\":true,\"tie_word_embeddings\":true}",
+              &c, VR_OK);
+    assert_int_equal(vr_hf_tensor_count(&c), 2 + 2 * 13);
+    vr_hf_tensors(&c, t);
+    assert_string_equal(t[8].name, "model.layers.0.self_attn.o_proj.bias");
 }
 
 static void expect_msg(const char *json, const char *want)
