@@ -22,7 +22,8 @@ extern "C" {
 #endif
 
 #define VR_TOKENS_MAGIC 20240520
-#define VR_TOKENS_VERSION 1
+#define VR_TOKENS_VERSION 1      /* uint16 tokens (llm.c) */
+#define VR_TOKENS_VERSION_U32 2  /* uint32 tokens (vocabularies over 65536) */
 #define VR_TOKENS_HEADER_INTS 256
 
 typedef enum vr_data_kind {
@@ -106,6 +107,13 @@ vr_status vr_tokens_read(const char *path, int vocab, uint16_t **out, uint64_t *
 
 /* Writes tokens (each in [0, 65535]) as an llm.c token file, atomically. */
 vr_status vr_tokens_write(const char *path, const int32_t *tokens, uint64_t n);
+
+/* Reads a token file of either version (uint16 widened, or uint32), each token
+ * < vocab (0 = no bound). Caller frees *out. */
+vr_status vr_tokens_read32(const char *path, int vocab, uint32_t **out, uint64_t *n);
+
+/* Writes tokens (each >= 0) as a version-2 token file (uint32), atomically. */
+vr_status vr_tokens_write32(const char *path, const int32_t *tokens, uint64_t n);
 
 /* --- the built-in corpus ------------------------------------------------ */
 
