@@ -25,5 +25,6 @@ int vr_cmd_plan(int argc, char **argv);
 int vr_cmd_fit(int argc, char **argv);
 int vr_cmd_train(int argc, char **argv);
 int vr_cmd_eval(int argc, char **argv);
+int vr_cmd_report(int argc, char **argv);
 
 #endif
