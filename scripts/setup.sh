@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages vram needs (as root), if any are missing.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev libcjson-dev zlib1g-dev python3 python3-torch python3-numpy)
+pkgs=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev libcjson-dev zlib1g-dev python3 python3-torch python3-numpy chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

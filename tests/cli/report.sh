@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# vram report: the page is written atomically and self-contained; its embedded
+# figures equal vram plan --json's to the byte; rendered in headless Chromium
+# (no network) the DOM shows the same peak and per-role bytes; bad flags and an
+# unwritable -o give one line and leave no file. The browser part skips (with
+# a note) only when chromium is absent.
+set -euo pipefail
+vram="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+flags=(--preset tiny --batch 4 --memory dynamic)
+
+"$vram" report "${flags[@]}" -o "$tmp/r.html" >"$tmp/out" || { echo "vram report failed"; exit 1; }
+grep -q "wrote $tmp/r.html" "$tmp/out" || { echo "no 'wrote' line"; cat "$tmp/out"; exit 1; }
+"$vram" plan "${flags[@]}" --json >"$tmp/plan.json"
+ls "$tmp" | grep -q tmp && { echo "temporary file left behind"; ls "$tmp"; exit 1; }
+
+# the embedded blob: same figures as plan --json; nothing fetched from the network
+python3 - "$tmp/r.html" "$tmp/plan.json" <<'PY'
+import json, re, sys
+html = open(sys.argv[1], encoding="utf-8").read()
+plan = json.load(open(sys.argv[2]))
+m = re.search(r'<script id="data" type="application/json">\n(.*?)</script>', html, re.S)
+assert m, "no data blob"
+d = json.loads(m.group(1))
+assert d["peak"]["bytes"] == plan["peak"]["bytes"] and d["arena"]["bytes"] == plan["arena"]["bytes"]
+for r, v in plan["roles"].items():
+    assert d["roles"][r]["at_peak"] == v["at_peak"], r
+R = len(d["role_order"]); N = len(d["nodes"]["name"])
+assert N == plan["graph"]["nodes"] and len(d["live"]) == N * R
+assert sum(d["live"][d["peak"]["node"] * R:(d["peak"]["node"] + 1) * R]) == plan["peak"]["bytes"]
+assert sum(t["bytes"] for t in d["peak_tensors"]) == plan["peak"]["bytes"], "peak tensors do not add up to the peak"
+assert d["dynamic"]["peak_reserved"] == plan["dynamic"]["peak_reserved"]
+assert len(d["fit"]["rows"]) >= 2
+for bad in ("http://", "https://", "src=\"//"):
+    assert bad not in html, "the page refers to the network: " + bad
+print("blob ok:", N, "nodes, peak", d["peak"]["bytes"])
+PY
+
+# bad input: one line, the right status, no file
+expect_fail() { # status pattern args...
+  local st=$1 pat=$2; shift 2
+  set +e; "$vram" report "$@" >/dev/null 2>"$tmp/err"; local rc=$?; set -e
+  [ "$rc" = "$st" ] || { echo "report $*: exit $rc, want $st"; cat "$tmp/err"; exit 1; }
+  [ "$(wc -l <"$tmp/err")" = 1 ] || { echo "report $*: want one line"; cat "$tmp/err"; exit 1; }
+  grep -q -- "$pat" "$tmp/err" || { echo "report $*: error does not name '$pat'"; cat "$tmp/err"; exit 1; }
+}
+expect_fail 2 "--bogus" --bogus
+expect_fail 2 "--memory" --preset tiny --memory sideways
+expect_fail 2 "--capacity" --preset tiny --capacity lots
+expect_fail 2 "-o" --preset tiny -o
+expect_fail 1 "$tmp/nodir/r.html" --preset tiny -o "$tmp/nodir/r.html"
+[ ! -e "$tmp/nodir" ] || { echo "unwritable -o left something"; exit 1; }
+mkdir "$tmp/ro" && chmod 555 "$tmp/ro"
+if [ ! -w "$tmp/ro" ]; then   # root writes anywhere: only check when the mode means something
+  expect_fail 1 "$tmp/ro/r.html" --preset tiny -o "$tmp/ro/r.html"
+  [ -z "$(ls -A "$tmp/ro")" ] || { echo "partial file left in a read-only dir"; exit 1; }
+fi
+
+# in a real browser, network off
+browser=$(command -v chromium || command -v chromium-browser || true)
+if [ -z "$browser" ]; then
+  echo "note: chromium not installed: browser check skipped (scripts/setup.sh installs it)"
+  exit 0
+fi
+timeout 120 "$browser" --headless --disable-gpu --no-sandbox --user-data-dir="$tmp/prof" \
+  --proxy-server=127.0.0.1:9 --proxy-bypass-list='<-loopback>' --host-resolver-rules='MAP * ~NOTFOUND' \
+  --dump-dom "file://$tmp/r.html" >"$tmp/dom.html" 2>/dev/null
+python3 - "$tmp/dom.html" "$tmp/plan.json" <<'PY'
+import json, re, sys
+dom = open(sys.argv[1], encoding="utf-8").read()
+plan = json.load(open(sys.argv[2]))
+assert 'data-rendered="1"' in dom, "the page's script did not finish"
+def attr(id):
+    m = re.search(r'id="%s"[^>]*data-bytes="(\d+)"' % re.escape(id), dom) or \
+        re.search(r'data-bytes="(\d+)"[^>]*id="%s"' % re.escape(id), dom)
+    assert m, "no element #" + id
+    return int(m.group(1))
+assert attr("peak-bytes") == plan["peak"]["bytes"], (attr("peak-bytes"), plan["peak"]["bytes"])
+assert attr("arena-bytes") == plan["arena"]["bytes"]
+assert attr("reserved-bytes") == plan["dynamic"]["peak_reserved"]
+for r, v in plan["roles"].items():
+    assert attr("role-" + r) == v["at_peak"], r
+assert "<svg" in dom and dom.count("<path") >= 7, "no chart"
+assert dom.count("<tr") > 10, "no tables"
+print("rendered DOM ok: peak", plan["peak"]["bytes"])
+PY
