@@ -9,6 +9,10 @@
 #ifndef VRAM_PROF_H
 #define VRAM_PROF_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vram/exec.h"
 #include "vram/fit.h"
 #include "vram/plan.h"
 #include "vram/status.h"
@@ -29,6 +33,32 @@ void *vr_report_data(const vr_plan *p, const vr_fit_result *fit, const char *tit
  * to path through a temporary file renamed into place: on any error (VR_ERR_IO
  * naming the path) no file is left behind. */
 vr_status vr_report_write_html(const char *path, const void *data);
+
+/* ------------------------------------------------------------ Chrome/Perfetto traces
+ * A run's trace in the trace-event JSON format ({"traceEvents": [...]}; open it in
+ * ui.perfetto.dev or chrome://tracing): on pid 1, thread 1 a complete ("X") slice per
+ * node per pass (host clock; args: op, phase, step), thread 0 a slice per step; a
+ * counter ("C") track "live bytes" with the bytes per role at each node and, with the
+ * caching allocator, a track "allocator" with its allocated and reserved bytes;
+ * instant ("i") events for what vr_trace_instant records (checkpoints, OOM).
+ * Timestamps in µs from the first node. Written through a temporary file renamed
+ * into place by vr_trace_close. */
+typedef struct vr_trace vr_trace;
+
+/* Starts a trace to be written to path (a temporary file beside it until
+ * vr_trace_close). VR_ERR_IO naming path when it cannot be written. The nodes are
+ * named from the graph of the executor that reports them. */
+vr_status vr_trace_open(const char *path, vr_trace **out);
+
+/* The executor hook (vr_exec_config.on_node / vr_train_config.on_node; ctx is the vr_trace). */
+void vr_trace_on_node(void *ctx, vr_exec *e, int node, uint64_t t0_ns, uint64_t t1_ns);
+
+/* An instant event named name (e.g. "checkpoint model.bin", "OOM") at the host clock now. */
+void vr_trace_instant(vr_trace *t, const char *name);
+
+/* Finishes the JSON and renames it into place (commit) or removes it (!commit); frees t.
+ * Returns the first write error (VR_ERR_IO naming the path). */
+vr_status vr_trace_close(vr_trace *t, bool commit);
 
 /* The page around the data: prefix + JSON + suffix (report_page.c). */
 extern const char vr_report_page_head[];

@@ -67,6 +67,9 @@ typedef struct vr_train_config {
                                    * device use (NVML) is checked after every step against max_memory. */
     const char *dump_batches;     /* GPT: write every training micro-batch as B rows of T+1 int32 tokens
                                    * (inputs then the last target), the batches of the run in order, or NULL */
+    void (*on_node)(void *ctx, vr_exec *e, int node, uint64_t t0_ns, uint64_t t1_ns);
+    void *on_node_ctx;            /* the training executor's per-node hook (vram/exec.h's on_node), e.g.
+                                   * vram/prof.h's trace writer; NULL: none */
 } vr_train_config;
 
 /* Defaults: a GPT "tiny", B 8, adamw lr 1e-3, cosine to 10% after `steps`, seed 1337, cpu, planned. */

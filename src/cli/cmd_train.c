@@ -18,6 +18,7 @@
 #include "cli/cli.h"
 #include "cli/model_flags.h"
 #include "vram/checkpoint.h"
+#include "vram/prof.h"
 #include "vram/train.h"
 #include "vram/util.h"
 
@@ -53,6 +54,8 @@ static void usage(FILE *f)
             "  --save CKPT              write an llm.c checkpoint at the end (atomically)\n"
             "  --save-init CKPT         write an llm.c checkpoint of the initial parameters (before step 1)\n"
             "  --dump-batches FILE      write every training batch as B rows of T+1 int32 tokens, in order\n"
+            "  --trace FILE             write a Chrome/Perfetto trace (open in ui.perfetto.dev): a slice per node\n"
+            "                           per step, bytes per role and allocator counters, an OOM marker\n"
             "  --save-state FILE        write a resumable state (params, optimizer, step, data position)\n"
             "  --resume FILE            continue a saved state bit-exactly (same flags otherwise)\n"
             "  --save-every N           also save every N steps\n"
@@ -77,7 +80,7 @@ static void usage(FILE *f)
 
 typedef struct topts {
     vr_model_flags m;
-    const char *save_init, *dump_batches;
+    const char *save_init, *dump_batches, *trace;
     uint64_t max_memory;
     const char *data, *init, *save, *save_state, *resume, *device, *memory, *policy, *schedule;
     long long steps, warmup, seed, save_every, eval_batches, eval_every, threads;
@@ -128,6 +131,12 @@ static int parse_args(int argc, char **argv, topts *o)
                            : parse_double(a, v, 1e-30, 1e30, &o->loss_scale);
             if (rc)
                 return rc;
+            continue;
+        }
+        if (!strcmp(a, "--trace")) {
+            if (i + 1 >= argc || !argv[i + 1][0])
+                return vr_cli_fail("train", 2, "--trace needs a file name");
+            o->trace = argv[++i];
             continue;
         }
         if (!strcmp(a, "--max-memory") || !strcmp(a, "--save-init") || !strcmp(a, "--dump-batches")) {
@@ -303,7 +312,24 @@ int vr_cmd_train(int argc, char **argv)
         .print_plan = true,
     };
     vr_train_summary sum;
-    if (vr_train_run(&c, &ro, stdout, &sum) != VR_OK)
-        return vr_cli_fail("train", 1, "%s", vr_last_error());
+    vr_trace *trace = NULL;
+    if (o.trace) {
+        if (vr_trace_open(o.trace, &trace) != VR_OK)
+            return vr_cli_fail("train", 1, "--trace: %s", vr_last_error());
+        c.on_node = vr_trace_on_node;
+        c.on_node_ctx = trace;
+    }
+    vr_status st = vr_train_run(&c, &ro, stdout, &sum);
+    char err[1024];
+    snprintf(err, sizeof err, "%s", st ? vr_last_error() : "");
+    if (trace) {
+        if (st == VR_ERR_OOM)
+            vr_trace_instant(trace, "OOM");
+        /* a run that failed before its first step leaves no trace; an OOM's trace is kept */
+        if (vr_trace_close(trace, st == VR_OK || st == VR_ERR_OOM) != VR_OK && !st)
+            return vr_cli_fail("train", 1, "--trace: %s", vr_last_error());
+    }
+    if (st)
+        return vr_cli_fail("train", 1, "%s", err);
     return 0;
 }

@@ -104,7 +104,8 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
     if (!st)
         st = vr__trainer_memory_check(t, t->plan, 0, "training");
     vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison,
-                         .loss_scale = c->loss_scale, .loss_scale_window = c->loss_scale_window};
+                         .loss_scale = c->loss_scale, .loss_scale_window = c->loss_scale_window,
+                         .on_node = c->on_node, .on_node_ctx = c->on_node_ctx};
     if (!st)
         st = vr_exec_create(t->plan, t->dev, &ec, &t->exec);
     if (!st)
