@@ -56,6 +56,8 @@ static void usage(FILE *f)
             "  --dump-batches FILE      write every training batch as B rows of T+1 int32 tokens, in order\n"
             "  --trace FILE             write a Chrome/Perfetto trace (open in ui.perfetto.dev): a slice per node\n"
             "                           per step, bytes per role and allocator counters, an OOM marker\n"
+            "  --oom-report FILE        out of memory: write the failing step's HTML memory report there\n"
+            "                           (default $TMPDIR/vram-oom-<pid>.html; the error names it)\n"
             "  --save-state FILE        write a resumable state (params, optimizer, step, data position)\n"
             "  --resume FILE            continue a saved state bit-exactly (same flags otherwise)\n"
             "  --save-every N           also save every N steps\n"
@@ -80,7 +82,7 @@ static void usage(FILE *f)
 
 typedef struct topts {
     vr_model_flags m;
-    const char *save_init, *dump_batches, *trace;
+    const char *save_init, *dump_batches, *trace, *oom_report;
     uint64_t max_memory;
     const char *data, *init, *save, *save_state, *resume, *device, *memory, *policy, *schedule;
     long long steps, warmup, seed, save_every, eval_batches, eval_every, threads;
@@ -133,10 +135,10 @@ static int parse_args(int argc, char **argv, topts *o)
                 return rc;
             continue;
         }
-        if (!strcmp(a, "--trace")) {
+        if (!strcmp(a, "--trace") || !strcmp(a, "--oom-report")) {
             if (i + 1 >= argc || !argv[i + 1][0])
-                return vr_cli_fail("train", 2, "--trace needs a file name");
-            o->trace = argv[++i];
+                return vr_cli_fail("train", 2, "%s needs a file name", a);
+            *(a[2] == 't' ? &o->trace : &o->oom_report) = argv[++i];
             continue;
         }
         if (!strcmp(a, "--max-memory") || !strcmp(a, "--save-init") || !strcmp(a, "--dump-batches")) {
@@ -329,6 +331,9 @@ int vr_cmd_train(int argc, char **argv)
         if (vr_trace_close(trace, st == VR_OK || st == VR_ERR_OOM) != VR_OK && !st)
             return vr_cli_fail("train", 1, "--trace: %s", vr_last_error());
     }
+    char where[300];
+    if (st == VR_ERR_OOM && vr_cli_oom_report(&c, o.oom_report, where, sizeof where) == 0)
+        return vr_cli_fail("train", 1, "%s (memory report of the step: %s)", err, where);
     if (st)
         return vr_cli_fail("train", 1, "%s", err);
     return 0;

@@ -57,6 +57,19 @@ if [ ! -w "$tmp/ro" ]; then   # root writes anywhere: only check when the mode m
   [ -z "$(ls -A "$tmp/ro")" ] || { echo "partial file left in a read-only dir"; exit 1; }
 fi
 
+# out of memory: vram train writes the failing step's report and names it on its one error line
+set +e
+"$vram" train --device cpu:8MiB --batch 512 --steps 1 --quiet --oom-report "$tmp/oom.html" >/dev/null 2>"$tmp/err"; rc=$?
+TMPDIR="$tmp" "$vram" train --device cpu:8MiB --memory dynamic --batch 512 --steps 1 --eval-every -1 --quiet \
+  >/dev/null 2>"$tmp/err2"; rc2=$?
+set -e
+[ "$rc" = 1 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && grep -q "memory report of the step: $tmp/oom.html" "$tmp/err" ||
+  { echo "oom report: exit $rc"; cat "$tmp/err"; exit 1; }
+grep -q '"peak_tensors"' "$tmp/oom.html" || { echo "oom report has no data"; exit 1; }
+[ "$rc2" = 1 ] && grep -q "memory report of the step: $tmp/vram-oom-[0-9]*.html" "$tmp/err2" ||
+  { echo "dynamic oom report (default path): exit $rc2"; cat "$tmp/err2"; exit 1; }
+grep -q '"oom":true' "$tmp"/vram-oom-*.html || { echo "dynamic oom report does not mark the OOM"; exit 1; }
+
 # in a real browser, network off
 browser=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$browser" ]; then
