@@ -26,6 +26,19 @@ void vr_cli_prepare_env(int argc, char **argv);
 struct vr_train_config;
 int vr_cli_oom_report(const struct vr_train_config *c, const char *path, char *written, size_t cap);
 
+/* vram train's status file for vram watch (status_file.c): the hook writes
+ * /tmp/vram-<uid>/<pid>.json after each step and chains to trace when set. */
+#include <stdint.h>
+#include "vram/exec.h"
+typedef struct vr_cli_status {
+    struct vr_trace *trace;   /* vram/prof.h's writer, or NULL */
+    const char *device;
+    int64_t steps;
+} vr_cli_status;
+void vr_cli_status_hook(void *ctx, vr_exec *e, int node, uint64_t t0_ns, uint64_t t1_ns);
+void vr_cli_status_path(char *buf, size_t cap);
+int vr_cmd_watch(int argc, char **argv);
+
 /* Subcommands (cmd_<name>.c). */
 int vr_cmd_replay(int argc, char **argv);
 int vr_cmd_info(int argc, char **argv);

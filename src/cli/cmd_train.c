@@ -315,13 +315,15 @@ int vr_cmd_train(int argc, char **argv)
     };
     vr_train_summary sum;
     vr_trace *trace = NULL;
-    if (o.trace) {
-        if (vr_trace_open(o.trace, &trace) != VR_OK)
-            return vr_cli_fail("train", 1, "--trace: %s", vr_last_error());
-        c.on_node = vr_trace_on_node;
-        c.on_node_ctx = trace;
-    }
+    if (o.trace && vr_trace_open(o.trace, &trace) != VR_OK)
+        return vr_cli_fail("train", 1, "--trace: %s", vr_last_error());
+    vr_cli_status status = {.trace = trace, .device = c.device ? c.device : "cpu"};
+    c.on_node = vr_cli_status_hook; /* the status file vram watch reads, and the trace */
+    c.on_node_ctx = &status;
     vr_status st = vr_train_run(&c, &ro, stdout, &sum);
+    char status_path[96];
+    vr_cli_status_path(status_path, sizeof status_path);
+    remove(status_path);
     char err[1024];
     snprintf(err, sizeof err, "%s", st ? vr_last_error() : "");
     if (trace) {
