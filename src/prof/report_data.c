@@ -6,6 +6,7 @@
  * table holds only the tensors live at the peak node. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "vram/prof.h"
 
@@ -68,6 +69,43 @@ static cJSON *nodes(const vr_plan *p)
     return o;
 }
 
+/* The allocator's segments at the peak, compact: [{size, type, blocks: [[offset, size, state]]}]
+ * with state 1 allocated, 0 free (cache); at most 1000 segments. */
+static cJSON *segments(const char *snapshot_json)
+{
+    cJSON *snap = snapshot_json ? cJSON_Parse(snapshot_json) : NULL;
+    cJSON *out = cJSON_CreateArray();
+    const cJSON *seg, *segs = cJSON_GetObjectItemCaseSensitive(snap, "segments");
+    int n = 0;
+    cJSON_ArrayForEach(seg, segs) {
+        if (n++ >= 1000)
+            break;
+        const cJSON *base = cJSON_GetObjectItemCaseSensitive(seg, "address");
+        const cJSON *size = cJSON_GetObjectItemCaseSensitive(seg, "total_size");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(seg, "segment_type");
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "size", cJSON_IsNumber(size) ? size->valuedouble : 0);
+        cJSON_AddStringToObject(o, "type", cJSON_IsString(type) ? type->valuestring : "");
+        cJSON *bl = cJSON_AddArrayToObject(o, "blocks");
+        const cJSON *b;
+        cJSON_ArrayForEach(b, cJSON_GetObjectItemCaseSensitive(seg, "blocks")) {
+            const cJSON *addr = cJSON_GetObjectItemCaseSensitive(b, "address");
+            const cJSON *bs = cJSON_GetObjectItemCaseSensitive(b, "size");
+            const cJSON *state = cJSON_GetObjectItemCaseSensitive(b, "state");
+            cJSON *e = cJSON_CreateArray();
+            cJSON_AddItemToArray(e, cJSON_CreateNumber(cJSON_IsNumber(addr) && cJSON_IsNumber(base)
+                                                           ? addr->valuedouble - base->valuedouble : 0));
+            cJSON_AddItemToArray(e, cJSON_CreateNumber(cJSON_IsNumber(bs) ? bs->valuedouble : 0));
+            cJSON_AddItemToArray(e, cJSON_CreateNumber(cJSON_IsString(state) &&
+                                                       !strcmp(state->valuestring, "active_allocated")));
+            cJSON_AddItemToArray(bl, e);
+        }
+        cJSON_AddItemToArray(out, o);
+    }
+    cJSON_Delete(snap);
+    return out;
+}
+
 static cJSON *numbers(const uint64_t *v, size_t n)
 {
     cJSON *a = cJSON_CreateArray();
@@ -93,6 +131,11 @@ void *vr_report_data(const vr_plan *p, const vr_fit_result *fit, const char *tit
         cJSON *dy = cJSON_GetObjectItem(root, "dynamic");
         cJSON_AddItemToObject(dy, "allocated", numbers(p->dynamic.allocated, (size_t)p->n_nodes));
         cJSON_AddItemToObject(dy, "reserved", numbers(p->dynamic.reserved, (size_t)p->n_nodes));
+        if (p->dynamic.snapshot) {
+            cJSON_AddNumberToObject(dy, "snapshot_node", p->dynamic.snapshot_node);
+            cJSON_AddNumberToObject(dy, "largest_free", (double)p->dynamic.largest_free);
+            cJSON_AddItemToObject(dy, "segments", segments(p->dynamic.snapshot));
+        }
     }
     cJSON_AddItemToObject(root, "peak_tensors", peak_tensors(p));
     if (fit) {

@@ -32,6 +32,12 @@ assert sum(d["live"][d["peak"]["node"] * R:(d["peak"]["node"] + 1) * R]) == plan
 assert sum(t["bytes"] for t in d["peak_tensors"]) == plan["peak"]["bytes"], "peak tensors do not add up to the peak"
 assert d["dynamic"]["peak_reserved"] == plan["dynamic"]["peak_reserved"]
 assert len(d["fit"]["rows"]) >= 2
+# the allocator's segments at the peak: allocated blocks add up to the allocated bytes of that node
+dy = d["dynamic"]
+blocks = [b for s in dy["segments"] for b in s["blocks"]]
+assert sum(b[1] for b in blocks if b[2]) == dy["allocated"][dy["snapshot_node"]], "segments vs allocated"
+assert sum(s["size"] for s in dy["segments"]) == dy["reserved"][dy["snapshot_node"]], "segments vs reserved"
+assert dy["largest_free"] == max([b[1] for b in blocks if not b[2]] or [0])
 for bad in ("http://", "https://", "src=\"//"):
     assert bad not in html, "the page refers to the network: " + bad
 print("blob ok:", N, "nodes, peak", d["peak"]["bytes"])
