@@ -21,13 +21,22 @@
 extern "C" {
 #endif
 
+/* What a measured run adds to the report (vram report --run): per node of the plan's graph. */
+typedef struct vr_report_run {
+    int steps;                 /* optimizer steps run */
+    const char *device;        /* where ("cpu", "cuda") */
+    const double *node_ms;     /* [n_nodes] mean host ms per pass of the node */
+    const uint64_t *live;      /* [n_nodes] measured live bytes (all roles) during the node */
+} vr_report_run;
+
 /* The report's data as a cJSON object (caller deletes; NULL when out of memory):
  * vr_plan_json's object (roles, peak, arena, dynamic, model, step) plus
  * "nodes" {name[], op[], phase[]}, "live" (n_nodes × 7 role bytes, row-major),
- * "peak_tensors" (the tensors live at the peak node) and, when fit is not
- * NULL, "fit" (vr_fit_json's object). title labels the page. Declared as
+ * "peak_tensors" (the tensors live at the peak node), when fit is not
+ * NULL "fit" (vr_fit_json's object), when run is not NULL "run" {steps,
+ * device, node_ms[], live[]}. title labels the page. Declared as
  * void * so this header does not need cJSON's. */
-void *vr_report_data(const vr_plan *p, const vr_fit_result *fit, const char *title);
+void *vr_report_data(const vr_plan *p, const vr_fit_result *fit, const vr_report_run *run, const char *title);
 
 /* Writes the HTML page with data (a cJSON object from vr_report_data) embedded
  * to path through a temporary file renamed into place: on any error (VR_ERR_IO

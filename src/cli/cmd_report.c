@@ -3,12 +3,13 @@
  *
  *   vram report [model and step flags as vram plan] [--memory planned|dynamic]
  *               [--policy NAME] [--inplace] [--kernels cpu|cuda] [--capacity SIZE]
- *               [--no-fit] [--title TEXT] [-o FILE]
+ *               [--no-fit] [--run N] [--device SPEC] [--title TEXT] [-o FILE]
  *
  * Plans the step (vram/plan.h), ranks the fitter's configurations for the same
  * rows per optimizer step against --capacity (default 80GiB; vram/fit.h), and
  * writes the page (vram/prof.h) to FILE (report.html) through a temporary file
- * renamed into place. Every bad flag: one line naming it, exit 2; an unwritable
+ * renamed into place. With --run N it first trains N steps on --device (cpu)
+ * with the same configuration and adds the measured live bytes and time per node. Every bad flag: one line naming it, exit 2; an unwritable
  * FILE: one line naming it, exit 1, no file left behind. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include "vram/graph.h"
 #include "vram/plan.h"
 #include "vram/prof.h"
+#include "vram/train.h"
 #include "vram/util.h"
 
 #define DEFAULT_CAPACITY (80 * VR_GiB)
@@ -45,6 +47,10 @@ static void usage(FILE *f)
                "  --kernels cpu|cuda       whose kernels' scratch to count (cpu); cuda adds the 32 MiB workspace\n"
                "  --capacity SIZE          budget for the what-if table (80GiB)\n"
                "  --no-fit                 leave the what-if table out\n"
+               "run\n"
+               "  --run N                  train N steps first (generated data) and add the measured live bytes\n"
+               "                           and the time per node and per op\n"
+               "  --device SPEC            where --run trains: cpu, cpu:SIZE, cuda (cpu)\n"
                "output\n"
                "  -o, --output FILE        the HTML file (report.html)\n"
                "  --title TEXT             the page's title\n");
@@ -52,8 +58,9 @@ static void usage(FILE *f)
 
 typedef struct opts {
     vr_model_flags m;
-    const char *memory, *policy, *kernels, *output, *title;
+    const char *memory, *policy, *kernels, *output, *title, *device;
     uint64_t capacity;
+    long long run;
     bool inplace, no_fit;
 } opts;
 
@@ -76,9 +83,10 @@ static int parse_args(int argc, char **argv, opts *o)
             *(a[2] == 'i' ? &o->inplace : &o->no_fit) = true;
             continue;
         }
-        static const char *valued[] = {"--memory", "--policy", "--kernels", "--capacity", "-o", "--output", "--title"};
+        static const char *valued[] = {"--memory", "--policy", "--kernels", "--capacity", "-o",
+                                       "--output", "--title", "--run", "--device"};
         int k = -1;
-        for (int j = 0; j < 7; j++)
+        for (int j = 0; j < 9; j++)
             if (!strcmp(a, valued[j]))
                 k = j;
         if (k < 0)
@@ -103,7 +111,12 @@ static int parse_args(int argc, char **argv, opts *o)
                 return vr_cli_fail("report", 2, "%s: empty file name", a);
             o->output = v;
             break;
-        default: o->title = v; break;
+        case 6: o->title = v; break;
+        case 7:
+            if (vr_parse_int(v, a, 1, 1000000, &o->run) != VR_OK)
+                return vr_cli_fail("report", 2, "%s", vr_last_error());
+            break;
+        default: o->device = v; break;
         }
     }
     return 0;
@@ -127,6 +140,52 @@ static vr_fit_result *what_if(const vr_model_config *m, const vr_step_config *s,
     return r;
 }
 
+/* Per node of the training graph: host time summed over passes, passes, live bytes. */
+typedef struct run_rec {
+    int n;
+    uint64_t *ns, *passes, *live;
+} run_rec;
+
+static void run_hook(void *ctx, vr_exec *e, int node, uint64_t t0_ns, uint64_t t1_ns)
+{
+    run_rec *r = ctx;
+    if (!r->ns) {
+        r->n = vr_exec_plan(e)->n_nodes;
+        r->ns = calloc((size_t)r->n, sizeof *r->ns);
+        r->passes = calloc((size_t)r->n, sizeof *r->passes);
+        r->live = calloc((size_t)r->n, sizeof *r->live);
+    }
+    if (!r->ns || !r->passes || !r->live || node < 0 || node >= r->n)
+        return;
+    r->ns[node] += t1_ns - t0_ns;
+    r->passes[node]++;
+    r->live[node] = vr_exec_live(e, node, VR_ROLE_COUNT);
+}
+
+/* Trains o->run steps; on success *trainer holds the run (its plan is the report's). */
+static int measured_run(const opts *o, const vr_model_config *m, const vr_step_config *s, vr_memory_mode mem,
+                        run_rec *rec, vr_trainer **trainer)
+{
+    vr_train_config c = vr_train_config_default();
+    c.model = *m;
+    c.step = *s;
+    c.steps = o->run;
+    c.device = o->device ? o->device : "cpu";
+    c.memory = mem;
+    c.alloc_policy = o->policy;
+    c.inplace = o->inplace;
+    c.on_node = run_hook;
+    c.on_node_ctx = rec;
+    if (vr_trainer_create(&c, trainer) != VR_OK)
+        return vr_cli_fail("report", 1, "--run: %s", vr_last_error());
+    for (long long k = 0; k < o->run; k++) {
+        vr_train_step_info info;
+        if (vr_trainer_step(*trainer, &info) != VR_OK)
+            return vr_cli_fail("report", 1, "--run: step %lld: %s", k + 1, vr_last_error());
+    }
+    return 0;
+}
+
 int vr_cmd_report(int argc, char **argv)
 {
     opts o = {0};
@@ -148,6 +207,8 @@ int vr_cmd_report(int argc, char **argv)
         s.workspace_bytes = CUDA_WORKSPACE;
         s.kernels = VR_KERNELS_CUDA;
     }
+    if (o.device && !o.run)
+        return vr_cli_fail("report", 2, "--device: only with --run N");
     vr_graph *g = NULL;
     if (vr_graph_build(&m, &s, &g) != VR_OK)
         return vr_cli_fail("report", 2, "%s", vr_last_error());
@@ -157,19 +218,42 @@ int vr_cmd_report(int argc, char **argv)
         vr_graph_free(g);
         return rc;
     }
-    vr_fit_result *fit = o.no_fit || !s.train ? NULL : what_if(&m, &s, o.capacity);
-    cJSON *data = vr_report_data(p, fit, o.title);
-    if (!data)
+    run_rec rec = {0};
+    vr_trainer *tr = NULL;
+    vr_report_run run = {0};
+    double *ms = NULL;
+    const vr_plan *shown = p;
+    if (o.run && !s.train)
+        rc = vr_cli_fail("report", 2, "--run: not with --eval");
+    else if (o.run && !(rc = measured_run(&o, &m, &s, pc.memory, &rec, &tr))) {
+        shown = vr_trainer_plan(tr); /* the run's plan (its kernels' scratch on cuda) */
+        ms = calloc((size_t)rec.n + 1, sizeof *ms);
+        if (!ms || !rec.ns || rec.n != shown->n_nodes)
+            rc = vr_cli_fail("report", 1, "--run: no per-node figures were recorded");
+        for (int i = 0; !rc && i < rec.n; i++)
+            ms[i] = rec.passes[i] ? (double)rec.ns[i] / 1e6 / (double)rec.passes[i] : 0;
+        run = (vr_report_run){(int)o.run, o.device ? o.device : "cpu", ms, rec.live};
+    }
+    vr_fit_result *fit = rc || o.no_fit || !s.train ? NULL : what_if(&m, &s, o.capacity);
+    cJSON *data = rc ? NULL : vr_report_data(shown, fit, o.run ? &run : NULL, o.title);
+    if (rc)
+        ;
+    else if (!data)
         rc = vr_cli_fail("report", 1, "out of host memory building the report");
     else if (vr_report_write_html(o.output, data) != VR_OK)
         rc = vr_cli_fail("report", 1, "%s", vr_last_error());
     else {
         char a[32];
-        printf("wrote %s: peak %s at node %d of %d\n", o.output, vr_format_size(p->peak, a, sizeof a), p->peak_node,
-               p->n_nodes);
+        printf("wrote %s: peak %s at node %d of %d\n", o.output, vr_format_size(shown->peak, a, sizeof a),
+               shown->peak_node, shown->n_nodes);
     }
     cJSON_Delete(data);
     free(fit);
+    free(ms);
+    free(rec.ns);
+    free(rec.passes);
+    free(rec.live);
+    vr_trainer_free(tr);
     vr_plan_free(p);
     vr_graph_free(g);
     return rc;

@@ -52,7 +52,7 @@ int vr_cli_oom_report(const vr_train_config *c, const char *path, char *written,
     vr_status st = vr_graph_build(&m, &s, &g);
     if (!st)
         st = vr_plan_create(g, &pc, &p);
-    if (!st && !(data = vr_report_data(p, NULL, "vram train: the step that ran out of memory")))
+    if (!st && !(data = vr_report_data(p, NULL, NULL, "vram train: the step that ran out of memory")))
         st = VR_ERR_OOM;
     if (!st)
         st = vr_report_write_html(path, data);

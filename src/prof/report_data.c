@@ -114,7 +114,7 @@ static cJSON *numbers(const uint64_t *v, size_t n)
     return a;
 }
 
-void *vr_report_data(const vr_plan *p, const vr_fit_result *fit, const char *title)
+void *vr_report_data(const vr_plan *p, const vr_fit_result *fit, const vr_report_run *run, const char *title)
 {
     char *js = vr_plan_json(p, false);
     cJSON *root = js ? cJSON_Parse(js) : NULL;
@@ -138,6 +138,15 @@ void *vr_report_data(const vr_plan *p, const vr_fit_result *fit, const char *tit
         }
     }
     cJSON_AddItemToObject(root, "peak_tensors", peak_tensors(p));
+    if (run) {
+        cJSON *r = cJSON_AddObjectToObject(root, "run");
+        cJSON_AddNumberToObject(r, "steps", run->steps);
+        cJSON_AddStringToObject(r, "device", run->device ? run->device : "cpu");
+        cJSON *ms = cJSON_AddArrayToObject(r, "node_ms");
+        for (int i = 0; i < p->n_nodes; i++)
+            cJSON_AddItemToArray(ms, cJSON_CreateNumber(run->node_ms[i]));
+        cJSON_AddItemToObject(r, "live", numbers(run->live, (size_t)p->n_nodes));
+    }
     if (fit) {
         cJSON *f = vr_fit_json(fit);
         if (f)

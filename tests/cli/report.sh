@@ -63,6 +63,25 @@ if [ ! -w "$tmp/ro" ]; then   # root writes anywhere: only check when the mode m
   [ -z "$(ls -A "$tmp/ro")" ] || { echo "partial file left in a read-only dir"; exit 1; }
 fi
 
+# --run: a CPU run's measured live bytes per node equal the plan's, and every node has a time
+"$vram" report --preset tiny --batch 4 --run 2 --no-fit -o "$tmp/run.html" >/dev/null
+"$vram" plan --preset tiny --batch 4 --timeline --json >"$tmp/tl.json"
+python3 - "$tmp/run.html" "$tmp/tl.json" <<'PY'
+import json, re, sys
+html = open(sys.argv[1], encoding="utf-8").read()
+plan = json.load(open(sys.argv[2]))
+d = json.loads(re.search(r'<script id="data" type="application/json">\n(.*?)</script>', html, re.S).group(1))
+run = d["run"]
+assert run["steps"] == 2 and run["device"] == "cpu"
+assert run["live"] == [e["total"] for e in plan["timeline"]], "measured live bytes differ from the plan"
+assert len(run["node_ms"]) == len(plan["timeline"]) and all(t >= 0 for t in run["node_ms"]) and sum(run["node_ms"]) > 0
+assert "fit" not in d
+print("run ok: measured live bytes = plan on", len(run["live"]), "nodes")
+PY
+expect_fail0() { set +e; "$vram" report "$@" >/dev/null 2>"$tmp/err"; local rc=$?; set -e; [ "$rc" = 2 ] || { echo "report $*: exit $rc"; cat "$tmp/err"; exit 1; }; }
+expect_fail0 --preset tiny --device cpu
+expect_fail0 --preset tiny --run 0
+
 # out of memory: vram train writes the failing step's report and names it on its one error line
 set +e
 "$vram" train --device cpu:8MiB --batch 512 --steps 1 --quiet --oom-report "$tmp/oom.html" >/dev/null 2>"$tmp/err"; rc=$?
@@ -102,5 +121,6 @@ for r, v in plan["roles"].items():
     assert attr("role-" + r) == v["at_peak"], r
 assert "<svg" in dom and dom.count("<path") >= 7, "no chart"
 assert dom.count("<tr") > 10, "no tables"
+assert 'id="runsec" style="display:none"' in dom, "no run was made: the run section stays hidden"
 print("rendered DOM ok: peak", plan["peak"]["bytes"])
 PY
