@@ -142,6 +142,9 @@ typedef struct vr_train_run_opts {
     const char *save_init;        /* llm.c checkpoint of the initial parameters (before step 1), or NULL */
     const char *save_state;       /* vram state to write, or NULL */
     bool print_plan;              /* print the plan's memory table first */
+    void (*on_event)(void *ctx, const char *what); /* told "checkpoint PATH" after each save (a trace's
+                                                    * instant events); NULL: none */
+    void *on_event_ctx;
 } vr_train_run_opts;
 
 typedef struct vr_train_summary {

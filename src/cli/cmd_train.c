@@ -242,6 +242,9 @@ static int resolve_device(const char *cmd, const char *spec, const char **out)
     return 0;
 }
 
+/* Checkpoints as instant events of the trace. */
+static void trace_event(void *ctx, const char *what) { vr_trace_instant(ctx, what); }
+
 int vr_cmd_train(int argc, char **argv)
 {
     topts o;
@@ -318,6 +321,10 @@ int vr_cmd_train(int argc, char **argv)
     if (o.trace && vr_trace_open(o.trace, &trace) != VR_OK)
         return vr_cli_fail("train", 1, "--trace: %s", vr_last_error());
     vr_cli_status status = {.trace = trace, .device = c.device ? c.device : "cpu"};
+    if (trace) {
+        ro.on_event = trace_event;
+        ro.on_event_ctx = trace;
+    }
     c.on_node = vr_cli_status_hook; /* the status file vram watch reads, and the trace */
     c.on_node_ctx = &status;
     vr_status st = vr_train_run(&c, &ro, stdout, &sum);

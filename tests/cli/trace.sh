@@ -57,7 +57,15 @@ print("trace ok:", len(ev), "events, peak", peak)
 PY
 }
 
-"$vram" train "${flags[@]}" --steps 3 --quiet --trace "$tmp/p.json" >/dev/null
+"$vram" train "${flags[@]}" --steps 3 --save-every 2 --save "$tmp/m.bin" --quiet --trace "$tmp/p.json" >/dev/null
+python3 - "$tmp/p.json" "$tmp/m.bin" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+ck = [e for e in ev if e["ph"] == "i"]
+assert [e["name"] for e in ck] == ["checkpoint " + sys.argv[2]] * 2, ck   # at step 2 and at the end
+steps = [e for e in ev if e["ph"] == "X" and e["tid"] == 0]
+assert steps[1]["ts"] + steps[1]["dur"] <= ck[0]["ts"] <= steps[2]["ts"], (steps, ck)
+PY
 "$vram" plan "${flags[@]}" --json >"$tmp/p.plan"
 check "$tmp/p.json" "$tmp/p.plan" 3 0
 "$vram" train "${flags[@]}" --steps 2 --quiet --memory dynamic --trace "$tmp/d.json" >/dev/null
