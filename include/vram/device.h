@@ -231,6 +231,28 @@ vr_status vr_cuda_device_info(int index, vr_cuda_info *out);
  * context already existed unmeasured. Kernels loaded lazily later cost more. */
 vr_status vr_cuda_context_cost(int index, uint64_t *bytes);
 
+/* ------------------------------------------------------------ vram watch
+ * Device-wide figures of every NVIDIA GPU through NVML (loaded at run time), as
+ * nvidia-smi shows them. VR_ERR_UNSUPPORTED with NVML's reason where there is none. */
+#define VR_GPU_MAX_PROCS 64
+typedef struct vr_gpu_sample {
+    int index;
+    char name[96];
+    uint64_t total, used;          /* bytes, device-wide */
+    int util_gpu, util_memory;     /* % of the last sample period; -1 unknown */
+    int temperature_c;             /* -1 unknown */
+    double power_w;                /* -1 unknown */
+    int n_procs;                   /* compute processes listed */
+    unsigned pids[VR_GPU_MAX_PROCS];
+    int64_t proc_used[VR_GPU_MAX_PROCS]; /* bytes; -1 not reported */
+} vr_gpu_sample;
+
+/* The number of GPUs NVML sees. */
+vr_status vr_gpu_count(int *n);
+
+/* One sample of GPU index. */
+vr_status vr_gpu_sample_get(int index, vr_gpu_sample *out);
+
 #ifdef __cplusplus
 }
 #endif

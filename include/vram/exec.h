@@ -82,6 +82,13 @@ typedef struct vr_exec_config {
     float loss_scale;             /* fp16 training: the first dynamic loss scale (0: 65536, as
                                    * torch.amp.GradScaler); ignored for fp32/bf16 */
     int loss_scale_window;        /* fp16: good steps before the scale doubles (0: 2000) */
+    /* Called after each node of every pass ran, before the tensors it used last are let go (so an
+     * allocator's figures are those during the node) (NULL: none), with the node index and the host's
+     * monotonic clock (vr_now_ns) before and after it: the node's time on the CPU; on CUDA the
+     * launch's (the device runs asynchronously). vr_exec_live(e, node, r) then holds its live
+     * bytes. For profilers (vram/prof.h); not called for the nodes of a replayed CUDA graph. */
+    void (*on_node)(void *ctx, vr_exec *e, int node, uint64_t t0_ns, uint64_t t1_ns);
+    void *on_node_ctx;
 } vr_exec_config;
 
 /* Optimizer hyperparameters of one step (torch.optim's meanings). */

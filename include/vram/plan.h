@@ -78,6 +78,10 @@ typedef struct vr_plan_dynamic {
     int64_t allocs;            /* blocks handed out over all steps */
     uint64_t *allocated;       /* [n_nodes] allocated bytes during node i of the last step */
     uint64_t *reserved;        /* [n_nodes] reserved bytes during node i of the last step */
+    int snapshot_node;         /* node of the last step with the most allocated bytes (-1) */
+    char *snapshot;            /* the allocator's snapshot JSON (segments and blocks, PyTorch's keys)
+                                * during that node, or NULL (owned; for the HTML report) */
+    uint64_t largest_free;     /* largest cached free block during that node */
 } vr_plan_dynamic;
 
 typedef struct vr_plan {

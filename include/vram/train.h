@@ -71,6 +71,9 @@ typedef struct vr_train_config {
                                    * device use (NVML) is checked after every step against max_memory. */
     const char *dump_batches;     /* GPT: write every training micro-batch as B rows of T+1 int32 tokens
                                    * (inputs then the last target), the batches of the run in order, or NULL */
+    void (*on_node)(void *ctx, vr_exec *e, int node, uint64_t t0_ns, uint64_t t1_ns);
+    void *on_node_ctx;            /* the training executor's per-node hook (vram/exec.h's on_node), e.g.
+                                   * vram/prof.h's trace writer; NULL: none */
 } vr_train_config;
 
 /* Defaults: a GPT "tiny", B 8, adamw lr 1e-3, cosine to 10% after `steps`, seed 1337, cpu, planned. */
@@ -143,6 +146,9 @@ typedef struct vr_train_run_opts {
     const char *save_init;        /* llm.c checkpoint of the initial parameters (before step 1), or NULL */
     const char *save_state;       /* vram state to write, or NULL */
     bool print_plan;              /* print the plan's memory table first */
+    void (*on_event)(void *ctx, const char *what); /* told "checkpoint PATH" after each save (a trace's
+                                                    * instant events); NULL: none */
+    void *on_event_ctx;
 } vr_train_run_opts;
 
 typedef struct vr_train_summary {

@@ -2,6 +2,8 @@
 #ifndef VRAM_CLI_H
 #define VRAM_CLI_H
 
+#include <stddef.h>
+
 /* Each returns the process exit status (0 ok, 1 failure, 2 usage error). */
 typedef int (*vr_cli_fn)(int argc, char **argv);
 
@@ -18,6 +20,25 @@ int vr_cli_fail(const char *cmd, int status, const char *fmt, ...) __attribute__
  * when unset and re-executes the binary (threads.c). Call first in main. */
 void vr_cli_prepare_env(int argc, char **argv);
 
+/* Writes the HTML memory report (vram report's page) of the step configured in c
+ * to path (NULL: $TMPDIR/vram-oom-<pid>.html) and its path to written; -1 when it
+ * could not (vr_last_error says why). For vram train's out-of-memory errors. */
+struct vr_train_config;
+int vr_cli_oom_report(const struct vr_train_config *c, const char *path, char *written, size_t cap);
+
+/* vram train's status file for vram watch (status_file.c): the hook writes
+ * /tmp/vram-<uid>/<pid>.json after each step and chains to trace when set. */
+#include <stdint.h>
+#include "vram/exec.h"
+typedef struct vr_cli_status {
+    struct vr_trace *trace;   /* vram/prof.h's writer, or NULL */
+    const char *device;
+    int64_t steps;
+} vr_cli_status;
+void vr_cli_status_hook(void *ctx, vr_exec *e, int node, uint64_t t0_ns, uint64_t t1_ns);
+void vr_cli_status_path(char *buf, size_t cap);
+int vr_cmd_watch(int argc, char **argv);
+
 /* Subcommands (cmd_<name>.c). */
 int vr_cmd_replay(int argc, char **argv);
 int vr_cmd_info(int argc, char **argv);
@@ -26,5 +47,6 @@ int vr_cmd_fit(int argc, char **argv);
 int vr_cmd_train(int argc, char **argv);
 int vr_cmd_eval(int argc, char **argv);
 int vr_cmd_tokenize(int argc, char **argv);
+int vr_cmd_report(int argc, char **argv);
 
 #endif

@@ -18,6 +18,7 @@
 #include "cli/cli.h"
 #include "cli/model_flags.h"
 #include "vram/checkpoint.h"
+#include "vram/prof.h"
 #include "vram/train.h"
 #include "vram/util.h"
 
@@ -53,6 +54,8 @@ static void usage(FILE *f)
             "  --save CKPT              write an llm.c checkpoint at the end (atomically)\n"
             "  --save-init CKPT         write an llm.c checkpoint of the initial parameters (before step 1)\n"
             "  --dump-batches FILE      write every training batch as B rows of T+1 int32 tokens, in order\n"
+            "  --trace FILE             Chrome/Perfetto trace of the run\n"
+            "  --oom-report FILE        out of memory: the step's HTML report ($TMPDIR)\n"
             "  --save-state FILE        write a resumable state (params, optimizer, step, data position)\n"
             "  --resume FILE            continue a saved state bit-exactly (same flags otherwise)\n"
             "  --save-every N           also save every N steps\n"
@@ -84,7 +87,7 @@ static void usage(FILE *f)
 
 typedef struct topts {
     vr_model_flags m;
-    const char *save_init, *dump_batches;
+    const char *save_init, *dump_batches, *trace, *oom_report;
     uint64_t max_memory;
     const char *data, *init, *save, *save_state, *resume, *device, *memory, *policy, *schedule;
     long long steps, warmup, seed, save_every, eval_batches, eval_every, threads;
@@ -200,6 +203,12 @@ static int parse_args(int argc, char **argv, topts *o)
                 return rc;
             continue;
         }
+        if (!strcmp(a, "--trace") || !strcmp(a, "--oom-report")) {
+            if (i + 1 >= argc || !argv[i + 1][0])
+                return vr_cli_fail("train", 2, "%s needs a file name", a);
+            *(a[2] == 't' ? &o->trace : &o->oom_report) = argv[++i];
+            continue;
+        }
         if (!strcmp(a, "--max-memory") || !strcmp(a, "--save-init") || !strcmp(a, "--dump-batches")) {
             if (i + 1 >= argc)
                 return vr_cli_fail("train", 2, "%s needs a value", a);
@@ -301,6 +310,9 @@ static int resolve_device(const char *cmd, const char *spec, const char **out)
     return 0;
 }
 
+/* Checkpoints as instant events of the trace. */
+static void trace_event(void *ctx, const char *what) { vr_trace_instant(ctx, what); }
+
 int vr_cmd_train(int argc, char **argv)
 {
     topts o;
@@ -377,7 +389,33 @@ int vr_cmd_train(int argc, char **argv)
         .print_plan = true,
     };
     vr_train_summary sum;
-    if (vr_train_run(&c, &ro, stdout, &sum) != VR_OK)
-        return vr_cli_fail("train", 1, "%s", vr_last_error());
+    vr_trace *trace = NULL;
+    if (o.trace && vr_trace_open(o.trace, &trace) != VR_OK)
+        return vr_cli_fail("train", 1, "--trace: %s", vr_last_error());
+    vr_cli_status status = {.trace = trace, .device = c.device ? c.device : "cpu"};
+    if (trace) {
+        ro.on_event = trace_event;
+        ro.on_event_ctx = trace;
+    }
+    c.on_node = vr_cli_status_hook; /* the status file vram watch reads, and the trace */
+    c.on_node_ctx = &status;
+    vr_status st = vr_train_run(&c, &ro, stdout, &sum);
+    char status_path[96];
+    vr_cli_status_path(status_path, sizeof status_path);
+    remove(status_path);
+    char err[1024];
+    snprintf(err, sizeof err, "%s", st ? vr_last_error() : "");
+    if (trace) {
+        if (st == VR_ERR_OOM)
+            vr_trace_instant(trace, "OOM");
+        /* a run that failed before its first step leaves no trace; an OOM's trace is kept */
+        if (vr_trace_close(trace, st == VR_OK || st == VR_ERR_OOM) != VR_OK && !st)
+            return vr_cli_fail("train", 1, "--trace: %s", vr_last_error());
+    }
+    char where[300];
+    if (st == VR_ERR_OOM && vr_cli_oom_report(&c, o.oom_report, where, sizeof where) == 0)
+        return vr_cli_fail("train", 1, "%s (memory report of the step: %s)", err, where);
+    if (st)
+        return vr_cli_fail("train", 1, "%s", err);
     return 0;
 }

@@ -15,6 +15,8 @@ static const vr_cli_command commands[] = {
     {"fit", "the largest batch that fits a device, and the fastest configuration that fits", vr_cmd_fit},
     {"train", "train a model (a small GPT on a built-in corpus by default) in the memory the plan says", vr_cmd_train},
     {"tokenize", "encode a text file into a token file with a Hugging Face tokenizer.json", vr_cmd_tokenize},
+    {"report", "a self-contained HTML page of where a step's memory goes (roles over time, peak, what-if)", vr_cmd_report},
+    {"watch", "live view of every GPU (memory, processes, utilisation) and of running vram trainings", vr_cmd_watch},
     {"eval", "mean held-out loss of a checkpoint with the no-grad graph", vr_cmd_eval},
 };
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);

@@ -33,6 +33,13 @@ static struct {
     nvmlReturn_t (*memory_v2)(nvmlDevice_t, nvmlMemory_v2_t *);  /* optional (R510+) */
     nvmlReturn_t (*processes)(nvmlDevice_t, unsigned *, void *);
     nvmlReturn_t (*driver_version)(char *, unsigned);
+    /* optional, for vram watch */
+    nvmlReturn_t (*count)(unsigned *);
+    nvmlReturn_t (*by_index)(unsigned, nvmlDevice_t *);
+    nvmlReturn_t (*name)(nvmlDevice_t, char *, unsigned);
+    nvmlReturn_t (*utilization)(nvmlDevice_t, unsigned *);   /* nvmlUtilization_t: gpu, memory (%) */
+    nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned *); /* sensor 0: the GPU die, °C */
+    nvmlReturn_t (*power)(nvmlDevice_t, unsigned *);         /* milliwatts */
     vr_status status;
     char why[256];
 } nv;
@@ -68,6 +75,12 @@ static void load(void)
     *(void **)&nv.memory_v2 = dlsym(nv.lib, "nvmlDeviceGetMemoryInfo_v2");
     *(void **)&nv.processes = sym("nvmlDeviceGetComputeRunningProcesses_v3");
     *(void **)&nv.driver_version = sym("nvmlSystemGetDriverVersion");
+    *(void **)&nv.count = dlsym(nv.lib, "nvmlDeviceGetCount_v2");
+    *(void **)&nv.by_index = dlsym(nv.lib, "nvmlDeviceGetHandleByIndex_v2");
+    *(void **)&nv.name = dlsym(nv.lib, "nvmlDeviceGetName");
+    *(void **)&nv.utilization = dlsym(nv.lib, "nvmlDeviceGetUtilizationRates");
+    *(void **)&nv.temperature = dlsym(nv.lib, "nvmlDeviceGetTemperature");
+    *(void **)&nv.power = dlsym(nv.lib, "nvmlDeviceGetPowerUsage");
     if (!nv.init || !nv.error_string || !nv.by_pci || !nv.memory || !nv.driver_version)
         return;
     nv.why[0] = '\0';  /* per-process figures are optional (older drivers lack _v3) */
@@ -133,21 +146,22 @@ static int plausible(const unsigned char *buf, unsigned n, size_t stride)
     return 1;
 }
 
-vr_status vr__nvml_process_used(void *handle, unsigned pid, int64_t *bytes)
+/* The compute processes on a GPU: up to cap (pid, bytes) pairs (bytes -1: not reported); *n the count. */
+vr_status vr__nvml_processes(void *handle, unsigned *pids, int64_t *bytes, int cap, int *n_out)
 {
-    *bytes = -1;
+    *n_out = 0;
     if (!nv.processes)
         return vr_error(VR_ERR_UNSUPPORTED, "NVML: this driver has no nvmlDeviceGetComputeRunningProcesses_v3");
     unsigned n = 16;
     unsigned char *buf = NULL;
     nvmlReturn_t r;
     for (int tries = 0; tries < 4; tries++) {
-        unsigned cap = n + 8;
+        unsigned room = n + 8;
         free(buf);
-        buf = calloc(cap, 32);  /* room for the widest record */
+        buf = calloc(room, 32);  /* room for the widest record */
         if (!buf)
             return vr_error(VR_ERR_OOM, "NVML: no host memory for the process list");
-        n = cap;
+        n = room;
         r = nv.processes(handle, &n, buf);
         if (r != NVML_ERROR_INSUFFICIENT_SIZE)
             break;
@@ -160,17 +174,77 @@ vr_status vr__nvml_process_used(void *handle, unsigned pid, int64_t *bytes)
     for (size_t s = 0; s < 3; s++) {
         if (!plausible(buf, n, strides[s]))
             continue;
-        for (unsigned i = 0; i < n; i++) {
+        for (unsigned i = 0; i < n && *n_out < cap; i++) {
             unsigned p;
             unsigned long long used;
             memcpy(&p, buf + i * strides[s], sizeof p);
             memcpy(&used, buf + i * strides[s] + 8, sizeof used);
-            if (p == pid && used != NVML_VALUE_NOT_AVAILABLE)
-                *bytes = (int64_t)used;
+            pids[*n_out] = p;
+            bytes[(*n_out)++] = used == NVML_VALUE_NOT_AVAILABLE ? -1 : (int64_t)used;
         }
         break;
     }
     free(buf);
+    return VR_OK;
+}
+
+vr_status vr__nvml_process_used(void *handle, unsigned pid, int64_t *bytes)
+{
+    *bytes = -1;
+    unsigned pids[256];
+    int64_t used[256];
+    int n = 0;
+    vr_status st = vr__nvml_processes(handle, pids, used, 256, &n);
+    for (int i = 0; i < n; i++)
+        if (pids[i] == pid)
+            *bytes = used[i];
+    return st;
+}
+
+vr_status vr__nvml_count(int *n)
+{
+    *n = 0;
+    vr_status st = vr__nvml_init();
+    if (st != VR_OK)
+        return st;
+    unsigned c = 0;
+    if (!nv.count || !nv.by_index)
+        return vr_error(VR_ERR_UNSUPPORTED, "NVML: this driver has no nvmlDeviceGetCount_v2");
+    nvmlReturn_t r = nv.count(&c);
+    if (r != NVML_SUCCESS)
+        return vr_error(VR_ERR_DEVICE, "NVML: nvmlDeviceGetCount_v2: %s", nv_err(r));
+    *n = (int)c;
+    return VR_OK;
+}
+
+vr_status vr__nvml_sample(int index, vr_gpu_sample *out)
+{
+    memset(out, 0, sizeof *out);
+    out->index = index;
+    out->temperature_c = out->util_gpu = out->util_memory = -1;
+    out->power_w = -1;
+    vr_status st = vr__nvml_init();
+    if (st != VR_OK)
+        return st;
+    nvmlDevice_t d;
+    nvmlReturn_t r = nv.by_index ? nv.by_index((unsigned)index, &d) : 1;
+    if (r != NVML_SUCCESS)
+        return vr_error(VR_ERR_DEVICE, "NVML: GPU %d: %s", index, nv.by_index ? nv_err(r) : "no nvmlDeviceGetHandleByIndex_v2");
+    vr_nvml_mem m;
+    if ((st = vr__nvml_memory(d, &m)) != VR_OK)
+        return st;
+    out->total = m.total;
+    out->used = m.used;
+    if (nv.name && nv.name(d, out->name, sizeof out->name) != NVML_SUCCESS)
+        out->name[0] = 0;
+    unsigned u[2], t, mw;
+    if (nv.utilization && nv.utilization(d, u) == NVML_SUCCESS)
+        out->util_gpu = (int)u[0], out->util_memory = (int)u[1];
+    if (nv.temperature && nv.temperature(d, 0, &t) == NVML_SUCCESS)
+        out->temperature_c = (int)t;
+    if (nv.power && nv.power(d, &mw) == NVML_SUCCESS)
+        out->power_w = mw / 1000.0;
+    vr__nvml_processes(d, out->pids, out->proc_used, VR_GPU_MAX_PROCS, &out->n_procs);
     return VR_OK;
 }
 

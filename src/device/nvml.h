@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vram/device.h"
 #include "vram/status.h"
 
 typedef struct vr_nvml_mem {
@@ -27,6 +28,13 @@ vr_status vr__nvml_memory(void *handle, vr_nvml_mem *out);
 /* Device memory used by process `pid` on the GPU; *bytes = -1 when NVML does
  * not list the process (no context there yet, or another pid namespace). */
 vr_status vr__nvml_process_used(void *handle, unsigned pid, int64_t *bytes);
+
+/* Up to cap compute processes on the GPU (pid, bytes; -1 when not reported). */
+vr_status vr__nvml_processes(void *handle, unsigned *pids, int64_t *bytes, int cap, int *n);
+
+/* GPUs NVML sees, and one sample of GPU index (vram watch; vram/device.h). */
+vr_status vr__nvml_count(int *n);
+vr_status vr__nvml_sample(int index, vr_gpu_sample *out);
 
 /* The driver version string, "550.54.15". */
 vr_status vr__nvml_driver_version(char *buf, size_t cap);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "exec/exec_internal.h"
+#include "vram/util.h"
 
 static void sort_ids(int *a, int n)
 {
@@ -217,6 +218,7 @@ static vr_status run_pass(vr_exec *e, int end, int micro, const vr_exec_batch *b
         }
         measure(e, i);
         const vr_node *nd = &g->nodes[i];
+        uint64_t t0 = e->cfg.on_node ? vr_now_ns() : 0;
         if (nd->op != VR_OP_RESHAPE && mode != PASS_REPLAY) {
             vr_exec_args a;
             vr__exec_node_args(e, i, micro, h, ps->grad_scale, &a);
@@ -230,6 +232,8 @@ static vr_status run_pass(vr_exec *e, int end, int micro, const vr_exec_batch *b
         }
         if (i == e->last_sumsq && !e->be->clip_result)
             st = clip_factor(e, nd->out[0], ps);
+        if (e->cfg.on_node && !st && mode != PASS_REPLAY) /* before the node's dead tensors go */
+            e->cfg.on_node(e->cfg.on_node_ctx, e, i, t0, vr_now_ns());
         release_after_node(e, i);
         for (int k = 0; e->inplace[k] >= 0; k++) /* in-place outputs count from here on */
             vr__exec_count(e, e->inplace[k]);

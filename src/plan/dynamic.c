@@ -62,6 +62,7 @@ vr_status vr__plan_dynamic(vr_plan *p)
     vr_plan_dynamic *d = &p->dynamic;
     int N = p->n_nodes, T = p->n_tensors;
     d->oom_node = -1;
+    d->snapshot_node = -1;
     d->allocated = calloc((size_t)N + 1, sizeof(uint64_t));
     d->reserved = calloc((size_t)N + 1, sizeof(uint64_t));
     void **ptr = calloc((size_t)T + 1, sizeof(void *));
@@ -92,6 +93,12 @@ vr_status vr__plan_dynamic(vr_plan *p)
     }
     int steps = p->config.steps > 0 ? p->config.steps : 2;
     for (int s = 0; s < steps && d->status == VR_OK; s++) {
+        /* every step allocates the same blocks in the same order: the previous step's peak
+         * node is the last step's, where the report's snapshot is taken */
+        int snap = -1;
+        for (int i = 0; s > 0 && s == steps - 1 && i < N; i++)
+            if (snap < 0 || d->allocated[i] > d->allocated[snap])
+                snap = i;
         for (int i = 0; i < N && d->status == VR_OK; i++) {
             for (int k = first.start[i]; k < first.start[i + 1]; k++) {
                 int t = first.ids[k];
@@ -104,6 +111,11 @@ vr_status vr__plan_dynamic(vr_plan *p)
             vr_alloc_get_stats(a, &st_now);
             d->allocated[i] = (uint64_t)st_now.allocated_bytes[VR_POOL_ALL].current;
             d->reserved[i] = (uint64_t)st_now.reserved_bytes[VR_POOL_ALL].current;
+            if (i == snap) {
+                d->snapshot = vr_alloc_snapshot_json(a);
+                d->snapshot_node = i;
+                d->largest_free = vr_alloc_largest_free_block(a);
+            }
             for (int k = last.start[i]; k < last.start[i + 1]; k++) {
                 int t = last.ids[k];
                 vr_alloc_free(a, ptr[t]);

@@ -54,5 +54,6 @@ void vr_plan_free(vr_plan *p)
     free(p->live_aligned);
     free(p->dynamic.allocated);
     free(p->dynamic.reserved);
+    free(p->dynamic.snapshot);
     free(p);
 }

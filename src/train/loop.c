@@ -109,7 +109,8 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
     vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison,
                          .loss_scale = c->loss_scale, .loss_scale_window = c->loss_scale_window,
                          .cuda_graph = c->cuda_graph, .per_node_optimizer = c->per_node_optimizer,
-                         .profile = c->profile, .attention_v1 = c->attention_v1};
+                         .profile = c->profile, .attention_v1 = c->attention_v1,
+                         .on_node = c->on_node, .on_node_ctx = c->on_node_ctx};
     if (!st)
         st = vr_exec_create(t->plan, t->dev, &ec, &t->exec);
     if (!st)

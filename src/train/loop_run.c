@@ -100,10 +100,15 @@ static void emit_json(FILE *out, cJSON *o)
 static vr_status saves(vr_trainer *t, const vr_train_run_opts *o)
 {
     vr_status st = VR_OK;
-    if (o->save)
-        st = vr_trainer_save_llmc(t, o->save);
-    if (!st && o->save_state)
-        st = vr_trainer_save_state(t, o->save_state);
+    char what[512];
+    if (o->save && !(st = vr_trainer_save_llmc(t, o->save)) && o->on_event) {
+        snprintf(what, sizeof what, "checkpoint %s", o->save);
+        o->on_event(o->on_event_ctx, what);
+    }
+    if (!st && o->save_state && !(st = vr_trainer_save_state(t, o->save_state)) && o->on_event) {
+        snprintf(what, sizeof what, "checkpoint %s", o->save_state);
+        o->on_event(o->on_event_ctx, what);
+    }
     return st;
 }
 
