@@ -15,7 +15,7 @@ void vr_rope_inv_freq(float *inv_freq, int hd, const vr_rope_params *p)
         float f = (float)(1.0 / pow(p->theta, (double)(float)(2 * i) / hd));
         if (p->scaling == 1) {
             double lo_wl = p->orig_max_t / p->low_freq, hi_wl = p->orig_max_t / p->high_freq;
-            double wl = 2.0 * M_PI / f, g = f;
+            double wl = 6.283185307179586 / f, g = f; // 2 pi / f
             if (wl > lo_wl) g = f / p->factor;
             if (!(wl < hi_wl) && !(wl > lo_wl)) {
                 double smooth = (p->orig_max_t / wl - p->low_freq) / (p->high_freq - p->low_freq);
