@@ -193,17 +193,17 @@ static void test_rope(void **state)
 
 /* ------------------------------------------------------------------ swiglu */
 
-typedef struct { double *inp, *r, *out; int N, I; } sw_ctx;
+typedef struct { double *inp, *r, *out; int N, HI; } sw_ctx;
 
 static double sw_loss(void *p)
 {
     sw_ctx *c = p;
     for (int i = 0; i < c->N; i++)
-        for (int k = 0; k < c->I; k++) {
-            double g = c->inp[(size_t)i * 2 * c->I + k], u = c->inp[(size_t)i * 2 * c->I + c->I + k];
-            c->out[(size_t)i * c->I + k] = g / (1.0 + exp(-g)) * u;
+        for (int k = 0; k < c->HI; k++) {
+            double g = c->inp[(size_t)i * 2 * c->HI + k], u = c->inp[(size_t)i * 2 * c->HI + c->HI + k];
+            c->out[(size_t)i * c->HI + k] = g / (1.0 + exp(-g)) * u;
         }
-    return dot_d(c->out, c->r, (size_t)c->N * c->I);
+    return dot_d(c->out, c->r, (size_t)c->N * c->HI);
 }
 
 static void test_swiglu(void **state)
@@ -212,21 +212,21 @@ static void test_swiglu(void **state)
     uint64_t rng = 13;
     int shapes[][2] = {{1, 1}, {3, 7}, {40, 96}, {300, 130}};
     for (int si = 0; si < 4; si++) {
-        int N = shapes[si][0], I = shapes[si][1];
-        size_t n = (size_t)N * I;
+        int N = shapes[si][0], HI = shapes[si][1];
+        size_t n = (size_t)N * HI;
         float *inp = ref_falloc(2 * n), *out = ref_falloc(n), *r = ref_falloc(n), *d = ref_falloc(2 * n);
         ref_fill(inp, 2 * n, &rng, -4, 4);
         ref_fill(r, n, &rng, -1, 1);
-        vr_cpu_swiglu_fwd(out, inp, N, I);
-        sw_ctx c = {ref_to_double(inp, 2 * n), ref_to_double(r, n), ref_dalloc(n), N, I};
+        vr_cpu_swiglu_fwd(out, inp, N, HI);
+        sw_ctx c = {ref_to_double(inp, 2 * n), ref_to_double(r, n), ref_dalloc(n), N, HI};
         sw_loss(&c);
         expect_le(ref_relerr(out, c.out, n), TOL_FWD, "swiglu out");
-        vr_cpu_swiglu_bwd(d, r, inp, N, I, 0);
+        vr_cpu_swiglu_bwd(d, r, inp, N, HI, 0);
         fd_check(d, c.inp, 2 * n, sw_loss, &c, &rng, "swiglu dinp");
         float *prior = ref_falloc(2 * n), *a = ref_falloc(2 * n);
         ref_fill(prior, 2 * n, &rng, -1, 1);
         memcpy(a, prior, 2 * n * sizeof(float));
-        vr_cpu_swiglu_bwd(a, r, inp, N, I, 1);
+        vr_cpu_swiglu_bwd(a, r, inp, N, HI, 1);
         expect_acc(a, prior, d, 2 * n, "swiglu dinp acc");
         free(inp), free(out), free(r), free(d), free(prior), free(a), free(c.inp), free(c.r), free(c.out);
     }

@@ -204,10 +204,12 @@ void vr_cpu_rope_fwd(float *out, const float *inp, int B, int T, int NH, int NKV
 void vr_cpu_rope_bwd(float *dinp, const float *dout, int B, int T, int NH, int NKV, int hd,
                      const vr_rope_params *p, int acc);
 
-/* out(N,I) = silu(gate) * up where inp(N,2I) = [gate | up] per row, silu(g) = g / (1 + e^-g). */
-void vr_cpu_swiglu_fwd(float *out, const float *inp, int N, int I);
-/* dinp(N,2I) (=|+=) [dout * up * silu'(gate) | dout * silu(gate)] from dout(N,I) and the forward's inp. */
-void vr_cpu_swiglu_bwd(float *dinp, const float *dout, const float *inp, int N, int I, int acc);
+/* out(N,HI) = silu(gate) * up where inp(N,2HI) = [gate | up] per row, silu(g) = g / (1 + e^-g).
+ * HI is the intermediate size (not I: complex.h's macro). */
+void vr_cpu_swiglu_fwd(float *out, const float *inp, int N, int HI);
+/* dinp(N,2HI) (=|+=) [dout * up * silu'(gate) | dout * silu(gate)] from dout(N,HI) and the
+ * forward's inp. */
+void vr_cpu_swiglu_bwd(float *dinp, const float *dout, const float *inp, int N, int HI, int acc);
 
 #ifdef __cplusplus
 }

@@ -5,27 +5,27 @@
 #include "kernels/cpu/cpu_internal.h"
 
 VR_CPU_HOT
-void vr_cpu_swiglu_fwd(float *out, const float *inp, int N, int I)
+void vr_cpu_swiglu_fwd(float *out, const float *inp, int N, int HI)
 {
-    // out is (N,I), inp is (N,2I): gate in columns [0,I), up in [I,2I)
-#pragma omp parallel for if ((size_t)N * I >= VR_CPU_PAR_MIN) schedule(static)
+    // out is (N,HI), inp is (N,2HI): gate in columns [0,HI), up in [HI,2HI)
+#pragma omp parallel for if ((size_t)N * HI >= VR_CPU_PAR_MIN) schedule(static)
     for (int i = 0; i < N; i++) {
-        const float *g = inp + (size_t)i * 2 * I, *u = g + I;
-        float *o = out + (size_t)i * I;
-        for (int c = 0; c < I; c++) o[c] = g[c] / (1.0f + expf(-g[c])) * u[c];
+        const float *g = inp + (size_t)i * 2 * HI, *u = g + HI;
+        float *o = out + (size_t)i * HI;
+        for (int c = 0; c < HI; c++) o[c] = g[c] / (1.0f + expf(-g[c])) * u[c];
     }
 }
 
 /* silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g). */
 VR_CPU_HOT
-void vr_cpu_swiglu_bwd(float *dinp, const float *dout, const float *inp, int N, int I, int acc)
+void vr_cpu_swiglu_bwd(float *dinp, const float *dout, const float *inp, int N, int HI, int acc)
 {
-    // dinp is (N,2I), dout is (N,I), inp is (N,2I)
-#pragma omp parallel for if ((size_t)N * I >= VR_CPU_PAR_MIN) schedule(static)
+    // dinp is (N,2HI), dout is (N,HI), inp is (N,2HI)
+#pragma omp parallel for if ((size_t)N * HI >= VR_CPU_PAR_MIN) schedule(static)
     for (int i = 0; i < N; i++) {
-        const float *g = inp + (size_t)i * 2 * I, *u = g + I, *d = dout + (size_t)i * I;
-        float *dg = dinp + (size_t)i * 2 * I, *du = dg + I;
-        for (int c = 0; c < I; c++) {
+        const float *g = inp + (size_t)i * 2 * HI, *u = g + HI, *d = dout + (size_t)i * HI;
+        float *dg = dinp + (size_t)i * 2 * HI, *du = dg + HI;
+        for (int c = 0; c < HI; c++) {
             float s = 1.0f / (1.0f + expf(-g[c]));
             float vg = d[c] * u[c] * s * (1.0f + g[c] * (1.0f - s)), vu = d[c] * g[c] * s;
             if (acc) {
