@@ -117,6 +117,16 @@ void vr_cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T
  * delta_i = sum_d dout_i * out_i. Needs the forward's qkv, out and lse. Parallel over B*NH. */
 void vr_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
                           const float *lse, int B, int T, int C, int NH, int acc);
+/* Grouped-query attention (GQA), the general form of the two above (which are NKV = NH, hs = C/NH,
+ * bit for bit): qkv is (B,T,(NH+2*NKV)*hs), q heads then NKV k heads then NKV v heads, hs channels each
+ * (hs need not be C/NH); query head h reads kv head h / (NH/NKV) in place (no K/V copies); NKV
+ * divides NH. out is (B,T,NH*hs), lse (B,NH,T). */
+void vr_cpu_attention_gqa_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                              int NKV, int hs);
+/* dqkv(B,T,(NH+2*NKV)*hs) (=|+=); the dK, dV of a shared kv head sum over its query heads. Parallel
+ * over B*NKV. */
+void vr_cpu_attention_gqa_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                              const float *lse, int B, int T, int NH, int NKV, int hs, int acc);
 /* Workspace bytes the two attention kernels need from the caller: 0 (only the fixed stack tiles). */
 size_t vr_cpu_attention_scratch_bytes(int B, int T, int C, int NH);
 
