@@ -3,6 +3,9 @@
  * forward; (2) float backward with dout = R vs central finite differences of L = sum(out * R);
  * (3) acc = 1 adds into the output. Plus the Llama 3 inverse frequencies against values computed
  * from HF's _compute_llama3_parameters formula (Llama 3.2 1B: hd 64, theta 5e5, factor 32, 1, 4, 8192).
+ * GQA attention (NKV < NH, head size != C/NH, one head > 128 for the row path) against a double
+ * reference and against multi-head attention over repeated K/V (bit for bit where the arithmetic is
+ * the same).
  * Tolerances as test_kcpu_grad.c: forward 1e-5, backward 1e-4, acc 1e-5 (normwise relative). */
 #include <math.h>
 #include <stdarg.h>
@@ -232,11 +235,114 @@ static void test_swiglu(void **state)
     }
 }
 
+/* ------------------------------------------------------------------ GQA attention */
+
+typedef struct { double *qkv, *r, *out; int B, T, NH, NKV, hs; } gqa_ctx;
+
+/* Plain causal softmax attention in double, query head h on kv head h / (NH/NKV). */
+static double gqa_loss(void *p)
+{
+    gqa_ctx *c = p;
+    int W = (c->NH + 2 * c->NKV) * c->hs, OC = c->NH * c->hs, G = c->NH / c->NKV;
+    double *s = ref_dalloc((size_t)c->T);
+    for (int b = 0; b < c->B; b++)
+        for (int h = 0; h < c->NH; h++) {
+            const double *base = c->qkv + (size_t)b * c->T * W;
+            int ko = (c->NH + h / G) * c->hs, vo = ko + c->NKV * c->hs;
+            for (int i = 0; i < c->T; i++) {
+                double m = -1e300, l = 0;
+                for (int j = 0; j <= i; j++) {
+                    double d = 0;
+                    for (int k = 0; k < c->hs; k++)
+                        d += base[(size_t)i * W + h * c->hs + k] * base[(size_t)j * W + ko + k];
+                    s[j] = d / sqrt((double)c->hs);
+                    if (s[j] > m) m = s[j];
+                }
+                for (int j = 0; j <= i; j++) l += (s[j] = exp(s[j] - m));
+                double *o = c->out + ((size_t)b * c->T + i) * OC + h * c->hs;
+                for (int k = 0; k < c->hs; k++) {
+                    double a = 0;
+                    for (int j = 0; j <= i; j++) a += s[j] / l * base[(size_t)j * W + vo + k];
+                    o[k] = a;
+                }
+            }
+        }
+    free(s);
+    return dot_d(c->out, c->r, (size_t)c->B * c->T * OC);
+}
+
+static void test_gqa_attention(void **state)
+{
+    (void)state;
+    uint64_t rng = 17;
+    // B, T, NH, NKV, hs: groups of 2 and 4, one kv head, T across the key block, a head > 128
+    int shapes[][5] = {{1, 1, 2, 1, 4},   {2, 7, 4, 2, 16}, {1, 70, 4, 1, 8},
+                       {2, 33, 6, 3, 12}, {1, 5, 2, 1, 136}};
+    for (int si = 0; si < 5; si++) {
+        int B = shapes[si][0], T = shapes[si][1], NH = shapes[si][2], NKV = shapes[si][3],
+            hs = shapes[si][4];
+        size_t n = (size_t)B * T * (NH + 2 * NKV) * hs, no = (size_t)B * T * NH * hs;
+        float *qkv = ref_falloc(n), *out = ref_falloc(no), *lse = ref_falloc((size_t)B * NH * T),
+              *r = ref_falloc(no), *d = ref_falloc(n);
+        ref_fill(qkv, n, &rng, -1, 1);
+        ref_fill(r, no, &rng, -1, 1);
+        vr_cpu_attention_gqa_fwd(out, lse, qkv, B, T, NH, NKV, hs);
+        gqa_ctx c = {ref_to_double(qkv, n), ref_to_double(r, no), ref_dalloc(no), B, T, NH, NKV, hs};
+        gqa_loss(&c);
+        expect_le(ref_relerr(out, c.out, no), TOL_FWD, "gqa out");
+        ref_fill(d, n, &rng, -9, 9);
+        vr_cpu_attention_gqa_bwd(d, r, qkv, out, lse, B, T, NH, NKV, hs, 0);
+        fd_check(d, c.qkv, n, gqa_loss, &c, &rng, "gqa dqkv");
+        float *prior = ref_falloc(n), *a = ref_falloc(n);
+        ref_fill(prior, n, &rng, -1, 1);
+        memcpy(a, prior, n * sizeof(float));
+        vr_cpu_attention_gqa_bwd(a, r, qkv, out, lse, B, T, NH, NKV, hs, 1);
+        expect_acc(a, prior, d, n, "gqa dqkv acc");
+
+        // Against multi-head attention over K/V repeated per query head (what HF's repeat_kv does):
+        // out, lse and dq bit for bit; dk, dv = the sum over the group's copies.
+        int G = NH / NKV, W = (NH + 2 * NKV) * hs, W3 = 3 * NH * hs;
+        size_t n3 = (size_t)B * T * W3;
+        float *x3 = ref_falloc(n3), *o3 = ref_falloc(no), *l3 = ref_falloc((size_t)B * NH * T),
+              *d3 = ref_falloc(n3);
+        for (size_t bt = 0; bt < (size_t)B * T; bt++)
+            for (int h = 0; h < NH; h++)
+                for (int k = 0; k < hs; k++) {
+                    const float *src = qkv + bt * W;
+                    float *dst = x3 + bt * W3;
+                    dst[h * hs + k] = src[h * hs + k];
+                    dst[(NH + h) * hs + k] = src[(NH + h / G) * hs + k];
+                    dst[(2 * NH + h) * hs + k] = src[(NH + NKV + h / G) * hs + k];
+                }
+        vr_cpu_attention_fwd(o3, l3, x3, B, T, NH * hs, NH);
+        assert_memory_equal(o3, out, no * sizeof(float));
+        assert_memory_equal(l3, lse, (size_t)B * NH * T * sizeof(float));
+        vr_cpu_attention_bwd(d3, r, x3, o3, l3, B, T, NH * hs, NH, 0);
+        float *sum = ref_falloc(n);
+        memset(sum, 0, n * sizeof(float));
+        for (size_t bt = 0; bt < (size_t)B * T; bt++)
+            for (int h = 0; h < NH; h++)
+                for (int k = 0; k < hs; k++) {
+                    const float *src = d3 + bt * W3;
+                    float *dst = sum + bt * W;
+                    dst[h * hs + k] = src[h * hs + k];
+                    dst[(NH + h / G) * hs + k] += src[(NH + h) * hs + k];
+                    dst[(NH + NKV + h / G) * hs + k] += src[(2 * NH + h) * hs + k];
+                }
+        for (size_t bt = 0; bt < (size_t)B * T; bt++) // dq: the same arithmetic
+            assert_memory_equal(sum + bt * W, d + bt * W, (size_t)NH * hs * sizeof(float));
+        expect_le(ref_relerr_ff(d, sum, n), TOL_ACC, "gqa dkv vs repeated-kv sum");
+        free(qkv), free(out), free(lse), free(r), free(d), free(prior), free(a);
+        free(x3), free(o3), free(l3), free(d3), free(sum), free(c.qkv), free(c.r), free(c.out);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope_inv_freq),
         cmocka_unit_test(test_rope), cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_gqa_attention),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
