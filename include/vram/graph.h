@@ -100,6 +100,12 @@ typedef enum vr_op {
     VR_OP_SGD_MOMENTUM,   /* in: grad, normsq                                 out: param, master, momentum */
     VR_OP_ADAM,           /* in: grad, normsq                                 out: param, master, m, v */
     VR_OP_ADAMW,          /* in: grad, normsq                                 out: param, master, m, v */
+    VR_OP_RMSNORM,        /* in: x(N,C), w(C)                                 out: y(N,C), rstd(N) f32; eps */
+    VR_OP_RMSNORM_BWD,    /* in: dy, x, w, rstd                               out: dx, dw (own acc each) */
+    VR_OP_ROPE,           /* in: qkv(B,T,(NH+2NKV)*hd)                        out: y (q, k rotated); nh, nkv, rope */
+    VR_OP_ROPE_BWD,       /* in: dy                                           out: dx */
+    VR_OP_SWIGLU,         /* in: x(N,2I) = [gate | up]                        out: y(N,I) = silu(gate) * up */
+    VR_OP_SWIGLU_BWD,     /* in: dy, x                                        out: dx */
     VR_OP_COUNT
 } vr_op;
 
@@ -152,6 +158,16 @@ typedef struct vr_tensor {
     float init_scale;        /* std (normal) or bound (uniform) */
 } vr_tensor;
 
+/* Rotary positions (HF rope_theta and rope_scaling of type llama3; scaling 0 = none). */
+typedef struct vr_rope_config {
+    double theta;      /* rope_theta */
+    int scaling;       /* 0: none, 1: llama3 */
+    double factor;     /* llama3 factor */
+    double low_freq;   /* low_freq_factor */
+    double high_freq;  /* high_freq_factor */
+    double orig_max_t; /* original_max_position_embeddings */
+} vr_rope_config;
+
 typedef struct vr_node {
     vr_op op;
     vr_phase phase;
@@ -161,7 +177,11 @@ typedef struct vr_node {
     int out[VR_NODE_MAX_OUT];        /* tensor ids written; -1 not computed (NULL) */
     uint8_t acc[VR_NODE_MAX_OUT];    /* per output: VR_ACC_* (backward and sumsq nodes) */
     int scratch;                     /* workspace tensor used by this node only; -1 none */
-    int nh;                          /* attention: heads */
+    int nh;                          /* attention, rope: (query) heads */
+    int nkv;                         /* attention, rope: kv heads (NH % NKV == 0); 0 = nh (attention
+                                      * built by vr_graph_attention: qkv is (B,T,3C)) */
+    float eps;                       /* rmsnorm: epsilon */
+    vr_rope_config rope;             /* rope: theta and scaling */
     int vocab;                       /* classifier / softmax_xent: real vocabulary V (wte may
                                       * have padded rows; their gradient stays 0) */
     float loss_scale;                /* classifier / xent backward: dL/dlosses[i] = 1/(N*accum) */
@@ -337,6 +357,14 @@ int vr_graph_layernorm(vr_graph *g, const char *name, int x, int w, int b, int *
 int vr_graph_linear(vr_graph *g, const char *name, int x, int w, int b /* -1: none */);
 int vr_graph_attention(vr_graph *g, const char *name, int qkv, int NH, int *lse);
 int vr_graph_gelu(vr_graph *g, const char *name, int x);
+/* Grouped-query attention: qkv (B,T,(NH+2*NKV)*hd), NH % NKV == 0; out (B,T,NH*hd), lse (B,NH,T). */
+int vr_graph_attention_gqa(vr_graph *g, const char *name, int qkv, int NH, int NKV, int *lse);
+/* RMSNorm: x (...,C), w (C); rstd (rows) f32 through *rstd. */
+int vr_graph_rmsnorm(vr_graph *g, const char *name, int x, int w, float eps, int *rstd);
+/* Rotary embedding of the q and k heads of qkv (B,T,(NH+2*NKV)*hd) at positions 0..T-1. */
+int vr_graph_rope(vr_graph *g, const char *name, int qkv, int NH, int NKV, const vr_rope_config *rope);
+/* SwiGLU: x (...,2I) = [gate | up] -> (...,I). */
+int vr_graph_swiglu(vr_graph *g, const char *name, int x);
 int vr_graph_relu(vr_graph *g, const char *name, int x);
 int vr_graph_add(vr_graph *g, const char *name, int a, int b);
 int vr_graph_reshape(vr_graph *g, const char *name, int x, int ndim, const int64_t *shape);

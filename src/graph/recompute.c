@@ -105,6 +105,9 @@ static void emit(vr_recomp *r, int n)
     re->layer = f.layer;
     re->nh = f.nh;
     re->vocab = f.vocab;
+    re->nkv = f.nkv;
+    re->eps = f.eps;
+    re->rope = f.rope;
     re->src = n;
     for (int k = 0; k < VR_NODE_MAX_OUT; k++) {
         int o = f.out[k];
