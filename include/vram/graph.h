@@ -352,7 +352,7 @@ int vr_graph_node(vr_graph *g, vr_op op, vr_phase phase, const char *name);
 /* Forward op builders: each checks shapes (VR_ERR_INVALID naming the node and
  * the shapes), adds the node and its output tensors, and returns the id of the
  * main output (-1 after an error). Extra outputs come back through pointers. */
-int vr_graph_embedding(vr_graph *g, const char *name, int tok, int wte, int wpe);
+int vr_graph_embedding(vr_graph *g, const char *name, int tok, int wte, int wpe /* -1: none */);
 int vr_graph_layernorm(vr_graph *g, const char *name, int x, int w, int b, int *mean, int *rstd);
 int vr_graph_linear(vr_graph *g, const char *name, int x, int w, int b /* -1: none */);
 int vr_graph_attention(vr_graph *g, const char *name, int qkv, int NH, int *lse);

@@ -107,16 +107,17 @@ static void suffixed(char *dst, const char *name, const char *suffix)
 
 int vr_graph_embedding(vr_graph *g, const char *name, int tok, int wte, int wpe)
 {
-    int in[3] = {tok, wte, wpe};
-    if (!valid_ids(g, name, 3, in))
+    int in[3] = {tok, wte, wpe}; /* wpe -1: no position table */
+    if (!valid_ids(g, name, wpe >= 0 ? 3 : 2, in))
         return -1;
-    const vr_tensor *tk = &g->tensors[tok], *we = &g->tensors[wte], *wp = &g->tensors[wpe];
-    char a[64], b[64], c[64];
-    if (tk->dtype != VR_I32 || tk->ndim != 2 || we->ndim != 2 || wp->ndim != 2 || we->shape[1] != wp->shape[1] ||
-        tk->shape[1] > wp->shape[0])
+    const vr_tensor *tk = &g->tensors[tok], *we = &g->tensors[wte], *wp = wpe >= 0 ? &g->tensors[wpe] : NULL;
+    char a[64], b[64], c[64] = "none";
+    if (wp)
+        shp(g, wpe, c);
+    if (tk->dtype != VR_I32 || tk->ndim != 2 || we->ndim != 2 ||
+        (wp && (wp->ndim != 2 || we->shape[1] != wp->shape[1] || tk->shape[1] > wp->shape[0])))
         return vr_graph_fail(g, VR_ERR_INVALID, "%s: embedding wants tok (B,T) i32, wte (V,C), wpe (maxT>=T,C); "
-                             "got %s %s, %s, %s", name, vr_dtype_name(tk->dtype), shp(g, tok, a), shp(g, wte, b),
-                             shp(g, wpe, c));
+                             "got %s %s, %s, %s", name, vr_dtype_name(tk->dtype), shp(g, tok, a), shp(g, wte, b), c);
     int64_t shape[3] = {tk->shape[0], tk->shape[1], we->shape[1]};
     int n = fwd_node(g, VR_OP_EMBEDDING, name, 3, in);
     return out_tensor(g, n, 0, name, g->act_dtype, VR_ROLE_ACT, 3, shape);

@@ -72,7 +72,8 @@ void vr_cpu_mean_bwd(float *dinp, const float *dout, size_t n, int acc);
 
 /* ---------------------------------------------------------------- embedding */
 
-/* out(B,T,C) = wte[tok[b,t]] + wpe[t]. tok is (B,T) int32 in [0,V); wte is (V,C); wpe is (maxT,C), T <= maxT. */
+/* out(B,T,C) = wte[tok[b,t]] + wpe[t]. tok is (B,T) int32 in [0,V); wte is (V,C); wpe is (maxT,C), T <= maxT,
+ * or NULL: no position table. */
 void vr_cpu_embedding_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe,
                           int B, int T, int C);
 /* dwte(V,C) scatter-add of dout rows by token, dwpe(maxT,C) rows 0..T-1 = sum over b of dout.
