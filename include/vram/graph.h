@@ -192,7 +192,7 @@ typedef struct vr_node {
 typedef enum vr_precision { VR_PREC_FP32, VR_PREC_BF16, VR_PREC_FP16 } vr_precision;
 typedef enum vr_optim { VR_OPTIM_NONE, VR_OPTIM_SGD, VR_OPTIM_MOMENTUM, VR_OPTIM_ADAM, VR_OPTIM_ADAMW } vr_optim;
 typedef enum vr_recompute { VR_RECOMPUTE_NONE, VR_RECOMPUTE_BLOCK, VR_RECOMPUTE_SELECTIVE } vr_recompute;
-typedef enum vr_model_kind { VR_MODEL_GPT, VR_MODEL_MLP } vr_model_kind;
+typedef enum vr_model_kind { VR_MODEL_GPT, VR_MODEL_MLP, VR_MODEL_LLAMA } vr_model_kind;
 /* Whose kernels will run the graph: it sizes the nodes' scratch by their formulas. */
 typedef enum vr_kernels { VR_KERNELS_CPU, VR_KERNELS_CUDA } vr_kernels;
 
@@ -221,11 +221,29 @@ typedef struct vr_mlp_config {
     vr_op act;
 } vr_mlp_config;
 
-/* The model and the micro-batch: B rows (sequences), T positions each (GPT). */
+/* Llama-family architecture (Llama 3, Qwen2, SmolLM): HF config.json fields in brackets. */
+typedef struct vr_llama_config {
+    int L;          /* layers [num_hidden_layers] */
+    int C;          /* hidden size [hidden_size] */
+    int NH;         /* query heads [num_attention_heads] */
+    int NKV;        /* kv heads [num_key_value_heads], divides NH */
+    int hd;         /* head dim [head_dim], even; 0 = C / NH */
+    int I;          /* MLP width [intermediate_size] */
+    int V;          /* vocabulary [vocab_size] */
+    int Vp;         /* rows of embed_tokens / lm_head: 0 = V rounded up to 128 */
+    int maxT;       /* longest sequence [max_position_embeddings] */
+    float rms_eps;  /* [rms_norm_eps] */
+    vr_rope_config rope; /* [rope_theta, rope_scaling] */
+    bool tied;      /* [tie_word_embeddings]: lm_head is embed_tokens */
+    bool qkv_bias;  /* q, k, v projections have biases (Qwen2) */
+} vr_llama_config;
+
+/* The model and the micro-batch: B rows (sequences), T positions each (GPT, Llama). */
 typedef struct vr_model_config {
     vr_model_kind kind;
     vr_gpt_config gpt;
     vr_mlp_config mlp;
+    vr_llama_config llama;
     int B;
     int T;
 } vr_model_config;
@@ -313,6 +331,28 @@ vr_status vr_graph_status(const vr_graph *g);
 /* Emits the GPT forward into an empty graph: params, inputs (B,T) and the
  * forward nodes up to the fused classifier (losses (B,T)). */
 vr_status vr_gpt_forward(vr_graph *g, const vr_gpt_config *c, int B, int T);
+
+/* Emits the Llama forward (src/graph/llama.c): params, tokens and targets (B,T), losses (B,T). */
+vr_status vr_llama_forward(vr_graph *g, const vr_llama_config *c, int B, int T);
+
+/* Llama presets (published config.json shapes): llama3.2-1b, llama3.2-3b, llama3.1-8b, smollm2-135m,
+ * smollm2-360m, qwen2.5-0.5b, and "tiny" (L2 C64 NH4 NKV2 hd16 I96 V300). *T_default may be NULL. */
+vr_status vr_llama_preset(const char *name, vr_llama_config *out, int *T_default);
+const char *vr_llama_preset_names(void);
+/* Checks a config (VR_ERR_INVALID naming the flag) and fills hd = C/NH and Vp when 0. */
+vr_status vr_llama_config_check(vr_llama_config *c);
+
+/* One HF tensor of the flat parameter buffer: its HF name without "model." (e.g.
+ * "layers.0.self_attn.q_proj.weight", "lm_head.weight"), element offset and shape (rows, cols; cols 1
+ * for vectors). The rows of embed_tokens / lm_head beyond V are padding (HF has V rows). */
+typedef struct vr_llama_tensor {
+    char name[64];
+    int64_t offset, rows, cols;
+} vr_llama_tensor;
+/* Number of HF tensors; fills out[0..n) when out is not NULL (in buffer order). */
+int vr_llama_tensors(const vr_llama_config *c, vr_llama_tensor *out);
+/* Elements of the parameter buffer. */
+int64_t vr_llama_num_params(const vr_llama_config *c);
 
 /* Emits the MLP forward: features (B,sizes[0]), labels (B), losses (B). */
 vr_status vr_mlp_forward(vr_graph *g, const vr_mlp_config *c, int B);
