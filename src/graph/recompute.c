@@ -8,7 +8,7 @@
  *              the forward nodes of block l that produce what its backward reads are
  *              re-run, in forward order (recompute phase).
  *   selective  the outputs of cheap ops whose inputs are kept anyway (GELU, SwiGLU,
- *              RoPE, and LayerNorm's / RMSNorm's normalised output: its input and
+ *              and LayerNorm's / RMSNorm's normalised output: its input and
  *              statistics are saved for its own backward) are dropped, and re-run just
  *              before the first backward node that reads them.
  * A recompute node writes fresh tensors (named "<name>@re"): it never overwrites
@@ -73,7 +73,7 @@ vr_recomp *vr_recomp_new(vr_graph *g, vr_recompute policy, const bool *bwd_neede
                 r->dropped[t] = f->layer >= 0 && !read_outside(g, t, f->layer);
             else if (policy == VR_RECOMPUTE_SELECTIVE)
                 r->dropped[t] = k == 0 && (f->op == VR_OP_GELU || f->op == VR_OP_LAYERNORM ||
-                                           f->op == VR_OP_RMSNORM || f->op == VR_OP_SWIGLU || f->op == VR_OP_ROPE);
+                                           f->op == VR_OP_RMSNORM || f->op == VR_OP_SWIGLU);
         }
     }
     return r;
