@@ -107,6 +107,12 @@ typedef enum vr_op {
                            * 8-bit block-wise state with one f32 absmax per VR_Q8_BLOCK elements in the
                            * absmax slots (vram/optim_state.h). master -1 with bf16 params: no master copy,
                            * the weights are updated with stochastic rounding. */
+    VR_OP_RMSNORM,        /* in: x(N,C), w(C)                                 out: y(N,C), rstd(N) f32; eps */
+    VR_OP_RMSNORM_BWD,    /* in: dy, x, w, rstd                               out: dx, dw (own acc each) */
+    VR_OP_ROPE,           /* in: qkv(B,T,(NH+2NKV)*hd)                        out: y (q, k rotated); nh, nkv, rope */
+    VR_OP_ROPE_BWD,       /* in: dy                                           out: dx */
+    VR_OP_SWIGLU,         /* in: x(N,2I) = [gate | up]                        out: y(N,I) = silu(gate) * up */
+    VR_OP_SWIGLU_BWD,     /* in: dy, x                                        out: dx */
     VR_OP_COUNT
 } vr_op;
 
@@ -160,6 +166,16 @@ typedef struct vr_tensor {
     float init_scale;        /* std (normal) or bound (uniform) */
 } vr_tensor;
 
+/* Rotary positions (HF rope_theta and rope_scaling of type llama3; scaling 0 = none). */
+typedef struct vr_rope_config {
+    double theta;      /* rope_theta */
+    int scaling;       /* 0: none, 1: llama3 */
+    double factor;     /* llama3 factor */
+    double low_freq;   /* low_freq_factor */
+    double high_freq;  /* high_freq_factor */
+    double orig_max_t; /* original_max_position_embeddings */
+} vr_rope_config;
+
 typedef struct vr_node {
     vr_op op;
     vr_phase phase;
@@ -169,7 +185,11 @@ typedef struct vr_node {
     int out[VR_NODE_MAX_OUT];        /* tensor ids written; -1 not computed (NULL) */
     uint8_t acc[VR_NODE_MAX_OUT];    /* per output: VR_ACC_* (backward and sumsq nodes) */
     int scratch;                     /* workspace tensor used by this node only; -1 none */
-    int nh;                          /* attention: heads */
+    int nh;                          /* attention, rope: (query) heads */
+    int nkv;                         /* attention, rope: kv heads (NH % NKV == 0); 0 = nh (attention
+                                      * built by vr_graph_attention: qkv is (B,T,3C)) */
+    float eps;                       /* rmsnorm: epsilon */
+    vr_rope_config rope;             /* rope: theta and scaling */
     int vocab;                       /* classifier / softmax_xent: real vocabulary V (wte may
                                       * have padded rows; their gradient stays 0) */
     float loss_scale;                /* classifier / xent backward: dL/dlosses[i] = 1/(N*accum) */
@@ -182,7 +202,7 @@ typedef enum vr_optim { VR_OPTIM_NONE, VR_OPTIM_SGD, VR_OPTIM_MOMENTUM, VR_OPTIM
 typedef enum vr_recompute { VR_RECOMPUTE_NONE, VR_RECOMPUTE_BLOCK, VR_RECOMPUTE_SELECTIVE } vr_recompute;
 /* How optimizer state is stored: fp32; bf16 with stochastic rounding; 8-bit block-wise (vram/optim_state.h). */
 typedef enum vr_optim_state { VR_OSTATE_FP32, VR_OSTATE_BF16, VR_OSTATE_8BIT } vr_optim_state;
-typedef enum vr_model_kind { VR_MODEL_GPT, VR_MODEL_MLP } vr_model_kind;
+typedef enum vr_model_kind { VR_MODEL_GPT, VR_MODEL_MLP, VR_MODEL_LLAMA } vr_model_kind;
 /* Whose kernels will run the graph: it sizes the nodes' scratch by their formulas. */
 typedef enum vr_kernels { VR_KERNELS_CPU, VR_KERNELS_CUDA } vr_kernels;
 
@@ -216,11 +236,29 @@ typedef struct vr_mlp_config {
     vr_op act;
 } vr_mlp_config;
 
-/* The model and the micro-batch: B rows (sequences), T positions each (GPT). */
+/* Llama-family architecture (Llama 3, Qwen2, SmolLM): HF config.json fields in brackets. */
+typedef struct vr_llama_config {
+    int L;          /* layers [num_hidden_layers] */
+    int C;          /* hidden size [hidden_size] */
+    int NH;         /* query heads [num_attention_heads] */
+    int NKV;        /* kv heads [num_key_value_heads], divides NH */
+    int hd;         /* head dim [head_dim], even; 0 = C / NH */
+    int I;          /* MLP width [intermediate_size] */
+    int V;          /* vocabulary [vocab_size] */
+    int Vp;         /* rows of embed_tokens / lm_head: 0 = V rounded up to 128 */
+    int maxT;       /* longest sequence [max_position_embeddings] */
+    float rms_eps;  /* [rms_norm_eps] */
+    vr_rope_config rope; /* [rope_theta, rope_scaling] */
+    bool tied;      /* [tie_word_embeddings]: lm_head is embed_tokens */
+    bool qkv_bias;  /* q, k, v projections have biases (Qwen2) */
+} vr_llama_config;
+
+/* The model and the micro-batch: B rows (sequences), T positions each (GPT, Llama). */
 typedef struct vr_model_config {
     vr_model_kind kind;
     vr_gpt_config gpt;
     vr_mlp_config mlp;
+    vr_llama_config llama;
     int B;
     int T;
 } vr_model_config;
@@ -321,6 +359,28 @@ vr_status vr_graph_status(const vr_graph *g);
  * forward nodes up to the fused classifier (losses (B,T)). */
 vr_status vr_gpt_forward(vr_graph *g, const vr_gpt_config *c, int B, int T);
 
+/* Emits the Llama forward (src/graph/llama.c): params, tokens and targets (B,T), losses (B,T). */
+vr_status vr_llama_forward(vr_graph *g, const vr_llama_config *c, int B, int T);
+
+/* Llama presets (published config.json shapes): llama3.2-1b, llama3.2-3b, llama3.1-8b, smollm2-135m,
+ * smollm2-360m, qwen2.5-0.5b, and "tiny" (L2 C64 NH4 NKV2 hd16 I96 V300). *T_default may be NULL. */
+vr_status vr_llama_preset(const char *name, vr_llama_config *out, int *T_default);
+const char *vr_llama_preset_names(void);
+/* Checks a config (VR_ERR_INVALID naming the flag) and fills hd = C/NH and Vp when 0. */
+vr_status vr_llama_config_check(vr_llama_config *c);
+
+/* One HF tensor of the flat parameter buffer: its HF name without "model." (e.g.
+ * "layers.0.self_attn.q_proj.weight", "lm_head.weight"), element offset and shape (rows, cols; cols 1
+ * for vectors). The rows of embed_tokens / lm_head beyond V are padding (HF has V rows). */
+typedef struct vr_llama_tensor {
+    char name[64];
+    int64_t offset, rows, cols;
+} vr_llama_tensor;
+/* Number of HF tensors; fills out[0..n) when out is not NULL (in buffer order). */
+int vr_llama_tensors(const vr_llama_config *c, vr_llama_tensor *out);
+/* Elements of the parameter buffer. */
+int64_t vr_llama_num_params(const vr_llama_config *c);
+
 /* Emits the MLP forward: features (B,sizes[0]), labels (B), losses (B). */
 vr_status vr_mlp_forward(vr_graph *g, const vr_mlp_config *c, int B);
 
@@ -359,11 +419,19 @@ int vr_graph_node(vr_graph *g, vr_op op, vr_phase phase, const char *name);
 /* Forward op builders: each checks shapes (VR_ERR_INVALID naming the node and
  * the shapes), adds the node and its output tensors, and returns the id of the
  * main output (-1 after an error). Extra outputs come back through pointers. */
-int vr_graph_embedding(vr_graph *g, const char *name, int tok, int wte, int wpe);
+int vr_graph_embedding(vr_graph *g, const char *name, int tok, int wte, int wpe /* -1: none */);
 int vr_graph_layernorm(vr_graph *g, const char *name, int x, int w, int b, int *mean, int *rstd);
 int vr_graph_linear(vr_graph *g, const char *name, int x, int w, int b /* -1: none */);
 int vr_graph_attention(vr_graph *g, const char *name, int qkv, int NH, int *lse);
 int vr_graph_gelu(vr_graph *g, const char *name, int x);
+/* Grouped-query attention: qkv (B,T,(NH+2*NKV)*hd), NH % NKV == 0; out (B,T,NH*hd), lse (B,NH,T). */
+int vr_graph_attention_gqa(vr_graph *g, const char *name, int qkv, int NH, int NKV, int *lse);
+/* RMSNorm: x (...,C), w (C); rstd (rows) f32 through *rstd. */
+int vr_graph_rmsnorm(vr_graph *g, const char *name, int x, int w, float eps, int *rstd);
+/* Rotary embedding of the q and k heads of qkv (B,T,(NH+2*NKV)*hd) at positions 0..T-1. */
+int vr_graph_rope(vr_graph *g, const char *name, int qkv, int NH, int NKV, const vr_rope_config *rope);
+/* SwiGLU: x (...,2I) = [gate | up] -> (...,I). */
+int vr_graph_swiglu(vr_graph *g, const char *name, int x);
 int vr_graph_relu(vr_graph *g, const char *name, int x);
 int vr_graph_add(vr_graph *g, const char *name, int a, int b);
 int vr_graph_reshape(vr_graph *g, const char *name, int x, int ndim, const int64_t *shape);

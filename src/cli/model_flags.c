@@ -8,9 +8,10 @@
 #include "vram/util.h"
 
 static const char *str_flags[] = {"--model", "--preset", "--sizes", "--act", "--optim", "--recompute", "--freeze",
-                                  "--precision", "--optim-state", "--master"};
+                                  "--precision", "--optim-state", "--master", "--rope-theta", "--rms-eps"};
 static const char *int_flags[] = {"--layers", "--channels", "--heads", "--vocab", "--padded-vocab",
-                                  "--max-seq", "--seq", "--batch", "--accum"};
+                                  "--max-seq", "--seq", "--batch", "--accum", "--kv-heads", "--head-dim",
+                                  "--intermediate"};
 #define NSTR ((int)(sizeof str_flags / sizeof *str_flags))
 #define NINT ((int)(sizeof int_flags / sizeof *int_flags))
 
@@ -18,11 +19,21 @@ int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_mode
 {
     const char *a = argv[*i];
     const char **str_dst[NSTR] = {&f->model, &f->preset, &f->sizes, &f->act, &f->optim, &f->recompute,
-                                  &f->freeze, &f->precision, &f->optim_state, &f->master};
+                                  &f->freeze, &f->precision, &f->optim_state, &f->master, &f->rope_theta,
+                                  &f->rms_eps};
     long long *int_dst[NINT] = {&f->layers, &f->channels, &f->heads, &f->vocab, &f->padded_vocab,
-                                &f->max_seq, &f->seq, &f->batch, &f->accum};
+                                &f->max_seq, &f->seq, &f->batch, &f->accum, &f->kv_heads, &f->head_dim,
+                                &f->intermediate};
     if (!strcmp(a, "--eval")) {
         f->eval = true;
+        return 1;
+    }
+    if (!strcmp(a, "--tied") || !strcmp(a, "--untied")) {
+        f->tied = a[2] == 't' ? 1 : -1;
+        return 1;
+    }
+    if (!strcmp(a, "--qkv-bias")) {
+        f->qkv_bias = true;
         return 1;
     }
     int si = -1, ii = -1;
@@ -60,7 +71,8 @@ int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_mode
 bool vr_model_flags_shape_given(const vr_model_flags *f)
 {
     return f->preset || f->sizes || f->layers || f->channels || f->heads || f->vocab || f->padded_vocab ||
-           f->max_seq;
+           f->max_seq || f->kv_heads || f->head_dim || f->intermediate || f->rope_theta || f->rms_eps || f->tied ||
+           f->qkv_bias;
 }
 
 static int parse_sizes(const char *cmd, const char *s, vr_mlp_config *m)
@@ -98,6 +110,59 @@ static int configure_gpt(const char *cmd, const vr_model_flags *o, const vr_mode
     m->T = o->seq ? (int)o->seq : d->seq ? d->seq : T;
     if (m->T > m->gpt.maxT && !o->max_seq)
         m->gpt.maxT = m->T;
+    return 0;
+}
+
+static int positive(const char *cmd, const char *flag, const char *v, double *out)
+{
+    char *end;
+    *out = strtod(v, &end);
+    if (end == v || *end || !(*out > 0))
+        return vr_cli_fail(cmd, 2, "%s: '%s' is not a positive number", flag, v);
+    return 0;
+}
+
+/* --model llama: a preset (default "tiny") and shape flags over it. */
+static int configure_llama(const char *cmd, const vr_model_flags *o, const vr_model_defaults *d, vr_model_config *m)
+{
+    m->kind = VR_MODEL_LLAMA;
+    int T = 0;
+    if (vr_llama_preset(o->preset ? o->preset : "tiny", &m->llama, &T))
+        return vr_cli_fail(cmd, 2, "%s", vr_last_error());
+    if (o->sizes || o->act)
+        return vr_cli_fail(cmd, 2, "%s: only for --model mlp", o->sizes ? "--sizes" : "--act");
+    vr_llama_config *c = &m->llama;
+    if (o->layers) c->L = (int)o->layers;
+    if (o->channels) c->C = (int)o->channels;
+    if (o->heads) c->NH = (int)o->heads;
+    if (o->kv_heads) c->NKV = (int)o->kv_heads;
+    if (o->head_dim) c->hd = (int)o->head_dim;
+    else if (o->channels || o->heads) c->hd = 0; /* C / NH */
+    if (o->intermediate) c->I = (int)o->intermediate;
+    if (o->vocab) {
+        c->V = (int)o->vocab;
+        c->Vp = 0;
+    }
+    if (o->padded_vocab) c->Vp = (int)o->padded_vocab;
+    if (o->max_seq) c->maxT = (int)o->max_seq;
+    double v;
+    if (o->rope_theta) {
+        if (positive(cmd, "--rope-theta", o->rope_theta, &v))
+            return 2;
+        c->rope.theta = v;
+    }
+    if (o->rms_eps) {
+        if (positive(cmd, "--rms-eps", o->rms_eps, &v))
+            return 2;
+        c->rms_eps = (float)v;
+    }
+    if (o->tied) c->tied = o->tied > 0;
+    if (o->qkv_bias) c->qkv_bias = true;
+    m->T = o->seq ? (int)o->seq : d->seq ? d->seq : T;
+    if (m->T > c->maxT && !o->max_seq)
+        c->maxT = m->T;
+    if (vr_llama_config_check(c))
+        return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     return 0;
 }
 
@@ -142,10 +207,14 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
 {
     memset(m, 0, sizeof *m);
     memset(s, 0, sizeof *s);
-    bool gpt = !o->model || !strcmp(o->model, "gpt");
-    if (!gpt && strcmp(o->model, "mlp"))
-        return vr_cli_fail(cmd, 2, "--model: '%s' is not one of gpt|mlp", o->model);
-    int rc = gpt ? configure_gpt(cmd, o, d, m) : configure_mlp(cmd, o, d, m);
+    bool gpt = !o->model || !strcmp(o->model, "gpt"), llama = o->model && !strcmp(o->model, "llama");
+    if (!gpt && !llama && strcmp(o->model, "mlp"))
+        return vr_cli_fail(cmd, 2, "--model: '%s' is not one of gpt|llama|mlp", o->model);
+    if (!llama && (o->kv_heads || o->head_dim || o->intermediate || o->rope_theta || o->rms_eps || o->tied ||
+                   o->qkv_bias))
+        return vr_cli_fail(cmd, 2, "--kv-heads, --head-dim, --intermediate, --rope-theta, --rms-eps, --tied, "
+                                   "--untied, --qkv-bias: only for --model llama");
+    int rc = gpt ? configure_gpt(cmd, o, d, m) : llama ? configure_llama(cmd, o, d, m) : configure_mlp(cmd, o, d, m);
     if (rc)
         return rc;
     m->B = o->batch ? (int)o->batch : d->batch;
@@ -174,12 +243,14 @@ void vr_model_flags_usage(FILE *f, const vr_model_defaults *d)
 {
     fprintf(f,
             "model\n"
-            "  --model gpt|mlp          model family (gpt)\n"
-            "  --preset NAME            gpt: %s (%s); mlp: %s (%s)\n"
+            "  --model gpt|llama|mlp    model family (gpt)\n"
+            "  --preset NAME            gpt: %s (%s); mlp: %s (%s); llama: %s (tiny)\n"
+            "  --kv-heads N --head-dim N --intermediate N --rope-theta X --rms-eps X --tied|--untied --qkv-bias\n"
+            "                           (llama; also --layers --channels --heads --vocab --max-seq)\n"
             "  --layers N --channels N --heads N --vocab N --padded-vocab N --max-seq N   (gpt)\n"
             "  --sizes A,B,...,Z --act relu|gelu                                          (mlp)\n"
             "  --layers N --channels N (mlp: hidden layers and width) --vocab N (mlp: classes)\n",
-            vr_gpt_preset_names(), d->gpt_preset, vr_mlp_preset_names(), d->mlp_preset);
+            vr_gpt_preset_names(), d->gpt_preset, vr_mlp_preset_names(), d->mlp_preset, vr_llama_preset_names());
 }
 
 void vr_step_flags_usage(FILE *f, const vr_model_defaults *d)

@@ -15,6 +15,10 @@ typedef struct vr_model_flags {
     long long layers, channels, heads, vocab, padded_vocab, max_seq, seq, batch, accum; /* 0: not given */
     double clip;     /* 0: not given */
     bool eval;       /* --eval: the no-grad graph */
+    long long kv_heads, head_dim, intermediate;  /* llama; 0: not given */
+    const char *rope_theta, *rms_eps;            /* llama; NULL: not given */
+    int tied;        /* llama: 1 --tied, -1 --untied, 0 not given */
+    bool qkv_bias;   /* llama: --qkv-bias */
 } vr_model_flags;
 
 /* What a command uses when a flag is not given. */

@@ -121,6 +121,33 @@ static void classifier(const vr_exec_args *a)
     }
 }
 
+/* Nodes with (query, kv) heads: grouped-query attention and rope over a (B,T,(NH+2*NKV)*hd) qkv. */
+static vr_status headed(const vr_exec_args *a)
+{
+    const vr_node *n = a->node;
+    int qslot = n->op == VR_OP_ATTENTION_BWD ? 1 : 0; /* rope_bwd: dout has qkv's shape */
+    const vr_tensor *q = T_(a, n->in[qslot]);
+    int B = (int)q->shape[0], T = (int)q->shape[1], hd = (int)(q->shape[2] / (n->nh + 2 * n->nkv));
+    vr_rope_params p = {n->rope.theta, n->rope.scaling, n->rope.factor, n->rope.low_freq, n->rope.high_freq,
+                        n->rope.orig_max_t};
+    switch (n->op) {
+    case VR_OP_ATTENTION:
+        vr_cpu_attention_gqa_fwd(F(a->out[0]), F(a->out[1]), CF(a->in[0]), B, T, n->nh, n->nkv, hd);
+        break;
+    case VR_OP_ATTENTION_BWD:
+        vr_cpu_attention_gqa_bwd(F(a->out[0]), CF(a->in[0]), CF(a->in[1]), CF(a->in[2]), CF(a->in[3]), B, T, n->nh,
+                                 n->nkv, hd, a->acc[0]);
+        break;
+    case VR_OP_ROPE:
+        vr_cpu_rope_fwd(F(a->out[0]), CF(a->in[0]), B, T, n->nh, n->nkv, hd, &p);
+        break;
+    default: /* VR_OP_ROPE_BWD */
+        vr_cpu_rope_bwd(F(a->out[0]), CF(a->in[0]), B, T, n->nh, n->nkv, hd, &p, a->acc[0]);
+        break;
+    }
+    return VR_OK;
+}
+
 static vr_status cpu_run_node(const vr_exec_args *a)
 {
     const vr_node *n = a->node;
@@ -153,6 +180,17 @@ static vr_status cpu_run_node(const vr_exec_args *a)
                           rows(a, n->in[0]), C, lastdim(a, n->in[0]), a->acc[0], a->acc[1]);
         return VR_OK;
     }
+    case VR_OP_ATTENTION:
+    case VR_OP_ATTENTION_BWD:
+    case VR_OP_ROPE:
+    case VR_OP_ROPE_BWD:
+        if (n->nkv > 0)
+            return headed(a);
+        break;
+    default:
+        break;
+    }
+    switch (n->op) {
     case VR_OP_ATTENTION: {
         const vr_tensor *q = T_(a, n->in[0]);
         vr_cpu_attention_fwd(F(a->out[0]), F(a->out[1]), CF(a->in[0]), (int)q->shape[0], (int)q->shape[1],
@@ -165,6 +203,21 @@ static vr_status cpu_run_node(const vr_exec_args *a)
                              (int)q->shape[1], (int)(q->shape[2] / 3), n->nh, a->acc[0]);
         return VR_OK;
     }
+    case VR_OP_RMSNORM:
+        vr_cpu_rmsnorm_fwd(F(a->out[0]), F(a->out[1]), CF(a->in[0]), CF(a->in[1]), rows(a, n->in[0]),
+                           lastdim(a, n->in[0]), n->eps);
+        return VR_OK;
+    case VR_OP_RMSNORM_BWD:
+        vr_cpu_rmsnorm_bwd(F(a->out[0]), F(a->out[1]), CF(a->in[0]), CF(a->in[1]), CF(a->in[2]), CF(a->in[3]),
+                           rows(a, n->in[0]), lastdim(a, n->in[0]), a->acc[0], a->acc[1]);
+        return VR_OK;
+    case VR_OP_SWIGLU:
+        vr_cpu_swiglu_fwd(F(a->out[0]), CF(a->in[0]), rows(a, n->in[0]), lastdim(a, n->in[0]) / 2);
+        return VR_OK;
+    case VR_OP_SWIGLU_BWD:
+        vr_cpu_swiglu_bwd(F(a->out[0]), CF(a->in[0]), CF(a->in[1]), rows(a, n->in[0]), lastdim(a, n->in[0]),
+                          a->acc[0]);
+        return VR_OK;
     case VR_OP_GELU:
         vr_cpu_gelu_fwd(F(a->out[0]), CF(a->in[0]), (size_t)numel(a, n->in[0]));
         return VR_OK;

@@ -440,6 +440,12 @@ static vr_status run_kernels(const vr_exec_args *a)
     }
     if (st)
         return st;
+    if (n->op == VR_OP_EMBEDDING && n->in[2] < 0)
+        return vr_error(VR_ERR_UNSUPPORTED, "cuda: node %s: embedding without a position table has no CUDA "
+                        "kernel yet", n->name);
+    if ((n->op == VR_OP_ATTENTION || n->op == VR_OP_ATTENTION_BWD) && n->nkv > 0 && n->nkv != n->nh)
+        return vr_error(VR_ERR_UNSUPPORTED, "cuda: node %s: grouped-query attention (%d kv heads for %d heads) has "
+                        "no CUDA kernel yet", n->name, n->nkv, n->nh);
     switch (n->op) {
     case VR_OP_EMBEDDING: {
         const vr_tensor *tok = T_(a, n->in[0]);

@@ -138,7 +138,13 @@ void vr_backward_reads(const vr_graph *g, int n, const bool *in_ng, int reads[VR
         reads[3] = f->out[1];
         break;
     case VR_OP_GELU: /* dout, inp */
+    case VR_OP_SWIGLU:
         reads[1] = f->in[0];
+        break;
+    case VR_OP_RMSNORM: /* dout, inp, w, rstd */
+        reads[1] = f->in[0];
+        reads[2] = in_ng[0] ? f->in[1] : -1;
+        reads[3] = f->out[1];
         break;
     case VR_OP_RELU: /* dout, out */
         reads[1] = f->out[0];
@@ -306,6 +312,8 @@ static void backward_op(ad *a, int n)
         [VR_OP_MATMUL] = VR_OP_MATMUL_BWD,       [VR_OP_ATTENTION] = VR_OP_ATTENTION_BWD,
         [VR_OP_GELU] = VR_OP_GELU_BWD,           [VR_OP_RELU] = VR_OP_RELU_BWD,
         [VR_OP_SOFTMAX_XENT] = VR_OP_SOFTMAX_XENT_BWD,
+        [VR_OP_RMSNORM] = VR_OP_RMSNORM_BWD,     [VR_OP_ROPE] = VR_OP_ROPE_BWD,
+        [VR_OP_SWIGLU] = VR_OP_SWIGLU_BWD,
     };
     int id = bwd_node(a, bwd_of[f.op], n);
     if (id < 0)
@@ -317,6 +325,9 @@ static void backward_op(ad *a, int n)
         b->in[0] = g->tensors[f.out[0]].grad;
     b->nh = f.nh;
     b->vocab = f.vocab;
+    b->nkv = f.nkv;
+    b->eps = f.eps;
+    b->rope = f.rope;
     if (f.op == VR_OP_ATTENTION)
         vr_graph_attach_scratch(g, id);
     switch (f.op) {
@@ -335,11 +346,15 @@ static void backward_op(ad *a, int n)
         if (f.op == VR_OP_LAYERNORM && (g->nodes[id].out[1] < 0) != (g->nodes[id].out[2] < 0))
             ln_param_scratch(a, id);
         break;
+    case VR_OP_RMSNORM: /* dinp and dw have their own acc flags */
+        set_grad_out(a, id, 0, f.in[0]);
+        set_grad_out(a, id, 1, f.in[1]);
+        break;
     case VR_OP_SOFTMAX_XENT:
         g->nodes[id].loss_scale = 1.0f / (float)((double)vr_tensor_numel(&g->tensors[f.in[1]]) * a->s->accum);
         set_grad_out(a, id, 0, f.in[0]);
         break;
-    default: /* attention, gelu, relu: one input */
+    default: /* attention, gelu, relu, rope, swiglu: one input */
         set_grad_out(a, id, 0, f.in[0]);
         break;
     }

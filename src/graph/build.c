@@ -45,6 +45,8 @@ vr_status vr_graph_build(const vr_model_config *m, const vr_step_config *s, vr_g
         st = vr_gpt_forward(g, &m->gpt, m->B, m->T);
     else if (m->kind == VR_MODEL_MLP)
         st = vr_mlp_forward(g, &m->mlp, m->B);
+    else if (m->kind == VR_MODEL_LLAMA)
+        st = vr_llama_forward(g, &m->llama, m->B, m->T);
     else
         st = vr_error(VR_ERR_INVALID, "--model: unknown model kind %d", (int)m->kind);
     if (!st && s->freeze)

@@ -31,6 +31,12 @@ static const vr_op_info op_table[VR_OP_COUNT] = {
     [VR_OP_SGD_MOMENTUM] = {"sgd_momentum", "vr_cpu_sgd_momentum", {"grad", "normsq"}, {"param", "master", "mom"}},
     [VR_OP_ADAM] = {"adam", "vr_cpu_adam", {"grad", "normsq"}, {"param", "master", "m", "v"}},
     [VR_OP_ADAMW] = {"adamw", "vr_cpu_adamw", {"grad", "normsq"}, {"param", "master", "m", "v"}},
+    [VR_OP_RMSNORM] = {"rmsnorm", "vr_cpu_rmsnorm_fwd", {"inp", "w"}, {"out", "rstd"}},
+    [VR_OP_RMSNORM_BWD] = {"rmsnorm_bwd", "vr_cpu_rmsnorm_bwd", {"dout", "inp", "w", "rstd"}, {"dinp", "dw"}},
+    [VR_OP_ROPE] = {"rope", "vr_cpu_rope_fwd", {"inp"}, {"out"}},
+    [VR_OP_ROPE_BWD] = {"rope_bwd", "vr_cpu_rope_bwd", {"dout"}, {"dinp"}},
+    [VR_OP_SWIGLU] = {"swiglu", "vr_cpu_swiglu_fwd", {"inp"}, {"out"}},
+    [VR_OP_SWIGLU_BWD] = {"swiglu_bwd", "vr_cpu_swiglu_bwd", {"dout", "inp"}, {"dinp"}},
 };
 
 const vr_op_info *vr_op_get_info(vr_op op)
@@ -101,16 +107,17 @@ static void suffixed(char *dst, const char *name, const char *suffix)
 
 int vr_graph_embedding(vr_graph *g, const char *name, int tok, int wte, int wpe)
 {
-    int in[3] = {tok, wte, wpe};
-    if (!valid_ids(g, name, 3, in))
+    int in[3] = {tok, wte, wpe}; /* wpe -1: no position table */
+    if (!valid_ids(g, name, wpe >= 0 ? 3 : 2, in))
         return -1;
-    const vr_tensor *tk = &g->tensors[tok], *we = &g->tensors[wte], *wp = &g->tensors[wpe];
-    char a[64], b[64], c[64];
-    if (tk->dtype != VR_I32 || tk->ndim != 2 || we->ndim != 2 || wp->ndim != 2 || we->shape[1] != wp->shape[1] ||
-        tk->shape[1] > wp->shape[0])
+    const vr_tensor *tk = &g->tensors[tok], *we = &g->tensors[wte], *wp = wpe >= 0 ? &g->tensors[wpe] : NULL;
+    char a[64], b[64], c[64] = "none";
+    if (wp)
+        shp(g, wpe, c);
+    if (tk->dtype != VR_I32 || tk->ndim != 2 || we->ndim != 2 ||
+        (wp && (wp->ndim != 2 || we->shape[1] != wp->shape[1] || tk->shape[1] > wp->shape[0])))
         return vr_graph_fail(g, VR_ERR_INVALID, "%s: embedding wants tok (B,T) i32, wte (V,C), wpe (maxT>=T,C); "
-                             "got %s %s, %s, %s", name, vr_dtype_name(tk->dtype), shp(g, tok, a), shp(g, wte, b),
-                             shp(g, wpe, c));
+                             "got %s %s, %s, %s", name, vr_dtype_name(tk->dtype), shp(g, tok, a), shp(g, wte, b), c);
     int64_t shape[3] = {tk->shape[0], tk->shape[1], we->shape[1]};
     int n = fwd_node(g, VR_OP_EMBEDDING, name, 3, in);
     return out_tensor(g, n, 0, name, g->act_dtype, VR_ROLE_ACT, 3, shape);
@@ -188,6 +195,98 @@ int vr_graph_attention(vr_graph *g, const char *name, int qkv, int NH, int *lse)
         *lse = l;
     vr_graph_attach_scratch(g, n);
     return y;
+}
+
+int vr_graph_attention_gqa(vr_graph *g, const char *name, int qkv, int NH, int NKV, int *lse)
+{
+    if (!valid_ids(g, name, 1, &qkv))
+        return -1;
+    const vr_tensor *q = &g->tensors[qkv];
+    char s1[64];
+    if (q->ndim != 3 || NH < 1 || NKV < 1 || NH % NKV || q->shape[2] % (NH + 2 * NKV))
+        return vr_graph_fail(g, VR_ERR_INVALID,
+                             "%s: attention wants qkv (B,T,(NH+2*NKV)*hd) with NH %% NKV == 0; got %s, NH=%d, NKV=%d",
+                             name, shp(g, qkv, s1), NH, NKV);
+    int64_t B = q->shape[0], T = q->shape[1], hd = q->shape[2] / (NH + 2 * NKV);
+    int n = fwd_node(g, VR_OP_ATTENTION, name, 1, &qkv);
+    if (n >= 0)
+        g->nodes[n].nh = NH, g->nodes[n].nkv = NKV;
+    int64_t ys[3] = {B, T, NH * hd}, ls[3] = {B, NH, T};
+    int y = out_tensor(g, n, 0, name, g->act_dtype, VR_ROLE_ACT, 3, ys);
+    char nm[VR_NAME_MAX];
+    suffixed(nm, name, ".lse");
+    int l = out_tensor(g, n, 1, nm, VR_F32, VR_ROLE_ACT, 3, ls);
+    if (lse)
+        *lse = l;
+    vr_graph_attach_scratch(g, n);
+    return y;
+}
+
+int vr_graph_rmsnorm(vr_graph *g, const char *name, int x, int w, float eps, int *rstd)
+{
+    int in[2] = {x, w};
+    if (!valid_ids(g, name, 2, in))
+        return -1;
+    const vr_tensor *xt = &g->tensors[x], *wt = &g->tensors[w];
+    char s1[64], s2[64];
+    if (wt->ndim != 1 || wt->shape[0] != vr_tensor_lastdim(xt) || !(eps > 0.0f))
+        return vr_graph_fail(g, VR_ERR_INVALID, "%s: rmsnorm wants inp (...,C), w (C), eps > 0; got %s, %s, eps %g",
+                             name, shp(g, x, s1), shp(g, w, s2), (double)eps);
+    int64_t rows_shape[VR_MAX_DIMS]; /* rstd: x's shape without the last dimension */
+    int rd = xt->ndim > 1 ? xt->ndim - 1 : 1;
+    for (int i = 0; i < rd; i++)
+        rows_shape[i] = xt->ndim > 1 ? xt->shape[i] : 1;
+    int n = fwd_node(g, VR_OP_RMSNORM, name, 2, in);
+    if (n >= 0)
+        g->nodes[n].eps = eps;
+    int y = out_like(g, n, 0, name, x, g->act_dtype);
+    char nm[VR_NAME_MAX];
+    suffixed(nm, name, ".rstd");
+    int r = out_tensor(g, n, 1, nm, VR_F32, VR_ROLE_ACT, rd, rows_shape);
+    if (rstd)
+        *rstd = r;
+    return y;
+}
+
+int vr_graph_rope(vr_graph *g, const char *name, int qkv, int NH, int NKV, const vr_rope_config *rope)
+{
+    if (!valid_ids(g, name, 1, &qkv))
+        return -1;
+    const vr_tensor *q = &g->tensors[qkv];
+    char s1[64];
+    int64_t hd = q->ndim == 3 && NH >= 1 && NKV >= 1 ? q->shape[2] / (NH + 2 * NKV) : 0;
+    if (q->ndim != 3 || NH < 1 || NKV < 1 || NH % NKV || q->shape[2] % (NH + 2 * NKV) || hd % 2 ||
+        hd > 1024 || !(rope->theta > 0.0))
+        return vr_graph_fail(g, VR_ERR_INVALID,
+                             "%s: rope wants qkv (B,T,(NH+2*NKV)*hd), hd even <= 1024, theta > 0; got %s, NH=%d, "
+                             "NKV=%d, theta %g",
+                             name, shp(g, qkv, s1), NH, NKV, rope->theta);
+    if (rope->scaling == 1 && !(rope->factor > 0 && rope->high_freq > rope->low_freq && rope->orig_max_t > 0))
+        return vr_graph_fail(g, VR_ERR_INVALID,
+                             "%s: llama3 rope scaling wants factor > 0, high_freq_factor > low_freq_factor, "
+                             "original_max_position_embeddings > 0",
+                             name);
+    int n = fwd_node(g, VR_OP_ROPE, name, 1, &qkv);
+    if (n >= 0) {
+        g->nodes[n].nh = NH, g->nodes[n].nkv = NKV;
+        g->nodes[n].rope = *rope;
+    }
+    return out_like(g, n, 0, name, qkv, g->tensors[qkv].dtype);
+}
+
+int vr_graph_swiglu(vr_graph *g, const char *name, int x)
+{
+    if (!valid_ids(g, name, 1, &x))
+        return -1;
+    const vr_tensor *xt = &g->tensors[x];
+    char s1[64];
+    if (vr_tensor_lastdim(xt) % 2)
+        return vr_graph_fail(g, VR_ERR_INVALID, "%s: swiglu wants inp (...,2I); got %s", name, shp(g, x, s1));
+    int64_t shape[VR_MAX_DIMS];
+    memcpy(shape, xt->shape, sizeof shape);
+    shape[xt->ndim - 1] /= 2;
+    int n = fwd_node(g, VR_OP_SWIGLU, name, 1, &x);
+    return out_tensor(g, n, 0, name, g->act_dtype, VR_ROLE_ACT, xt->ndim, shape);
 }
 
 static int unary(vr_graph *g, vr_op op, const char *name, int x)

@@ -7,10 +7,10 @@
  *              the residual stream); right before the first backward node of block l
  *              the forward nodes of block l that produce what its backward reads are
  *              re-run, in forward order (recompute phase).
- *   selective  the outputs of cheap ops whose inputs are kept anyway (GELU, and
- *              LayerNorm's normalised output: its input, mean and rstd are saved
- *              for its own backward) are dropped, and re-run just before the first
- *              backward node that reads them.
+ *   selective  the outputs of cheap ops whose inputs are kept anyway (GELU, SwiGLU,
+ *              and LayerNorm's / RMSNorm's normalised output: its input and
+ *              statistics are saved for its own backward) are dropped, and re-run just
+ *              before the first backward node that reads them.
  * A recompute node writes fresh tensors (named "<name>@re"): it never overwrites
  * a saved one, so a saved tensor's lifetime is exactly its readers'. */
 #include <stdlib.h>
@@ -72,7 +72,8 @@ vr_recomp *vr_recomp_new(vr_graph *g, vr_recompute policy, const bool *bwd_neede
             if (policy == VR_RECOMPUTE_BLOCK)
                 r->dropped[t] = f->layer >= 0 && !read_outside(g, t, f->layer);
             else if (policy == VR_RECOMPUTE_SELECTIVE)
-                r->dropped[t] = k == 0 && (f->op == VR_OP_GELU || f->op == VR_OP_LAYERNORM);
+                r->dropped[t] = k == 0 && (f->op == VR_OP_GELU || f->op == VR_OP_LAYERNORM ||
+                                           f->op == VR_OP_RMSNORM || f->op == VR_OP_SWIGLU);
         }
     }
     return r;
@@ -105,6 +106,9 @@ static void emit(vr_recomp *r, int n)
     re->layer = f.layer;
     re->nh = f.nh;
     re->vocab = f.vocab;
+    re->nkv = f.nkv;
+    re->eps = f.eps;
+    re->rope = f.rope;
     re->src = n;
     for (int k = 0; k < VR_NODE_MAX_OUT; k++) {
         int o = f.out[k];

@@ -117,7 +117,7 @@ static vr_status search_row(const vr_model_config *m, vr_step_config s, const vr
     if ((st = probe(m, &s, row->micro, o->capacity, &row->point, &o->cost, &row->cost, plans)))
         return st;
     row->fits = row->point.fits;
-    row->tokens = (int64_t)row->micro * row->accum * (m->kind == VR_MODEL_GPT ? m->T : 1);
+    row->tokens = (int64_t)row->micro * row->accum * (m->kind != VR_MODEL_MLP ? m->T : 1);
     row->tokens_per_s = row->cost.seconds > 0 ? (double)row->tokens / row->cost.seconds : 0;
     return VR_OK;
 }

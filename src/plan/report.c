@@ -16,6 +16,13 @@ static void model_text(const vr_graph *g, char *buf, size_t cap)
         snprintf(buf, cap, "gpt L=%d C=%d NH=%d V=%d (wte rows %d) maxT=%d", c->L, c->C, c->NH, c->V, c->Vp, c->maxT);
         return;
     }
+    if (m->kind == VR_MODEL_LLAMA) {
+        const vr_llama_config *c = &m->llama;
+        snprintf(buf, cap, "llama L=%d C=%d NH=%d NKV=%d hd=%d I=%d V=%d (rows %d) maxT=%d %s%s rope %g%s", c->L,
+                 c->C, c->NH, c->NKV, c->hd, c->I, c->V, c->Vp, c->maxT, c->tied ? "tied" : "untied",
+                 c->qkv_bias ? " qkv-bias" : "", c->rope.theta, c->rope.scaling ? " llama3" : "");
+        return;
+    }
     size_t k = (size_t)snprintf(buf, cap, "mlp ");
     for (int i = 0; i < m->mlp.n_sizes && k < cap; i++)
         k += (size_t)snprintf(buf + k, cap - k, i ? "-%d" : "%d", m->mlp.sizes[i]);
@@ -123,7 +130,9 @@ char *vr_plan_json(const vr_plan *p, bool timeline)
     model_text(g, line, sizeof line);
     cJSON *model = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(model, "description", line);
-    cJSON_AddStringToObject(model, "kind", g->model.kind == VR_MODEL_GPT ? "gpt" : "mlp");
+    cJSON_AddStringToObject(model, "kind", g->model.kind == VR_MODEL_GPT     ? "gpt"
+                                                        : g->model.kind == VR_MODEL_LLAMA ? "llama"
+                                                                                          : "mlp");
     cJSON_AddNumberToObject(model, "params", (double)g->n_params);
     cJSON_AddNumberToObject(model, "trainable", (double)g->n_trainable);
     cJSON_AddNumberToObject(model, "batch", g->model.B);

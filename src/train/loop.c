@@ -43,7 +43,7 @@ static vr_status open_data(vr_trainer *t)
     vr_data_config dc = vr_data_config_default(m->B, m->T);
     dc.kind = vr_data_kind_for(c->data);
     dc.path = c->data;
-    dc.vocab = m->gpt.V;
+    dc.vocab = m->kind == VR_MODEL_LLAMA ? m->llama.V : m->gpt.V;
     dc.order = c->data_order;
     dc.seed = c->seed;
     dc.split = VR_SPLIT_TRAIN;
@@ -241,11 +241,11 @@ vr_status vr__trainer_eval_setup(vr_trainer *t)
         st = vr_exec_create(t->eplan, t->dev, &ec, &t->eexec);
     if (!st)
         st = vr__trainer_memory_cap(t, t->eexec);
-    if (!st && c->model.kind == VR_MODEL_GPT) {
+    if (!st && c->model.kind != VR_MODEL_MLP) {
         vr_data_config dc = vr_data_config_default(c->model.B, c->model.T);
         dc.kind = vr_data_kind_for(c->data);
         dc.path = c->data;
-        dc.vocab = c->model.gpt.V;
+        dc.vocab = c->model.kind == VR_MODEL_LLAMA ? c->model.llama.V : c->model.gpt.V;
         dc.seed = c->seed;
         dc.split = VR_SPLIT_VAL;
         st = vr_data_open(&dc, &t->val);

@@ -32,6 +32,8 @@ static vr_status describe(vr_trainer *t, vr_train_state *s, void **bufs)
     const vr_graph *g = t->g;
     const vr_model_config *m = &t->cfg.model;
     memset(s, 0, sizeof *s);
+    if (m->kind == VR_MODEL_LLAMA)
+        return vr_error(VR_ERR_UNSUPPORTED, "training state: Llama models cannot be saved or resumed yet");
     snprintf(s->model, sizeof s->model, "%s", m->kind == VR_MODEL_GPT ? "gpt" : "mlp");
     snprintf(s->optimizer, sizeof s->optimizer, "%s", vr_optim_name(t->cfg.step.optim));
     if (m->kind == VR_MODEL_GPT) {

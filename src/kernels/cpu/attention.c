@@ -43,15 +43,14 @@ static inline float dot(const float *a, const float *b, int n)
     return s;
 }
 
-/* kt(hs,BK) = the key (part = 1) or value (part = 2) rows j0..j0+jn-1 of one head, transposed;
- * columns jn..BK-1 zero. base points at qkv row 0 of this (batch, head). */
-static void load_transposed(float *kt, const float *base, size_t C3, int C, int part, int j0, int jn,
-                            int hs)
+/* kt(hs,BK) = the key (or value) rows j0..j0+jn-1 of one head, transposed; columns jn..BK-1 zero.
+ * base points at the head's k (or v) channels of qkv row 0; rows are W floats apart. */
+static void load_transposed(float *kt, const float *base, size_t W, int j0, int jn, int hs)
 {
     for (int d = 0; d < hs; d++)
         for (int jj = jn; jj < VR_ATT_BK; jj++) kt[d * VR_ATT_BK + jj] = 0.0f;
     for (int jj = 0; jj < jn; jj++) {
-        const float *k = base + (size_t)(j0 + jj) * C3 + (size_t)part * C;
+        const float *k = base + (size_t)(j0 + jj) * W;
         for (int d = 0; d < hs; d++) kt[d * VR_ATT_BK + jj] = k[d];
     }
 }
@@ -113,15 +112,15 @@ tile_gemm(float *c, size_t ldc, const float *a, size_t ars, size_t aks, const fl
 
 /* ------------------------------------------------------------------ forward */
 
-/* One query tile [i0, i0+iq) of one (batch, head). base: qkv row 0 of the head; obase: out row 0
- * of the head; lrow: lse(T) of the head. The scores are formed transposed, st(jn, BQ) = k q^T, so
+/* One query tile [i0, i0+iq) of one (batch, head). qb, kb, vb: the head's q and its kv head's k and
+ * v channels in qkv row 0 (rows W floats apart); obase: out row 0 of the head (rows OC apart); lrow:
+ * lse(T) of the head. The scores are formed transposed, st(jn, BQ) = k q^T, so
  * that the query tile is transposed once (not each key tile) and the softmax bookkeeping runs
  * across the 32 queries of a key at once. */
 VR_CPU_HOT
-static void fwd_tile(float *obase, float *lrow, const float *base, int i0, int iq, int C, int hs,
-                     float scale)
+static void fwd_tile(float *obase, float *lrow, const float *qb, const float *kbase,
+                     const float *vbase, int i0, int iq, size_t W, size_t OC, int hs, float scale)
 {
-    size_t C3 = (size_t)3 * C;
     float qt[VR_ATT_HSMAX * VR_ATT_BQ], st[VR_ATT_BK * VR_ATT_BQ], o[VR_ATT_BQ * VR_ATT_HSMAX];
     float m[VR_ATT_BQ], l[VR_ATT_BQ], bm[VR_ATT_BQ], corr[VR_ATT_BQ];
     for (int ii = 0; ii < VR_ATT_BQ; ii++) m[ii] = -INFINITY, l[ii] = 0.0f;
@@ -130,14 +129,14 @@ static void fwd_tile(float *obase, float *lrow, const float *base, int i0, int i
     for (int d = 0; d < hs; d++)
         for (int ii = iq; ii < VR_ATT_BQ; ii++) qt[d * VR_ATT_BQ + ii] = 0.0f;
     for (int ii = 0; ii < iq; ii++) {
-        const float *q = base + (size_t)(i0 + ii) * C3;
+        const float *q = qb + (size_t)(i0 + ii) * W;
         for (int d = 0; d < hs; d++) qt[d * VR_ATT_BQ + ii] = q[d];
     }
     int iend = i0 + iq; // keys j < iend can be seen by some query of the tile
     for (int j0 = 0; j0 < iend; j0 += VR_ATT_BK) {
         int jn = iend - j0 < VR_ATT_BK ? iend - j0 : VR_ATT_BK;
-        const float *kb = base + (size_t)j0 * C3 + C, *vb = kb + C;
-        tile_gemm(st, VR_ATT_BQ, kb, C3, 1, qt, VR_ATT_BQ, jn, VR_ATT_BQ, hs, 1); // k_j . q_i
+        const float *kb = kbase + (size_t)j0 * W, *vb = vbase + (size_t)j0 * W;
+        tile_gemm(st, VR_ATT_BQ, kb, W, 1, qt, VR_ATT_BQ, jn, VR_ATT_BQ, hs, 1); // k_j . q_i
         // scale, causal mask (key j0+jj visible to query i0+ii iff j0+jj <= i0+ii), tile maximum
 #pragma omp simd
         for (int ii = 0; ii < VR_ATT_BQ; ii++) bm[ii] = -INFINITY;
@@ -175,10 +174,10 @@ static void fwd_tile(float *obase, float *lrow, const float *base, int i0, int i
             }
         }
         // o(iq,hs) += p(iq,jn) v(jn,hs), p(ii,jj) = st[jj*BQ + ii]
-        tile_gemm(o, hs, st, 1, VR_ATT_BQ, vb, C3, iq, hs, jn, 0);
+        tile_gemm(o, hs, st, 1, VR_ATT_BQ, vb, W, iq, hs, jn, 0);
     }
     for (int ii = 0; ii < iq; ii++) {
-        float inv = 1.0f / l[ii], *dst = obase + (size_t)(i0 + ii) * C;
+        float inv = 1.0f / l[ii], *dst = obase + (size_t)(i0 + ii) * OC;
         const float *orow = o + ii * hs;
 #pragma omp simd
         for (int d = 0; d < hs; d++) dst[d] = orow[d] * inv;
@@ -189,20 +188,20 @@ static void fwd_tile(float *obase, float *lrow, const float *base, int i0, int i
 /* Row-at-a-time forward for heads larger than VR_ATT_HSMAX: same online softmax, accumulating
  * straight into the output row. */
 VR_CPU_HOT
-static void fwd_rows(float *obase, float *lrow, const float *base, int T, int C, int hs, float scale)
+static void fwd_rows(float *obase, float *lrow, const float *qb, const float *kb, const float *vb,
+                     int T, size_t W, size_t OC, int hs, float scale)
 {
-    size_t C3 = (size_t)3 * C;
     float s[VR_ATT_BK];
     for (int i = 0; i < T; i++) {
-        const float *q = base + (size_t)i * C3;
-        float *o = obase + (size_t)i * C;
+        const float *q = qb + (size_t)i * W;
+        float *o = obase + (size_t)i * OC;
         memset(o, 0, (size_t)hs * sizeof(float));
         float m = -INFINITY, l = 0.0f;
         for (int j0 = 0; j0 <= i; j0 += VR_ATT_BK) {
             int jn = i + 1 - j0 < VR_ATT_BK ? i + 1 - j0 : VR_ATT_BK;
             float bm = -INFINITY;
             for (int jj = 0; jj < jn; jj++) {
-                s[jj] = scale * dot(q, base + (size_t)(j0 + jj) * C3 + C, hs);
+                s[jj] = scale * dot(q, kb + (size_t)(j0 + jj) * W, hs);
                 bm = s[jj] > bm ? s[jj] : bm;
             }
             if (bm > m) {
@@ -222,7 +221,7 @@ static void fwd_rows(float *obase, float *lrow, const float *base, int T, int C,
             }
             l += bl;
             for (int jj = 0; jj < jn; jj++) {
-                const float *v = base + (size_t)(j0 + jj) * C3 + 2 * (size_t)C;
+                const float *v = vb + (size_t)(j0 + jj) * W;
                 float p = s[jj];
 #pragma omp simd
                 for (int d = 0; d < hs; d++) o[d] += p * v[d];
@@ -235,18 +234,23 @@ static void fwd_rows(float *obase, float *lrow, const float *base, int T, int C,
     }
 }
 
-void vr_cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+void vr_cpu_attention_gqa_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                              int NKV, int hs)
 {
-    // out is (B,T,C), lse is (B,NH,T), qkv is (B,T,3C)
-    int hs = C / NH;
-    size_t C3 = (size_t)3 * C;
+    // out is (B,T,NH*hs), lse is (B,NH,T), qkv is (B,T,W) with W = (NH+2*NKV)*hs; query head h reads
+    // kv head h / (NH/NKV)
+    size_t W = (size_t)(NH + 2 * NKV) * hs, OC = (size_t)NH * hs;
+    int G = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
     if (hs > VR_ATT_HSMAX) {
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
-            for (int h = 0; h < NH; h++)
-                fwd_rows(out + (size_t)b * T * C + (size_t)h * hs, lse + ((size_t)b * NH + h) * T,
-                         qkv + (size_t)b * T * C3 + (size_t)h * hs, T, C, hs, scale);
+            for (int h = 0; h < NH; h++) {
+                const float *qb = qkv + (size_t)b * T * W + (size_t)h * hs;
+                const float *kb = qkv + (size_t)b * T * W + (size_t)(NH + h / G) * hs;
+                fwd_rows(out + (size_t)b * T * OC + (size_t)h * hs, lse + ((size_t)b * NH + h) * T, qb,
+                         kb, kb + (size_t)NKV * hs, T, W, OC, hs, scale);
+            }
         return;
     }
     int nq = (T + VR_ATT_BQ - 1) / VR_ATT_BQ;
@@ -256,41 +260,51 @@ void vr_cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++) {
                 int i0 = (nq - 1 - t) * VR_ATT_BQ, iq = T - i0 < VR_ATT_BQ ? T - i0 : VR_ATT_BQ;
-                fwd_tile(out + (size_t)b * T * C + (size_t)h * hs, lse + ((size_t)b * NH + h) * T,
-                         qkv + (size_t)b * T * C3 + (size_t)h * hs, i0, iq, C, hs, scale);
+                const float *qb = qkv + (size_t)b * T * W + (size_t)h * hs;
+                const float *kb = qkv + (size_t)b * T * W + (size_t)(NH + h / G) * hs;
+                fwd_tile(out + (size_t)b * T * OC + (size_t)h * hs, lse + ((size_t)b * NH + h) * T, qb,
+                         kb, kb + (size_t)NKV * hs, i0, iq, W, OC, hs, scale);
             }
+}
+
+void vr_cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+{
+    vr_cpu_attention_gqa_fwd(out, lse, qkv, B, T, NH, NH, C / NH);
 }
 
 /* ------------------------------------------------------------------ backward */
 
-/* One (batch, head): base/dbase are qkv/dqkv row 0 of the head, obase/gbase out/dout row 0. */
+/* One (batch, query head). qb, kb, vb: the head's q and its kv head's k and v channels in qkv row 0,
+ * dqb, dkb, dvb the same places in dqkv (rows W floats apart); obase/gbase: out/dout row 0 of the head
+ * (rows OC apart). acc_q for dq, acc_kv for dk and dv (a kv head shared by several query heads
+ * takes acc_kv = 1 after its first). */
 VR_CPU_HOT
-static void bwd_head(float *dbase, const float *gbase, const float *base, const float *obase,
-                     const float *lrow, int T, int C, int hs, float scale, int acc)
+static void bwd_head(float *dqb, float *dkb, float *dvb, const float *gbase, const float *qb,
+                     const float *kbase, const float *vbase, const float *obase, const float *lrow,
+                     int T, size_t W, size_t OC, int hs, float scale, int acc_q, int acc_kv)
 {
-    size_t C3 = (size_t)3 * C;
     float kt[VR_ATT_HSMAX * VR_ATT_BK], vt[VR_ATT_HSMAX * VR_ATT_BK];
     float dk[VR_ATT_BK * VR_ATT_HSMAX], dv[VR_ATT_BK * VR_ATT_HSMAX];
     float p[VR_ATT_BQ * VR_ATT_BK], ds[VR_ATT_BQ * VR_ATT_BK];
-    if (!acc)
-        for (int t = 0; t < T; t++) memset(dbase + (size_t)t * C3, 0, (size_t)hs * sizeof(float));
+    if (!acc_q)
+        for (int t = 0; t < T; t++) memset(dqb + (size_t)t * W, 0, (size_t)hs * sizeof(float));
     for (int j0 = 0; j0 < T; j0 += VR_ATT_BK) {
         int jn = T - j0 < VR_ATT_BK ? T - j0 : VR_ATT_BK;
-        const float *kb = base + (size_t)j0 * C3 + C; // k rows of the key tile
-        load_transposed(kt, base, C3, C, 1, j0, jn, hs);
-        load_transposed(vt, base, C3, C, 2, j0, jn, hs);
+        const float *kb = kbase + (size_t)j0 * W; // k rows of the key tile
+        load_transposed(kt, kbase, W, j0, jn, hs);
+        load_transposed(vt, vbase, W, j0, jn, hs);
         memset(dk, 0, sizeof(float) * (size_t)jn * hs);
         memset(dv, 0, sizeof(float) * (size_t)jn * hs);
         for (int i0 = j0 / VR_ATT_BQ * VR_ATT_BQ; i0 < T; i0 += VR_ATT_BQ) {
             int iq = T - i0 < VR_ATT_BQ ? T - i0 : VR_ATT_BQ;
-            const float *q = base + (size_t)i0 * C3, *go = gbase + (size_t)i0 * C;
-            tile_gemm(p, VR_ATT_BK, q, C3, 1, kt, VR_ATT_BK, iq, VR_ATT_BK, hs, 1);  // q_i . k_j
-            tile_gemm(ds, VR_ATT_BK, go, C, 1, vt, VR_ATT_BK, iq, VR_ATT_BK, hs, 1); // dout_i . v_j
+            const float *q = qb + (size_t)i0 * W, *go = gbase + (size_t)i0 * OC;
+            tile_gemm(p, VR_ATT_BK, q, W, 1, kt, VR_ATT_BK, iq, VR_ATT_BK, hs, 1);   // q_i . k_j
+            tile_gemm(ds, VR_ATT_BK, go, OC, 1, vt, VR_ATT_BK, iq, VR_ATT_BK, hs, 1); // dout_i . v_j
             for (int ii = 0; ii < iq; ii++) {
                 int i = i0 + ii;
                 int nv = i - j0 + 1 < jn ? i - j0 + 1 : jn;
                 float *pr = p + ii * VR_ATT_BK, *dr = ds + ii * VR_ATT_BK;
-                float delta = nv > 0 ? dot(go + (size_t)ii * C, obase + (size_t)i * C, hs) : 0.0f;
+                float delta = nv > 0 ? dot(go + (size_t)ii * OC, obase + (size_t)i * OC, hs) : 0.0f;
                 float L = lrow[i];
 #pragma omp simd
                 for (int jj = 0; jj < VR_ATT_BK; jj++) {
@@ -300,14 +314,14 @@ static void bwd_head(float *dbase, const float *gbase, const float *base, const 
                 }
             }
             // dv(jn,hs) += p^T dout, dk(jn,hs) += ds^T q, dq(iq,hs) += ds k
-            tile_gemm(dv, hs, p, 1, VR_ATT_BK, go, C, jn, hs, iq, 0);
-            tile_gemm(dk, hs, ds, 1, VR_ATT_BK, q, C3, jn, hs, iq, 0);
-            tile_gemm(dbase + (size_t)i0 * C3, C3, ds, VR_ATT_BK, 1, kb, C3, iq, hs, jn, 0);
+            tile_gemm(dv, hs, p, 1, VR_ATT_BK, go, OC, jn, hs, iq, 0);
+            tile_gemm(dk, hs, ds, 1, VR_ATT_BK, q, W, jn, hs, iq, 0);
+            tile_gemm(dqb + (size_t)i0 * W, W, ds, VR_ATT_BK, 1, kb, W, iq, hs, jn, 0);
         }
         for (int jj = 0; jj < jn; jj++) {
-            float *dkd = dbase + (size_t)(j0 + jj) * C3 + C, *dvd = dkd + C;
+            float *dkd = dkb + (size_t)(j0 + jj) * W, *dvd = dvb + (size_t)(j0 + jj) * W;
             const float *dkr = dk + jj * hs, *dvr = dv + jj * hs;
-            if (acc) {
+            if (acc_kv) {
 #pragma omp simd
                 for (int d = 0; d < hs; d++) dkd[d] += dkr[d], dvd[d] += dvr[d];
             } else {
@@ -318,28 +332,30 @@ static void bwd_head(float *dbase, const float *gbase, const float *base, const 
     }
 }
 
-/* Row-at-a-time backward for heads larger than VR_ATT_HSMAX. */
+/* Row-at-a-time backward for heads larger than VR_ATT_HSMAX; pointers and flags as bwd_head. */
 VR_CPU_HOT
-static void bwd_rows(float *dbase, const float *gbase, const float *base, const float *obase,
-                     const float *lrow, int T, int C, int hs, float scale, int acc)
+static void bwd_rows(float *dqb, float *dkb, float *dvb, const float *gbase, const float *qb,
+                     const float *kb, const float *vb, const float *obase, const float *lrow, int T,
+                     size_t W, size_t OC, int hs, float scale, int acc_q, int acc_kv)
 {
-    size_t C3 = (size_t)3 * C;
-    if (!acc)
-        for (int t = 0; t < T; t++)
-            for (int part = 0; part < 3; part++)
-                memset(dbase + (size_t)t * C3 + (size_t)part * C, 0, (size_t)hs * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        if (!acc_q) memset(dqb + (size_t)t * W, 0, (size_t)hs * sizeof(float));
+        if (!acc_kv) {
+            memset(dkb + (size_t)t * W, 0, (size_t)hs * sizeof(float));
+            memset(dvb + (size_t)t * W, 0, (size_t)hs * sizeof(float));
+        }
+    }
     float p[VR_ATT_BK], ds[VR_ATT_BK];
     for (int i = 0; i < T; i++) {
-        const float *q = base + (size_t)i * C3;
-        float *dq = dbase + (size_t)i * C3;
-        const float *go = gbase + (size_t)i * C, *o = obase + (size_t)i * C;
+        const float *q = qb + (size_t)i * W;
+        float *dq = dqb + (size_t)i * W;
+        const float *go = gbase + (size_t)i * OC, *o = obase + (size_t)i * OC;
         float delta = dot(go, o, hs), L = lrow[i];
         for (int j0 = 0; j0 <= i; j0 += VR_ATT_BK) {
             int jn = i + 1 - j0 < VR_ATT_BK ? i + 1 - j0 : VR_ATT_BK;
             for (int jj = 0; jj < jn; jj++) {
-                const float *kv = base + (size_t)(j0 + jj) * C3;
-                p[jj] = scale * dot(q, kv + C, hs);
-                ds[jj] = dot(go, kv + 2 * (size_t)C, hs);
+                p[jj] = scale * dot(q, kb + (size_t)(j0 + jj) * W, hs);
+                ds[jj] = dot(go, vb + (size_t)(j0 + jj) * W, hs);
             }
 #pragma omp simd
             for (int jj = 0; jj < jn; jj++) {
@@ -347,8 +363,8 @@ static void bwd_rows(float *dbase, const float *gbase, const float *base, const 
                 ds[jj] = p[jj] * (ds[jj] - delta) * scale;
             }
             for (int jj = 0; jj < jn; jj++) {
-                const float *k = base + (size_t)(j0 + jj) * C3 + C;
-                float *dk = dbase + (size_t)(j0 + jj) * C3 + C, *dv = dk + C;
+                const float *k = kb + (size_t)(j0 + jj) * W;
+                float *dk = dkb + (size_t)(j0 + jj) * W, *dv = dvb + (size_t)(j0 + jj) * W;
                 float pj = p[jj], dsj = ds[jj];
 #pragma omp simd
                 for (int d = 0; d < hs; d++) {
@@ -361,21 +377,35 @@ static void bwd_rows(float *dbase, const float *gbase, const float *base, const 
     }
 }
 
-void vr_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                          const float *lse, int B, int T, int C, int NH, int acc)
+/* Parallel over (batch, kv head): the G = NH/NKV query heads of a kv head run in turn on one thread,
+ * adding into its dK and dV, so no two threads write the same place of dqkv. */
+void vr_cpu_attention_gqa_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                              const float *lse, int B, int T, int NH, int NKV, int hs, int acc)
 {
-    // dqkv is (B,T,3C), dout and out are (B,T,C), qkv is (B,T,3C), lse is (B,NH,T)
-    int hs = C / NH;
-    size_t C3 = (size_t)3 * C;
+    // dqkv and qkv are (B,T,W), W = (NH+2*NKV)*hs; dout and out are (B,T,NH*hs); lse is (B,NH,T)
+    size_t W = (size_t)(NH + 2 * NKV) * hs, OC = (size_t)NH * hs;
+    int G = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            size_t qo = (size_t)b * T * C3 + (size_t)h * hs, oo = (size_t)b * T * C + (size_t)h * hs;
-            const float *lrow = lse + ((size_t)b * NH + h) * T;
-            if (hs > VR_ATT_HSMAX)
-                bwd_rows(dqkv + qo, dout + oo, qkv + qo, out + oo, lrow, T, C, hs, scale, acc);
-            else
-                bwd_head(dqkv + qo, dout + oo, qkv + qo, out + oo, lrow, T, C, hs, scale, acc);
-        }
+        for (int kh = 0; kh < NKV; kh++)
+            for (int g = 0; g < G; g++) {
+                int h = kh * G + g;
+                size_t qo = (size_t)b * T * W + (size_t)h * hs, ko = (size_t)b * T * W + (size_t)(NH + kh) * hs;
+                size_t vo = ko + (size_t)NKV * hs, oo = (size_t)b * T * OC + (size_t)h * hs;
+                const float *lrow = lse + ((size_t)b * NH + h) * T;
+                int acc_kv = acc || g > 0;
+                if (hs > VR_ATT_HSMAX)
+                    bwd_rows(dqkv + qo, dqkv + ko, dqkv + vo, dout + oo, qkv + qo, qkv + ko, qkv + vo,
+                             out + oo, lrow, T, W, OC, hs, scale, acc, acc_kv);
+                else
+                    bwd_head(dqkv + qo, dqkv + ko, dqkv + vo, dout + oo, qkv + qo, qkv + ko, qkv + vo,
+                             out + oo, lrow, T, W, OC, hs, scale, acc, acc_kv);
+            }
+}
+
+void vr_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                          const float *lse, int B, int T, int C, int NH, int acc)
+{
+    vr_cpu_attention_gqa_bwd(dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH, acc);
 }

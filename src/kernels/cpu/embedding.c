@@ -18,6 +18,10 @@ void vr_cpu_embedding_fwd(float *out, const int32_t *tok, const float *wte, cons
         int t = (int)(r % (size_t)T);
         float *o = out + r * C;
         const float *e = wte + (size_t)tok[r] * C;
+        if (!wpe) { // no position table (Llama: rotary positions inside attention)
+            memcpy(o, e, (size_t)C * sizeof(float));
+            continue;
+        }
         const float *p = wpe + (size_t)t * C;
 #pragma omp simd
         for (int c = 0; c < C; c++) o[c] = e[c] + p[c];

@@ -72,7 +72,8 @@ void vr_cpu_mean_bwd(float *dinp, const float *dout, size_t n, int acc);
 
 /* ---------------------------------------------------------------- embedding */
 
-/* out(B,T,C) = wte[tok[b,t]] + wpe[t]. tok is (B,T) int32 in [0,V); wte is (V,C); wpe is (maxT,C), T <= maxT. */
+/* out(B,T,C) = wte[tok[b,t]] + wpe[t]. tok is (B,T) int32 in [0,V); wte is (V,C); wpe is (maxT,C), T <= maxT,
+ * or NULL: no position table. */
 void vr_cpu_embedding_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe,
                           int B, int T, int C);
 /* dwte(V,C) scatter-add of dout rows by token, dwpe(maxT,C) rows 0..T-1 = sum over b of dout.
@@ -117,8 +118,61 @@ void vr_cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T
  * delta_i = sum_d dout_i * out_i. Needs the forward's qkv, out and lse. Parallel over B*NH. */
 void vr_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
                           const float *lse, int B, int T, int C, int NH, int acc);
+/* Grouped-query attention (GQA), the general form of the two above (which are NKV = NH, hs = C/NH,
+ * bit for bit): qkv is (B,T,(NH+2*NKV)*hs), q heads then NKV k heads then NKV v heads, hs channels each
+ * (hs need not be C/NH); query head h reads kv head h / (NH/NKV) in place (no K/V copies); NKV
+ * divides NH. out is (B,T,NH*hs), lse (B,NH,T). */
+void vr_cpu_attention_gqa_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                              int NKV, int hs);
+/* dqkv(B,T,(NH+2*NKV)*hs) (=|+=); the dK, dV of a shared kv head sum over its query heads. Parallel
+ * over B*NKV. */
+void vr_cpu_attention_gqa_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                              const float *lse, int B, int T, int NH, int NKV, int hs, int acc);
 /* Workspace bytes the two attention kernels need from the caller: 0 (only the fixed stack tiles). */
 size_t vr_cpu_attention_scratch_bytes(int B, int T, int C, int NH);
+
+/* ---------------------------------------------------------------- Llama family: rmsnorm, rope, swiglu */
+
+/* out(N,C) = inp * rstd * w(C) with rstd(N) = 1 / sqrt(mean_c(inp^2) + eps) (HF LlamaRMSNorm); saves
+ * rstd for backward. out may alias inp. */
+void vr_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                        float eps);
+/* dinp(N,C) (=|+=), dw(C) (=|+=) from dout(N,C), the forward's inp, w and rstd. Either output may be NULL. */
+void vr_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                        const float *rstd, int N, int C, int acc_dinp, int acc_dparam);
+
+/* Rotary position parameters: theta and the optional Llama 3 frequency scaling (scaling = 1). */
+typedef struct {
+    double theta;      /* rope_theta, e.g. 500000 */
+    int scaling;       /* 0: none, 1: llama3 */
+    double factor;     /* llama3: factor (e.g. 32) */
+    double low_freq;   /* llama3: low_freq_factor (e.g. 1) */
+    double high_freq;  /* llama3: high_freq_factor (e.g. 4) */
+    double orig_max_t; /* llama3: original_max_position_embeddings (e.g. 8192) */
+} vr_rope_params;
+
+/* The hd/2 inverse frequencies of a head of hd (even) channels: 1 / theta^(2i/hd), then HF's Llama 3
+ * scaling when p->scaling == 1. The one definition shared by every rope kernel (CPU and CUDA). */
+void vr_rope_inv_freq(float *inv_freq, int hd, const vr_rope_params *p);
+
+/* Rotary embedding of the q and k heads of a packed qkv(B,T,(NH+2*NKV)*hd) (q heads, then k heads,
+ * then v heads, hd channels each) at positions t = 0..T-1, rotate-half convention (HF Llama):
+ * for i < hd/2, a = t * inv_freq[i]: y[i] = x[i] cos a - x[i+hd/2] sin a, y[i+hd/2] = x[i+hd/2] cos a
+ * + x[i] sin a. v heads are copied. out may alias inp. hd even, hd <= VR_ROPE_MAX_HD. */
+#define VR_ROPE_MAX_HD 1024
+void vr_cpu_rope_fwd(float *out, const float *inp, int B, int T, int NH, int NKV, int hd,
+                     const vr_rope_params *p);
+/* dinp (=|+=) rotation of dout by -angle on the q and k heads, dout itself on the v heads.
+ * dinp may alias dout when acc = 0. */
+void vr_cpu_rope_bwd(float *dinp, const float *dout, int B, int T, int NH, int NKV, int hd,
+                     const vr_rope_params *p, int acc);
+
+/* out(N,HI) = silu(gate) * up where inp(N,2HI) = [gate | up] per row, silu(g) = g / (1 + e^-g).
+ * HI is the intermediate size (not I: complex.h's macro). */
+void vr_cpu_swiglu_fwd(float *out, const float *inp, int N, int HI);
+/* dinp(N,2HI) (=|+=) [dout * up * silu'(gate) | dout * silu(gate)] from dout(N,HI) and the
+ * forward's inp. */
+void vr_cpu_swiglu_bwd(float *dinp, const float *dout, const float *inp, int N, int HI, int acc);
 
 /* ---------------------------------------------------------------- fused classifier */
 
