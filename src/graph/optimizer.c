@@ -122,7 +122,8 @@ void vr_optimizer_state(vr_graph *g, const vr_step_config *s)
         char name[VR_NAME_MAX];
         if (mixed) {
             snprintf(name, sizeof name, "master.%.56s", pt.name);
-            g->tensors[p].master = vr_graph_view(g, g->master, name, pt.ndim, pt.shape, off);
+            int mv = vr_graph_view(g, g->master, name, pt.ndim, pt.shape, off); /* may move g->tensors */
+            g->tensors[p].master = mv;
         }
         for (int i = 0; i < n_state; i++) {
             const char *nm = names[n_state - 1][i];
