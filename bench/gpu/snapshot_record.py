@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Records PyTorch memory snapshots of real training on the GPU, for tools/torch_snapshot.py + vram replay.
+
+    python3 bench/gpu/snapshot_record.py OUTDIR
+
+Writes OUTDIR/{gpt2,mlp_varlen}.pickle (torch.cuda.memory._dump_snapshot) and OUTDIR/recorded.json with
+PyTorch's own max_memory_reserved / max_memory_allocated of each run (measured from the start of the
+recording). Workloads: GPT-2 124M (bench/gpu/torch_gpt2.py's model) B=8 T=1024 bf16 autocast + fused AdamW,
+3 steps; an MLP (4096 wide, 6 layers) with batch sizes changing every step, 8 steps."""
+import json
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_gpt2  # noqa: E402
+
+
+def record(name, out, fn):
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    torch.cuda.memory._record_memory_history(max_entries=200000)
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.memory._dump_snapshot(f"{out}/{name}.pickle")
+    torch.cuda.memory._record_memory_history(enabled=None)
+    return {"max_reserved": torch.cuda.max_memory_reserved(), "max_allocated": torch.cuda.max_memory_allocated()}
+
+
+def gpt2():
+    model = torch_gpt2.GPT().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, fused=True)
+    for _ in range(3):
+        x = torch.randint(0, torch_gpt2.V, (8, 1024), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x, x)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def mlp_varlen():
+    layers = []
+    for _ in range(6):
+        layers += [nn.Linear(4096, 4096), nn.GELU()]
+    model = nn.Sequential(*layers, nn.Linear(4096, 10)).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    for b in (512, 3000, 1024, 4096, 700, 2048, 3500, 256):
+        x = torch.randn(b, 4096, device="cuda")
+        y = torch.randint(0, 10, (b,), device="cuda")
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    rec = {"torch": torch.__version__, "device": torch.cuda.get_device_name()}
+    rec["gpt2"] = record("gpt2", out, gpt2)
+    rec["mlp_varlen"] = record("mlp_varlen", out, mlp_varlen)
+    json.dump(rec, open(f"{out}/recorded.json", "w"), indent=1)
+    print(json.dumps(rec))
+
+
+if __name__ == "__main__":
+    main()
