@@ -16,10 +16,10 @@ echo "== 1. reports"
 timeout 180 $VRAM report $G --run 5 --device cuda --kernels cuda -o "$OUT/report_gpu.html" 2>&1 | tail -2; echo "rc $?"
 timeout 120 $VRAM report $G --kernels cuda --memory dynamic -o "$OUT/report_dynamic.html" 2>&1 | tail -2
 echo "== 2. vram watch beside vram train"
-timeout 120 $VRAM train $G --device cuda --steps 60 --eval-every -1 --quiet &
+timeout 120 $VRAM train $G --device cuda --steps 400 --eval-every -1 --quiet &
 tr=$!
-sleep 4
-timeout 30 $VRAM watch --json --interval 0.5 --count 8 > "$OUT/watch.jsonl" 2> "$OUT/watch.err"; echo "watch rc $?"
+sleep 10
+timeout 30 $VRAM watch --json --interval 1 --count 6 > "$OUT/watch.jsonl" 2> "$OUT/watch.err"; echo "watch rc $?"
 wait $tr; echo "train rc $?"
 head -c 1500 "$OUT/watch.jsonl"; echo
 echo "== 3. PyTorch snapshots -> vram replay"
