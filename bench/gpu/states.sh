@@ -41,6 +41,15 @@ gpumon() {
   local mon=$!; "$@"; local rc=$?
   kill "$mon" 2>/dev/null; wait "$mon" 2>/dev/null; return $rc
 }
+# fit_flags FIT.json: the vram train flags of the configuration `vram fit --json` chose
+fit_flags() {
+  python3 - "$1" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); r = d["rows"][d["best"]]
+print(f"--precision {r['precision']} --recompute {r['recompute']} --optim-state {r['optim_state']} "
+      f"--master {'none' if r['master'] == 'none' else 'fp32'} --batch {r['micro_batch']} --accum {r['accum']}")
+PY
+}
 peak() { sort -n "$OUT/$1.smi" | tail -1 | awk -v b="$base" '{printf "%.2f", ($1 - b) / 1024}'; }
 
 if part 1; then
@@ -86,13 +95,7 @@ echo "== 3. GPT-2 XL under --max-memory 16GiB"
 X="--preset gpt2-xl --seq 1024"
 timeout 120 $VRAM fit $X --capacity 16GiB --device cuda --json > "$OUT/xl_fit.json" 2> "$OUT/xl_fit.err"
 timeout 120 $VRAM fit $X --capacity 16GiB --device cuda > "$OUT/xl_fit.txt" 2>&1; tail -3 "$OUT/xl_fit.txt"
-flags=$(python3 - "$OUT/xl_fit.json" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1])); r = d["rows"][d["best"]]
-print(f"--precision {r['precision']} --recompute {r['recompute']} --optim-state {r['optim_state']} "
-      f"--master {'none' if r['master'] == 'none' else 'fp32'} --batch {r['micro_batch']} --accum {r['accum']}")
-PY
-)
+flags=$(fit_flags "$OUT/xl_fit.json")
 echo "vram fit chose: $flags"
 gpumon xl timeout 300 $VRAM train $X $flags --max-memory 16GiB --steps 8 --lr 1e-4 --clip 1.0 --device cuda \
   --eval-every -1 --json > "$OUT/xl.jsonl" 2> "$OUT/xl.err"
@@ -111,13 +114,7 @@ echo "== 4. the 6.7B shape on the whole GPU, $NHD heads"
 S="--layers 32 --channels 4096 --heads $NHD --vocab 50257 --max-seq 1024 --seq 1024"
 timeout 120 $VRAM fit $S --capacity 79GiB --device cuda --json > "$OUT/${n}_fit.json" 2> "$OUT/${n}_fit.err"
 timeout 120 $VRAM fit $S --capacity 79GiB --device cuda > "$OUT/${n}_fit.txt" 2>&1; tail -3 "$OUT/${n}_fit.txt"
-flags=$(python3 - "$OUT/${n}_fit.json" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1])); r = d["rows"][d["best"]]
-print(f"--precision {r['precision']} --recompute {r['recompute']} --optim-state {r['optim_state']} "
-      f"--master {'none' if r['master'] == 'none' else 'fp32'} --batch {r['micro_batch']} --accum {r['accum']}")
-PY
-)
+flags=$(fit_flags "$OUT/${n}_fit.json")
 echo "vram fit chose: $flags"
 steps=$([ $NHD = 32 ] && echo 3 || echo 8)
 gpumon $n timeout 400 $VRAM train $S $flags --steps $steps --lr 3e-5 --warmup 2 --lr-schedule constant --clip 1.0 \
