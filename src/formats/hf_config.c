@@ -15,8 +15,9 @@ static int get_int(const cJSON *root, const char *label, const char *key, int *o
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble || v->valuedouble < 0 ||
-        v->valuedouble > 1e9) {
+    /* the range first: converting a double outside int's range is undefined */
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 1e9) ||
+        v->valuedouble != (double)(int)v->valuedouble) {
         vr_error(VR_ERR_FORMAT, "%s: field \"%s\" is not a non-negative integer", label, key);
         return -1;
     }

@@ -117,7 +117,7 @@ static vr_status parse_header(vr_safetensors *st, const char *file, const char *
         t.numel = 1;
         for (cJSON *d = sh->child; d; d = d->next) {
             double v = cJSON_IsNumber(d) ? d->valuedouble : -1;
-            if (v < 0 || v != (double)(int64_t)v || v > 9.0e15) {
+            if (!(v >= 0 && v <= 9.0e15) || v != (double)(int64_t)v) { /* range (and NaN) before the cast */
                 s = vr_error(VR_ERR_FORMAT, "%s: tensor \"%s\": \"shape\" entry %d is not a non-negative integer",
                              file, name, t.ndim);
                 break;
@@ -136,7 +136,7 @@ static vr_status parse_header(vr_safetensors *st, const char *file, const char *
             break;
         }
         double b = of->child->valuedouble, en = of->child->next->valuedouble;
-        if (b < 0 || en < b || b != (double)(uint64_t)b || en != (double)(uint64_t)en || en > (double)data_size) {
+        if (!(b >= 0 && en >= b && en <= (double)data_size) || b != (double)(uint64_t)b || en != (double)(uint64_t)en) {
             s = vr_error(VR_ERR_FORMAT,
                          "%s: tensor \"%s\": \"data_offsets\" [%.0f, %.0f] lie outside the %llu data bytes",
                          file, name, b, en, (unsigned long long)data_size);

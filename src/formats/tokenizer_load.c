@@ -111,7 +111,7 @@ static vr_status add_step(vr_tokenizer *tk, const cJSON *p, const char *field)
 
 static int note_id(vr_tokenizer *tk, double v)
 {
-    if (v < 0 || v > 1e9 || v != (double)(int32_t)v) return 0;
+    if (!(v >= 0 && v <= 1e9) || v != (double)(int32_t)v) return 0; /* range (and NaN) before the cast */
     if ((int)v + 1 > tk->vocab_size) tk->vocab_size = (int)v + 1;
     return 1;
 }
