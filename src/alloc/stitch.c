@@ -347,8 +347,9 @@ static void stale_drop(vr_alloc *a, stale *x)
     free(x);
 }
 
-/* Unmaps the stale ranges whose event has completed. Those of a stream other than *other (when given),
- * or all with wait_all, are waited for first. */
+/* Unmaps stale ranges. With wait_all: every one, waiting for its event. With other: those of streams other
+ * than *other, waiting for theirs (no look at the rest). Else the oldest ones whose events have completed,
+ * up to the first that has not: a grow asks one event, not every pending one. */
 static void stale_reap(vr_alloc *a, const vr_stream *other, bool wait_all)
 {
     st_state *s = S(a);
@@ -356,18 +357,20 @@ static void stale_reap(vr_alloc *a, const vr_stream *other, bool wait_all)
     while (*pp) {
         stale *x = *pp;
         bool wait = wait_all || (other && x->stream != *other);
+        if (!wait && (other || !vr_event_query(a->dev, x->ev))) {
+            if (!other)
+                return; /* the younger ones stay; stale_last is unchanged */
+            last = x;
+            pp = &x->next;
+            continue;
+        }
         if (wait) {
             vr_event_sync(a->dev, x->ev); /* frees the event */
             x->ev = NULL;
         }
-        if (wait || vr_event_query(a->dev, x->ev)) {
-            *pp = x->next;
-            s->nstale--;
-            stale_drop(a, x);
-        } else {
-            last = x;
-            pp = &x->next;
-        }
+        *pp = x->next;
+        s->nstale--;
+        stale_drop(a, x);
     }
     s->stale_last = last;
 }

@@ -23,6 +23,7 @@
 
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cuda/kernels_cuda.h"
+#include "kcuda/kcuda_test.h"
 
 #define TOL_F32 1e-5
 #define TOL_F32_LONG 1e-4
@@ -35,17 +36,6 @@ static uint64_t rng = 0x9E3779B97F4A7C15ULL;
 
 /* ------------------------------------------------------------------ helpers */
 
-#define OK(expr)                                                                   \
-    do {                                                                           \
-        vr_status s_ = (expr);                                                     \
-        if (s_ != VR_OK) fail_msg("%s -> %s: %s", #expr, vr_status_name(s_), vr_last_error()); \
-    } while (0)
-
-#define CU(expr)                                                                   \
-    do {                                                                           \
-        cudaError_t e_ = (expr);                                                   \
-        if (e_ != cudaSuccess) fail_msg("%s -> %s", #expr, cudaGetErrorString(e_)); \
-    } while (0)
 
 static int gpu_present(void)
 {

@@ -23,20 +23,8 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda/kernels_cuda.h"
+#include "kcuda/kcuda_test.h"
 
-#define OK(expr)                                                                                                 \
-    do {                                                                                                         \
-        vr_status s_ = (expr);                                                                                   \
-        if (s_ != VR_OK)                                                                                         \
-            fail_msg("%s -> %s: %s", #expr, vr_status_name(s_), vr_last_error());                               \
-    } while (0)
-
-#define CU(expr)                                                                                                 \
-    do {                                                                                                         \
-        cudaError_t e_ = (expr);                                                                                 \
-        if (e_ != cudaSuccess)                                                                                   \
-            fail_msg("%s -> %s", #expr, cudaGetErrorString(e_));                                                 \
-    } while (0)
 
 static bool gpu_present(void)
 {

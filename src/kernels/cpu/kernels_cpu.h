@@ -227,6 +227,8 @@ void vr_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n,
 /* The 256 sorted values of the dynamic quantization map (bitsandbytes' create_dynamic_map with 7
  * exponent bits): signed for Adam's m and momentum, unsigned for Adam's v. */
 void vr_qmap_dynamic(int is_signed, float out[256]);
+/* The same maps, computed once per process (the kernels' copy). */
+const float *vr_qmap(int is_signed);
 
 /* Adam (decoupled = 0) / AdamW (1) as vr_cpu_adam(w) with 8-bit block-wise state: m, v are u8 codes (n),
  * absmax_m, absmax_v one float per block of VR_Q8_BLOCK (vram/optim_state.h). An element whose scaled

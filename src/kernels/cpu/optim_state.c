@@ -44,9 +44,7 @@ void vr_cpu_adam_q8(float *param, const float *grad, uint8_t *m, uint8_t *v, flo
                     size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int step,
                     float grad_scale, int decoupled)
 {
-    float smap[256], umap[256];
-    vr_qmap_dynamic(1, smap);
-    vr_qmap_dynamic(0, umap);
+    const float *smap = vr_qmap(1), *umap = vr_qmap(0);
     adam_k k = adam_consts(lr, beta1, beta2, eps, weight_decay, step, decoupled);
     size_t nb = (n + VR_Q8_BLOCK - 1) / VR_Q8_BLOCK;
 #pragma omp parallel for if (n >= VR_CPU_PAR_MIN) schedule(static)
@@ -97,8 +95,7 @@ void vr_cpu_sgd_momentum_q8(float *param, const float *grad, uint8_t *mom, float
                             float momentum, float dampening, float weight_decay, int nesterov, int step,
                             float grad_scale)
 {
-    float smap[256];
-    vr_qmap_dynamic(1, smap);
+    const float *smap = vr_qmap(1);
     int first = step <= 1;
     float take = 1.0f - dampening;
     size_t nb = (n + VR_Q8_BLOCK - 1) / VR_Q8_BLOCK;

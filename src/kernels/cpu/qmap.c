@@ -6,6 +6,7 @@
 #include "kernels/cpu/kernels_cpu.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 static int by_value(const void *a, const void *b)
@@ -34,4 +35,19 @@ void vr_qmap_dynamic(int is_signed, float out[256])
     qsort(d, (size_t)n, sizeof *d, by_value);
     for (int i = 0; i < 256; i++)
         out[i] = (float)d[i];
+}
+
+static float maps[2][256];
+static pthread_once_t maps_once = PTHREAD_ONCE_INIT;
+
+static void maps_init(void)
+{
+    vr_qmap_dynamic(0, maps[0]);
+    vr_qmap_dynamic(1, maps[1]);
+}
+
+const float *vr_qmap(int is_signed)
+{
+    pthread_once(&maps_once, maps_init);
+    return maps[is_signed ? 1 : 0];
 }

@@ -6,57 +6,20 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cuda/cuda_internal.cuh"
+#include "kernels/cuda/optim_elem.cuh"
 
-enum { OPT_SGD, OPT_MOM, OPT_ADAM, OPT_ADAMW };
-
-struct opt_args {
-    float lr, wd, b1, b2, eps, bc1, bc2_sqrt, momentum, dampening, grad_scale;
-    int nesterov, first;
-};
-
-/* One element's update (shared by the single-tensor and the multi-tensor kernels). Every operation
- * is an explicit IEEE intrinsic (round to nearest, FMAs where written): nothing is left to the
- * compiler's contraction, which could differ between the two kernels, so both give the same bits.
- * wd is this tensor's weight decay, gs the gradient multiplier. */
+/* One element's update (shared by the single-tensor and the multi-tensor kernels; the arithmetic is
+ * optim_elem.cuh's opt_upd). wd is this tensor's weight decay, gs the gradient multiplier. */
 template <int KIND, typename TP, typename TG>
 __device__ __forceinline__ void opt_elem(TP *param, float *master, const TG *grad, float *m, float *v, size_t i,
                                          const opt_args &a, float wd, float gs)
 {
-    float p = master ? master[i] : vr_tof(param[i]);
-    float g = __fmul_rn(vr_tof(grad[i]), gs);
-    if (KIND == OPT_SGD) {
-        g = __fmaf_rn(wd, p, g);
-        p = __fmaf_rn(-a.lr, g, p);
-    } else if (KIND == OPT_MOM) {
-        g = __fmaf_rn(wd, p, g);
-        float buf = a.first ? g : __fmaf_rn(a.momentum, m[i], __fmul_rn(__fsub_rn(1.0f, a.dampening), g));
-        m[i] = buf;
-        g = a.nesterov ? __fmaf_rn(a.momentum, buf, g) : buf;
-        p = __fmaf_rn(-a.lr, g, p);
-    } else {
-        if (KIND == OPT_ADAM) g = __fmaf_rn(wd, p, g);
-        else p = __fmul_rn(p, __fmaf_rn(-a.lr, wd, 1.0f));
-        float mi = __fmaf_rn(a.b1, m[i], __fmul_rn(__fsub_rn(1.0f, a.b1), g));
-        float vi = __fmaf_rn(a.b2, v[i], __fmul_rn(__fmul_rn(__fsub_rn(1.0f, a.b2), g), g));
-        m[i] = mi;
-        v[i] = vi;
-        float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
-        p = __fsub_rn(p, __fdiv_rn(__fmul_rn(__fdiv_rn(a.lr, a.bc1), mi), den));
-    }
+    float mi = KIND != OPT_SGD ? m[i] : 0.0f, vi = KIND >= OPT_ADAM ? v[i] : 0.0f;
+    float p = opt_upd<KIND>(master ? master[i] : vr_tof(param[i]), __fmul_rn(vr_tof(grad[i]), gs), mi, vi, a, wd);
+    if (KIND != OPT_SGD) m[i] = mi;
+    if (KIND >= OPT_ADAM) v[i] = vi;
     if (master) master[i] = p;
     param[i] = vr_fromf<TP>(p);
-}
-
-/* The step's lr and bias corrections from the device (a replayed CUDA graph). */
-__device__ __forceinline__ void opt_device_scalars(opt_args &a, const float *hp)
-{
-    if (hp) {
-        a.lr = hp[0];
-        a.bc1 = hp[1];
-        a.bc2_sqrt = hp[2];
-        a.first = hp[3] != 0.0f;
-    }
 }
 
 template <int KIND, typename TP, typename TG>
@@ -103,20 +66,11 @@ static vr_status run_opt(const vr_cuda_ctx *ctx, const char *op, vr_cuda_dtype p
     return vr_cu_launched(ctx, op);
 }
 
-static opt_args base_args(float lr, float wd, float grad_scale)
-{
-    opt_args a;
-    memset(&a, 0, sizeof a);
-    a.lr = lr, a.wd = wd, a.grad_scale = grad_scale;
-    a.bc1 = 1.0f, a.bc2_sqrt = 1.0f;
-    return a;
-}
-
 extern "C" vr_status vr_cuda_sgd(const vr_cuda_ctx *ctx, vr_cuda_dtype pdt, void *param, float *master,
                                  vr_cuda_dtype gdt, const void *grad, size_t n, float lr, float weight_decay,
                                  float grad_scale, const float *dev_grad_scale, const int32_t *dev_skip)
 {
-    opt_args a = base_args(lr, weight_decay, grad_scale);
+    opt_args a = opt_make_args(OPT_SGD, lr, 0, 0, 0, 0, 0, 0, weight_decay, 1, grad_scale);
     return run_opt<OPT_SGD>(ctx, "sgd", pdt, param, master, gdt, grad, NULL, NULL, n, a, dev_grad_scale, dev_skip);
 }
 
@@ -126,8 +80,7 @@ extern "C" vr_status vr_cuda_sgd_momentum(const vr_cuda_ctx *ctx, vr_cuda_dtype 
                                           int step, float grad_scale, const float *dev_grad_scale,
                                           const int32_t *dev_skip)
 {
-    opt_args a = base_args(lr, weight_decay, grad_scale);
-    a.momentum = momentum, a.dampening = dampening, a.nesterov = nesterov, a.first = step <= 1;
+    opt_args a = opt_make_args(OPT_MOM, lr, 0, 0, 0, momentum, dampening, nesterov, weight_decay, step, grad_scale);
     return run_opt<OPT_MOM>(ctx, "sgd_momentum", pdt, param, master, gdt, grad, mom, NULL, n, a, dev_grad_scale,
                             dev_skip);
 }
@@ -142,22 +95,12 @@ extern "C" void vr_cuda_opt_scalars(float out[VR_CUDA_OPT_SCALARS], float lr, fl
     out[4] = (float)t;
 }
 
-static opt_args adam_args(float lr, float b1, float b2, float eps, float wd, int step, float grad_scale)
-{
-    opt_args a = base_args(lr, wd, grad_scale);
-    a.b1 = b1, a.b2 = b2, a.eps = eps;
-    int t = step < 1 ? 1 : step;
-    a.bc1 = (float)(1.0 - pow((double)b1, (double)t));
-    a.bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, (double)t));
-    return a;
-}
-
 extern "C" vr_status vr_cuda_adam(const vr_cuda_ctx *ctx, vr_cuda_dtype pdt, void *param, float *master,
                                   vr_cuda_dtype gdt, const void *grad, float *m, float *v, size_t n, float lr,
                                   float beta1, float beta2, float eps, float weight_decay, int step,
                                   float grad_scale, const float *dev_grad_scale, const int32_t *dev_skip)
 {
-    opt_args a = adam_args(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+    opt_args a = opt_make_args(OPT_ADAM, lr, beta1, beta2, eps, 0, 0, 0, weight_decay, step, grad_scale);
     return run_opt<OPT_ADAM>(ctx, "adam", pdt, param, master, gdt, grad, m, v, n, a, dev_grad_scale, dev_skip);
 }
 
@@ -166,7 +109,7 @@ extern "C" vr_status vr_cuda_adamw(const vr_cuda_ctx *ctx, vr_cuda_dtype pdt, vo
                                    float beta1, float beta2, float eps, float weight_decay, int step,
                                    float grad_scale, const float *dev_grad_scale, const int32_t *dev_skip)
 {
-    opt_args a = adam_args(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+    opt_args a = opt_make_args(OPT_ADAMW, lr, beta1, beta2, eps, 0, 0, 0, weight_decay, step, grad_scale);
     return run_opt<OPT_ADAMW>(ctx, "adamw", pdt, param, master, gdt, grad, m, v, n, a, dev_grad_scale, dev_skip);
 }
 
@@ -250,13 +193,8 @@ extern "C" vr_status vr_cuda_mt_optim(const vr_cuda_ctx *ctx, int kind, vr_cuda_
     if (n_chunks <= 0 || n_tensors <= 0) return VR_OK;
     if (!tab) return vr_cu_bad(op, "NULL table");
     if (n_chunks > 0x7fffffff) return vr_cu_bad(op, "too many chunks");
-    opt_args a;
-    if (kind >= VR_CUDA_MT_ADAM) {
-        a = adam_args(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
-    } else {
-        a = base_args(lr, weight_decay, grad_scale);
-        a.momentum = momentum, a.dampening = dampening, a.nesterov = nesterov, a.first = step <= 1;
-    }
+    opt_args a = opt_make_args(kind, lr, beta1, beta2, eps, momentum, dampening, nesterov, weight_decay, step,
+                               grad_scale);
     unsigned blocks = (unsigned)n_chunks;
     switch (kind) {
     case VR_CUDA_MT_SGD: mt_launch<OPT_SGD>(ctx, pdt, gdt, tab, n_tensors, blocks, a, dev_grad_scale, dev_skip); break;

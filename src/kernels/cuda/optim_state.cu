@@ -2,24 +2,17 @@
  * 8-bit block-wise m, v (or momentum), and bf16 weights without a master copy. One block of 256 threads
  * per chunk of VR_CUDA_MT_CHUNK elements (a multiple of VR_Q8_BLOCK, so an 8-bit block never spans two
  * chunks); 8-bit: each pass of the block takes one quantization block, a thread per element, the block's
- * absmax by a block reduction. The per-element arithmetic is that of optim.cu's opt_elem (explicit IEEE
- * intrinsics); the random bits of stochastic rounding and the nearest-code search are kernels/optim_math.h,
- * shared with the CPU kernels. */
+ * absmax by a block reduction. The per-element arithmetic is optim_elem.cuh's opt_upd, as in optim.cu;
+ * the random bits of stochastic rounding and the nearest-code search are kernels/optim_math.h, shared
+ * with the CPU kernels. */
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cuda/cuda_internal.cuh"
+#include "kernels/cuda/optim_elem.cuh"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/optim_math.h"
 #include "vram/optim_state.h"
 
-enum { K_SGD = VR_CUDA_MT_SGD, K_MOM = VR_CUDA_MT_MOMENTUM, K_ADAM = VR_CUDA_MT_ADAM, K_ADAMW = VR_CUDA_MT_ADAMW };
-
-struct st_args {
-    float lr, wd, b1, b2, eps, bc1, bc2_sqrt, momentum, dampening, grad_scale;
-    int nesterov, first;
-    uint64_t seed;
-};
 
 __constant__ float c_smap[256], c_umap[256];
 
@@ -29,11 +22,8 @@ static vr_status maps_ready(const vr_cuda_ctx *ctx)
     static int done[64];
     int d = ctx->device >= 0 && ctx->device < 64 ? ctx->device : 0;
     if (done[d]) return VR_OK;
-    float s[256], u[256];
-    vr_qmap_dynamic(1, s);
-    vr_qmap_dynamic(0, u);
-    VR_CU_CHECK(cudaMemcpyToSymbol(c_smap, s, sizeof s), "optim_state");
-    VR_CU_CHECK(cudaMemcpyToSymbol(c_umap, u, sizeof u), "optim_state");
+    VR_CU_CHECK(cudaMemcpyToSymbol(c_smap, vr_qmap(1), 256 * sizeof(float)), "optim_state");
+    VR_CU_CHECK(cudaMemcpyToSymbol(c_umap, vr_qmap(0), 256 * sizeof(float)), "optim_state");
     done[d] = 1;
     return VR_OK;
 }
@@ -41,29 +31,6 @@ static vr_status maps_ready(const vr_cuda_ctx *ctx)
 __device__ __forceinline__ float ld_state(const void *p, size_t i, int fmt)
 {
     return fmt == VR_CUDA_STATE_BF16 ? vr_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-
-/* One element's update of p (in: the fp32 weight; out: the new one) with state mi, vi in registers. */
-template <int KIND>
-__device__ __forceinline__ float upd(float p, float g, float &mi, float &vi, const st_args &a, float wd)
-{
-    if (KIND == K_SGD) {
-        g = __fmaf_rn(wd, p, g);
-        return __fmaf_rn(-a.lr, g, p);
-    }
-    if (KIND == K_MOM) {
-        g = __fmaf_rn(wd, p, g);
-        float buf = a.first ? g : __fmaf_rn(a.momentum, mi, __fmul_rn(__fsub_rn(1.0f, a.dampening), g));
-        mi = buf;
-        g = a.nesterov ? __fmaf_rn(a.momentum, buf, g) : buf;
-        return __fmaf_rn(-a.lr, g, p);
-    }
-    if (KIND == K_ADAM) g = __fmaf_rn(wd, p, g);
-    else p = __fmul_rn(p, __fmaf_rn(-a.lr, wd, 1.0f));
-    mi = __fmaf_rn(a.b1, mi, __fmul_rn(__fsub_rn(1.0f, a.b1), g));
-    vi = __fmaf_rn(a.b2, vi, __fmul_rn(__fmul_rn(__fsub_rn(1.0f, a.b2), g), g));
-    float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
-    return __fsub_rn(p, __fdiv_rn(__fmul_rn(__fdiv_rn(a.lr, a.bc1), mi), den));
 }
 
 /* A weight without a master copy: bf16 rounds stochastically, fp32 is exact. */
@@ -78,7 +45,7 @@ template <> __device__ __forceinline__ __nv_bfloat16 round_w<__nv_bfloat16>(floa
 }
 
 template <typename TP>
-__device__ __forceinline__ void store_param(const vr_cuda_mt_tensor &t, size_t i, float p, const st_args &a)
+__device__ __forceinline__ void store_param(const vr_cuda_mt_tensor &t, size_t i, float p, const opt_args &a)
 {
     TP *param = (TP *)t.param;
     if (t.master) {
@@ -96,13 +63,13 @@ template <typename TP> __device__ __forceinline__ float weight(const vr_cuda_mt_
 
 /* Elements [lo, hi) of t: f32 or bf16 state. */
 template <int KIND, typename TP, typename TG>
-__device__ void chunk_elem(const vr_cuda_mt_tensor &t, size_t lo, size_t hi, const st_args &a, float wd, float gs)
+__device__ void chunk_elem(const vr_cuda_mt_tensor &t, size_t lo, size_t hi, const opt_args &a, float wd, float gs)
 {
     const TG *grad = (const TG *)t.grad;
-    const bool has_m = KIND != K_SGD, has_v = KIND == K_ADAM || KIND == K_ADAMW;
+    const bool has_m = KIND != OPT_SGD, has_v = KIND == OPT_ADAM || KIND == OPT_ADAMW;
     for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         float mi = has_m ? ld_state(t.m, i, t.fmt) : 0.0f, vi = has_v ? ld_state(t.v, i, t.fmt) : 0.0f;
-        float p = upd<KIND>(weight<TP>(t, i), __fmul_rn(vr_tof(grad[i]), gs), mi, vi, a, wd);
+        float p = opt_upd<KIND>(weight<TP>(t, i), __fmul_rn(vr_tof(grad[i]), gs), mi, vi, a, wd);
         store_param<TP>(t, i, p, a);
         if (t.fmt == VR_CUDA_STATE_BF16) {
             if (has_m) ((uint16_t *)t.m)[i] = vr_bf16_sr(mi, vr_sr_bits(a.seed, VR_SR_M, t.sindex + i));
@@ -116,11 +83,11 @@ __device__ void chunk_elem(const vr_cuda_mt_tensor &t, size_t lo, size_t hi, con
 
 /* Elements [lo, hi) of t, 8-bit state: one quantization block per pass (blockDim.x == VR_Q8_BLOCK). */
 template <int KIND, typename TP, typename TG>
-__device__ void chunk_q8(const vr_cuda_mt_tensor &t, size_t lo, size_t hi, const st_args &a, float wd, float gs,
+__device__ void chunk_q8(const vr_cuda_mt_tensor &t, size_t lo, size_t hi, const opt_args &a, float wd, float gs,
                          const float *smap, const float *umap, float *red)
 {
     const TG *grad = (const TG *)t.grad;
-    const bool has_v = KIND == K_ADAM || KIND == K_ADAMW;
+    const bool has_v = KIND == OPT_ADAM || KIND == OPT_ADAMW;
     uint8_t *mc = (uint8_t *)t.m, *vc = (uint8_t *)t.v;
     for (size_t b0 = lo; b0 < hi; b0 += VR_Q8_BLOCK) {
         size_t i = b0 + threadIdx.x, blk = b0 / VR_Q8_BLOCK;
@@ -130,7 +97,7 @@ __device__ void chunk_q8(const vr_cuda_mt_tensor &t, size_t lo, size_t hi, const
             mi = smap[mc[i]] * t.absmax_m[blk];
             if (has_v) vi = umap[vc[i]] * t.absmax_v[blk];
             float g = __fmul_rn(vr_tof(grad[i]), gs);
-            if (isfinite(g)) store_param<TP>(t, i, upd<KIND>(weight<TP>(t, i), g, mi, vi, a, wd), a);
+            if (isfinite(g)) store_param<TP>(t, i, opt_upd<KIND>(weight<TP>(t, i), g, mi, vi, a, wd), a);
         }
         float am = vr_block_max(in ? fabsf(mi) : 0.0f, red);
         float av = has_v ? vr_block_max(in ? vi : 0.0f, red) : 0.0f;
@@ -145,25 +112,14 @@ __device__ void chunk_q8(const vr_cuda_mt_tensor &t, size_t lo, size_t hi, const
     }
 }
 
-__device__ __forceinline__ void st_device_scalars(st_args &a, const float *hp)
-{
-    if (hp) {
-        a.lr = hp[0];
-        a.bc1 = hp[1];
-        a.bc2_sqrt = hp[2];
-        a.first = hp[3] != 0.0f;
-        a.seed = (uint64_t)hp[4];
-    }
-}
-
 /* One block per chunk: of the table's entry holding it (tab, nt), or of the single tensor one. */
 template <int KIND, typename TP, typename TG>
 __global__ void __launch_bounds__(VR_Q8_BLOCK) k_state(const vr_cuda_mt_tensor *tab, int nt, vr_cuda_mt_tensor one,
-                                                       st_args a, const float *dev_scale, const int32_t *dev_skip,
+                                                       opt_args a, const float *dev_scale, const int32_t *dev_skip,
                                                        const float *hp)
 {
     if (dev_skip && *dev_skip) return;
-    st_device_scalars(a, hp);
+    opt_device_scalars(a, hp);
     float gs = __fmul_rn(a.grad_scale, dev_scale ? *dev_scale : 1.0f);
     __shared__ vr_cuda_mt_tensor t;
     __shared__ float smap[256], umap[256], red[32];
@@ -186,7 +142,7 @@ __global__ void __launch_bounds__(VR_Q8_BLOCK) k_state(const vr_cuda_mt_tensor *
     size_t lo = (size_t)((int64_t)blockIdx.x - t.chunk0) * VR_CUDA_MT_CHUNK;
     size_t hi = lo + VR_CUDA_MT_CHUNK < (size_t)t.n ? lo + VR_CUDA_MT_CHUNK : (size_t)t.n;
     float wd = t.decay ? a.wd : 0.0f;
-    if (t.fmt == VR_CUDA_STATE_Q8 && KIND != K_SGD)
+    if (t.fmt == VR_CUDA_STATE_Q8 && KIND != OPT_SGD)
         chunk_q8<KIND, TP, TG>(t, lo, hi, a, wd, gs, smap, umap, red);
     else
         chunk_elem<KIND, TP, TG>(t, lo, hi, a, wd, gs);
@@ -194,7 +150,7 @@ __global__ void __launch_bounds__(VR_Q8_BLOCK) k_state(const vr_cuda_mt_tensor *
 
 template <int KIND, typename TP>
 static void launch_tg(const vr_cuda_ctx *ctx, vr_cuda_dtype gdt, const vr_cuda_mt_tensor *tab, int nt,
-                      const vr_cuda_mt_tensor &one, unsigned blocks, const st_args &a, const float *ds,
+                      const vr_cuda_mt_tensor &one, unsigned blocks, const opt_args &a, const float *ds,
                       const int32_t *sk)
 {
     cudaStream_t s = VR_STREAM(ctx);
@@ -209,42 +165,28 @@ static void launch_tg(const vr_cuda_ctx *ctx, vr_cuda_dtype gdt, const vr_cuda_m
 
 template <int KIND>
 static void launch(const vr_cuda_ctx *ctx, vr_cuda_dtype pdt, vr_cuda_dtype gdt, const vr_cuda_mt_tensor *tab, int nt,
-                   const vr_cuda_mt_tensor &one, unsigned blocks, const st_args &a, const float *ds, const int32_t *sk)
+                   const vr_cuda_mt_tensor &one, unsigned blocks, const opt_args &a, const float *ds, const int32_t *sk)
 {
     if (pdt == VR_CUDA_F32) launch_tg<KIND, float>(ctx, gdt, tab, nt, one, blocks, a, ds, sk);
     else if (pdt == VR_CUDA_BF16) launch_tg<KIND, __nv_bfloat16>(ctx, gdt, tab, nt, one, blocks, a, ds, sk);
     else launch_tg<KIND, __half>(ctx, gdt, tab, nt, one, blocks, a, ds, sk);
 }
 
-static st_args make_args(int kind, float lr, float b1, float b2, float eps, float momentum, float dampening,
-                         int nesterov, float wd, int step, float grad_scale)
-{
-    st_args a;
-    memset(&a, 0, sizeof a);
-    int t = step < 1 ? 1 : step;
-    a.lr = lr, a.wd = wd, a.grad_scale = grad_scale, a.b1 = b1, a.b2 = b2, a.eps = eps;
-    a.momentum = momentum, a.dampening = dampening, a.nesterov = nesterov, a.first = step <= 1;
-    a.bc1 = kind >= K_ADAM ? (float)(1.0 - pow((double)b1, (double)t)) : 1.0f;
-    a.bc2_sqrt = kind >= K_ADAM ? (float)sqrt(1.0 - pow((double)b2, (double)t)) : 1.0f;
-    a.seed = (uint64_t)t;
-    return a;
-}
-
 static vr_status run(const vr_cuda_ctx *ctx, const char *op, int kind, vr_cuda_dtype pdt, vr_cuda_dtype gdt,
                      const vr_cuda_mt_tensor *tab, int nt, const vr_cuda_mt_tensor &one, int64_t chunks,
-                     const st_args &a, const float *ds, const int32_t *sk)
+                     const opt_args &a, const float *ds, const int32_t *sk)
 {
     if (!vr_cu_dt_ok(pdt) || !vr_cu_dt_ok(gdt)) return vr_cu_bad(op, "unknown dtype");
-    if (kind < K_SGD || kind > K_ADAMW) return vr_cu_bad(op, "unknown optimizer");
+    if (kind < OPT_SGD || kind > OPT_ADAMW) return vr_cu_bad(op, "unknown optimizer");
     if (chunks <= 0) return VR_OK;
     if (chunks > 0x7fffffff) return vr_cu_bad(op, "too many chunks");
     VR_CU_TRY(maps_ready(ctx));
     unsigned blocks = (unsigned)chunks;
     switch (kind) {
-    case K_SGD: launch<K_SGD>(ctx, pdt, gdt, tab, nt, one, blocks, a, ds, sk); break;
-    case K_MOM: launch<K_MOM>(ctx, pdt, gdt, tab, nt, one, blocks, a, ds, sk); break;
-    case K_ADAM: launch<K_ADAM>(ctx, pdt, gdt, tab, nt, one, blocks, a, ds, sk); break;
-    default: launch<K_ADAMW>(ctx, pdt, gdt, tab, nt, one, blocks, a, ds, sk); break;
+    case OPT_SGD: launch<OPT_SGD>(ctx, pdt, gdt, tab, nt, one, blocks, a, ds, sk); break;
+    case OPT_MOM: launch<OPT_MOM>(ctx, pdt, gdt, tab, nt, one, blocks, a, ds, sk); break;
+    case OPT_ADAM: launch<OPT_ADAM>(ctx, pdt, gdt, tab, nt, one, blocks, a, ds, sk); break;
+    default: launch<OPT_ADAMW>(ctx, pdt, gdt, tab, nt, one, blocks, a, ds, sk); break;
     }
     return vr_cu_launched(ctx, op);
 }
@@ -261,7 +203,7 @@ extern "C" vr_status vr_cuda_mt_optim_state(const vr_cuda_ctx *ctx, int kind, vr
     if (!tab) return vr_cu_bad(op, "NULL table");
     vr_cuda_mt_tensor none;
     memset(&none, 0, sizeof none);
-    st_args a = make_args(kind, lr, beta1, beta2, eps, momentum, dampening, nesterov, weight_decay, step, grad_scale);
+    opt_args a = opt_make_args(kind, lr, beta1, beta2, eps, momentum, dampening, nesterov, weight_decay, step, grad_scale);
     return run(ctx, op, kind, pdt, gdt, tab, n_tensors, none, n_chunks, a, dev_grad_scale, dev_skip);
 }
 
@@ -275,13 +217,13 @@ extern "C" vr_status vr_cuda_optim_state(const vr_cuda_ctx *ctx, int kind, vr_cu
     if (!t || t->n <= 0) return VR_OK;
     if (!t->param || !t->grad) return vr_cu_bad(op, "NULL pointer");
     if (!t->master && pdt == VR_CUDA_F16) return vr_cu_bad(op, "an fp16 param needs an fp32 master");
-    if (kind != K_SGD && !t->m) return vr_cu_bad(op, "NULL state");
-    if ((kind == K_ADAM || kind == K_ADAMW) && !t->v) return vr_cu_bad(op, "NULL state");
-    if (t->fmt == VR_CUDA_STATE_Q8 && kind != K_SGD && (!t->absmax_m || (kind >= K_ADAM && !t->absmax_v)))
+    if (kind != OPT_SGD && !t->m) return vr_cu_bad(op, "NULL state");
+    if ((kind == OPT_ADAM || kind == OPT_ADAMW) && !t->v) return vr_cu_bad(op, "NULL state");
+    if (t->fmt == VR_CUDA_STATE_Q8 && kind != OPT_SGD && (!t->absmax_m || (kind >= OPT_ADAM && !t->absmax_v)))
         return vr_cu_bad(op, "8-bit state without its absmax");
     vr_cuda_mt_tensor one = *t;
     one.chunk0 = 0;
     int64_t chunks = (t->n + VR_CUDA_MT_CHUNK - 1) / VR_CUDA_MT_CHUNK;
-    st_args a = make_args(kind, lr, beta1, beta2, eps, momentum, dampening, nesterov, weight_decay, step, grad_scale);
+    opt_args a = opt_make_args(kind, lr, beta1, beta2, eps, momentum, dampening, nesterov, weight_decay, step, grad_scale);
     return run(ctx, op, kind, pdt, gdt, NULL, 0, one, chunks, a, dev_grad_scale, dev_skip);
 }

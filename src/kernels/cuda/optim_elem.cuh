@@ -1,0 +1,74 @@
+/* vram — one optimizer element's arithmetic, shared by the fp32-state kernels (optim.cu) and the
+ * compact-state kernels (optim_state.cu): the step's scalars and the update of a weight and its state
+ * in registers. Every operation is an explicit IEEE intrinsic (round to nearest, FMAs where written):
+ * nothing is left to the compiler's contraction, which could differ between kernels, so all of them give
+ * the same bits from the same inputs. */
+#ifndef VRAM_KERNELS_CUDA_OPTIM_ELEM_CUH
+#define VRAM_KERNELS_CUDA_OPTIM_ELEM_CUH
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_internal.cuh"
+
+/* The kinds, in vr_cuda_mt_optim's numbering (VR_CUDA_MT_SGD ...). */
+enum { OPT_SGD = VR_CUDA_MT_SGD, OPT_MOM = VR_CUDA_MT_MOMENTUM, OPT_ADAM = VR_CUDA_MT_ADAM, OPT_ADAMW = VR_CUDA_MT_ADAMW };
+
+struct opt_args {
+    float lr, wd, b1, b2, eps, bc1, bc2_sqrt, momentum, dampening, grad_scale;
+    int nesterov, first;
+    uint64_t seed; /* stochastic rounding's: the step */
+};
+
+/* The scalars of a step (host), as the kernels use them: bias corrections of step max(step, 1). */
+static inline opt_args opt_make_args(int kind, float lr, float b1, float b2, float eps, float momentum,
+                                     float dampening, int nesterov, float wd, int step, float grad_scale)
+{
+    opt_args a;
+    memset(&a, 0, sizeof a);
+    int t = step < 1 ? 1 : step;
+    a.lr = lr, a.wd = wd, a.grad_scale = grad_scale, a.b1 = b1, a.b2 = b2, a.eps = eps;
+    a.momentum = momentum, a.dampening = dampening, a.nesterov = nesterov, a.first = step <= 1;
+    a.bc1 = kind >= OPT_ADAM ? (float)(1.0 - pow((double)b1, (double)t)) : 1.0f;
+    a.bc2_sqrt = kind >= OPT_ADAM ? (float)sqrt(1.0 - pow((double)b2, (double)t)) : 1.0f;
+    a.seed = (uint64_t)t;
+    return a;
+}
+
+/* The step's lr, bias corrections and seed from the device (a replayed CUDA graph; vr_cuda_opt_scalars). */
+__device__ __forceinline__ void opt_device_scalars(opt_args &a, const float *hp)
+{
+    if (hp) {
+        a.lr = hp[0];
+        a.bc1 = hp[1];
+        a.bc2_sqrt = hp[2];
+        a.first = hp[3] != 0.0f;
+        a.seed = (uint64_t)hp[4];
+    }
+}
+
+/* One element: returns the new fp32 weight from p; mi (momentum or m) and vi are the state in and out.
+ * g is the scaled gradient, wd this tensor's weight decay. */
+template <int KIND>
+__device__ __forceinline__ float opt_upd(float p, float g, float &mi, float &vi, const opt_args &a, float wd)
+{
+    if (KIND == OPT_SGD) {
+        g = __fmaf_rn(wd, p, g);
+        return __fmaf_rn(-a.lr, g, p);
+    }
+    if (KIND == OPT_MOM) {
+        g = __fmaf_rn(wd, p, g);
+        float buf = a.first ? g : __fmaf_rn(a.momentum, mi, __fmul_rn(__fsub_rn(1.0f, a.dampening), g));
+        mi = buf;
+        g = a.nesterov ? __fmaf_rn(a.momentum, buf, g) : buf;
+        return __fmaf_rn(-a.lr, g, p);
+    }
+    if (KIND == OPT_ADAM) g = __fmaf_rn(wd, p, g);
+    else p = __fmul_rn(p, __fmaf_rn(-a.lr, wd, 1.0f));
+    mi = __fmaf_rn(a.b1, mi, __fmul_rn(__fsub_rn(1.0f, a.b1), g));
+    vi = __fmaf_rn(a.b2, vi, __fmul_rn(__fmul_rn(__fsub_rn(1.0f, a.b2), g), g));
+    float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
+    return __fsub_rn(p, __fdiv_rn(__fmul_rn(__fdiv_rn(a.lr, a.bc1), mi), den));
+}
+
+#endif
