@@ -113,6 +113,11 @@ typedef enum vr_op {
     VR_OP_ROPE_BWD,       /* in: dy                                           out: dx */
     VR_OP_SWIGLU,         /* in: x(N,2I) = [gate | up]                        out: y(N,I) = silu(gate) * up */
     VR_OP_SWIGLU_BWD,     /* in: dy, x                                        out: dx */
+    VR_OP_COPY,           /* in: src, fence                                   out: dst (same dtype and size).
+                           * Offload: device -> host (a gradient after its last writer; the fence is the
+                           * previous copy's source: that copy has finished before this node ends, so its
+                           * source's bytes may be reused after it) and host -> device (the updated weights).
+                           * A device -> host copy in the backward runs on the last micro-batch only */
     VR_OP_COUNT
 } vr_op;
 
@@ -158,6 +163,8 @@ typedef struct vr_tensor {
     int optim[2];            /* params: views of the optimizer state (momentum | m, v); -1 none */
     int absmax[2];           /* params with 8-bit state: views of the per-block absmax of optim[0], optim[1] */
     bool frozen;             /* params: no gradient, no optimizer state */
+    bool host;               /* lives in (pinned) host memory, not on the device: offloaded master, optimizer
+                              * state and the gradients' host copies (always persistent) */
     bool persistent;         /* lives across the whole step: params, master, optim, and the
                               * gradients when they accumulate over micro-batches */
     bool output;             /* read after the step (the losses): lives to the last node */
@@ -195,6 +202,7 @@ typedef struct vr_node {
     float loss_scale;                /* classifier / xent backward: dL/dlosses[i] = 1/(N*accum) */
     int src;                         /* recompute and backward nodes: the forward node they
                                       * re-run / differentiate; -1 otherwise */
+    bool host;                       /* runs on the host over host tensors (offloaded sumsq and updates) */
 } vr_node;
 
 typedef enum vr_precision { VR_PREC_FP32, VR_PREC_BF16, VR_PREC_FP16 } vr_precision;
@@ -202,6 +210,10 @@ typedef enum vr_optim { VR_OPTIM_NONE, VR_OPTIM_SGD, VR_OPTIM_MOMENTUM, VR_OPTIM
 typedef enum vr_recompute { VR_RECOMPUTE_NONE, VR_RECOMPUTE_BLOCK, VR_RECOMPUTE_SELECTIVE } vr_recompute;
 /* How optimizer state is stored: fp32; bf16 with stochastic rounding; 8-bit block-wise (vram/optim_state.h). */
 typedef enum vr_optim_state { VR_OSTATE_FP32, VR_OSTATE_BF16, VR_OSTATE_8BIT } vr_optim_state;
+/* Where the fp32 master and the optimizer state live: on the device, or in pinned host memory with the
+ * update run by the host (ZeRO-Offload: gradients go down as the backward finishes them, the new weights
+ * come back up before the next step). */
+typedef enum vr_offload { VR_OFFLOAD_NONE, VR_OFFLOAD_OPTIM } vr_offload;
 typedef enum vr_model_kind { VR_MODEL_GPT, VR_MODEL_MLP, VR_MODEL_LLAMA } vr_model_kind;
 /* Whose kernels will run the graph: it sizes the nodes' scratch by their formulas. */
 typedef enum vr_kernels { VR_KERNELS_CPU, VR_KERNELS_CUDA } vr_kernels;
@@ -212,6 +224,8 @@ const char *vr_optim_name(vr_optim o);
 const char *vr_recompute_name(vr_recompute r);
 const char *vr_optim_state_name(vr_optim_state o); /* "fp32", "bf16", "8bit" */
 vr_status vr_optim_state_parse(const char *s, const char *what, vr_optim_state *out);
+const char *vr_offload_name(vr_offload o); /* "none", "optim" */
+vr_status vr_offload_parse(const char *s, const char *what, vr_offload *out);
 vr_status vr_precision_parse(const char *s, const char *what, vr_precision *out);
 vr_status vr_optim_parse(const char *s, const char *what, vr_optim *out);
 vr_status vr_recompute_parse(const char *s, const char *what, vr_recompute *out);
@@ -274,6 +288,8 @@ typedef struct vr_step_config {
     vr_precision precision;   /* bf16/fp16: params, grads, acts in 16 bits, fp32 master + optim */
     vr_optim_state optim_state; /* how Adam/momentum state is stored (fp32 default); needs a stateful optim */
     bool no_master;           /* bf16: no fp32 master copy (weights updated with stochastic rounding) */
+    vr_offload offload;       /* optim: master (fp32, also for fp32 params) and state in host memory, the
+                               * update on the host; needs an optimizer and a master */
     const char *freeze;       /* comma-separated globs over parameter names ('h.*.attn*,wte'); NULL none */
     float grad_clip;          /* > 0: global-norm clipping (sumsq nodes feed every optimizer node) */
     uint64_t workspace_bytes; /* library workspace held for the step (cuBLAS: 32 MiB), role temp; 0 none */
@@ -297,6 +313,8 @@ typedef struct vr_graph {
                                * state: the u8 codes of the tensors that quantize (vr_q8_quantized) */
     int absmax[2];            /* 8-bit state: flat f32 per-block absmax of optim[0], optim[1]; -1 */
     int optim32[2];           /* 8-bit state: flat f32 state of the tensors too small to quantize; -1 */
+    int host_grads;           /* offload: the gradients' host copy (param dtype, over the trainable params),
+                               * which the update overwrites with the new weights to send back; -1 */
     int tokens, targets;      /* inputs (GPT: tok, targets (B,T); MLP: features (B,D), labels (B)) */
     int losses;               /* per-row losses, f32 */
     int loss_node;            /* the node computing losses */

@@ -64,6 +64,8 @@ typedef struct vr_plan_tensor {
                                 * (in place) the input it overwrote; the dynamic mode allocates
                                 * once per base and frees after the last use of any tensor on it */
     bool persistent;           /* placed in the persistent region */
+    bool host;                 /* in host memory (offload): offset is into the host arena, and its bytes
+                                * are in host_total, not in the device timeline */
 } vr_plan_tensor;
 
 /* The caching-allocator replay (dynamic mode). */
@@ -109,6 +111,13 @@ typedef struct vr_plan {
     /* Arena. */
     uint64_t persistent_size;  /* [0, persistent_size): the persistent tensors */
     uint64_t arena_size;       /* all of it: persistent region + packed region */
+
+    /* Host memory (offload): the host tensors, all persistent, one after another in a host arena of
+     * host_size bytes (pinned on a GPU), raw bytes per role in host_total. None of it is in the figures
+     * above, which are the device's. */
+    int host_count[VR_ROLE_COUNT];
+    uint64_t host_total[VR_ROLE_COUNT];
+    uint64_t host_size;
 
     bool has_dynamic;
     vr_plan_dynamic dynamic;

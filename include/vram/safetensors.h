@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vram/convert.h"
 #include "vram/graph.h"
 #include "vram/status.h"
 
@@ -75,9 +76,6 @@ typedef struct vr_st_write_tensor {
  * pairs, may be 0) go into "__metadata__" (e.g. "format": "pt"). */
 vr_status vr_st_write(const char *path, const vr_st_write_tensor *tensors, int n,
                       const char *const *meta_keys, const char *const *meta_values, int n_meta);
-
-/* Converts n elements between VR_F32 / VR_BF16 / VR_F16 (round to nearest even). */
-void vr_convert(vr_dtype to, void *dst, vr_dtype from, const void *src, size_t n);
 
 #ifdef __cplusplus
 }

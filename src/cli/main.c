@@ -26,6 +26,7 @@ static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
 static const char *field_flags[][2] = {
     {"optim_state", "--optim-state"},
     {"master", "--master"},
+    {"offload", "--offload"},
 };
 
 int vr_cli_fail(const char *cmd, int status, const char *fmt, ...)

@@ -8,7 +8,8 @@
 #include "vram/util.h"
 
 static const char *str_flags[] = {"--model", "--preset", "--sizes", "--act", "--optim", "--recompute", "--freeze",
-                                  "--precision", "--optim-state", "--master", "--rope-theta", "--rms-eps"};
+                                  "--precision", "--optim-state", "--master", "--rope-theta", "--rms-eps",
+                                  "--offload"};
 static const char *int_flags[] = {"--layers", "--channels", "--heads", "--vocab", "--padded-vocab",
                                   "--max-seq", "--seq", "--batch", "--accum", "--kv-heads", "--head-dim",
                                   "--intermediate"};
@@ -20,7 +21,7 @@ int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_mode
     const char *a = argv[*i];
     const char **str_dst[NSTR] = {&f->model, &f->preset, &f->sizes, &f->act, &f->optim, &f->recompute,
                                   &f->freeze, &f->precision, &f->optim_state, &f->master, &f->rope_theta,
-                                  &f->rms_eps};
+                                  &f->rms_eps, &f->offload};
     long long *int_dst[NINT] = {&f->layers, &f->channels, &f->heads, &f->vocab, &f->padded_vocab,
                                 &f->max_seq, &f->seq, &f->batch, &f->accum, &f->kv_heads, &f->head_dim,
                                 &f->intermediate};
@@ -232,6 +233,8 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
     if (o->master && strcmp(o->master, "fp32") && strcmp(o->master, "none"))
         return vr_cli_fail(cmd, 2, "--master: '%s' is not one of fp32|none", o->master);
     s->no_master = o->master && !strcmp(o->master, "none");
+    if (o->offload && vr_offload_parse(o->offload, "--offload", &s->offload))
+        return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     s->freeze = o->freeze;
     s->grad_clip = (float)o->clip;
     if (vr_step_config_check(s))
@@ -269,6 +272,8 @@ void vr_step_flags_usage(FILE *f, const vr_model_defaults *d)
             "  --optim-state fp32|bf16|8bit           Adam/momentum state: fp32, bf16 (stochastic rounding) or\n"
             "                                         8-bit block-wise (tensors under 4096 elements stay fp32) (fp32)\n"
             "  --master fp32|none       bf16: keep an fp32 master copy of the weights, or none (fp32)\n"
+            "  --offload none|optim     optim: fp32 master and optimizer state in pinned host memory, the update\n"
+            "                           run by the host while the backward goes on (none)\n"
             "  --clip X                 clip gradients to global norm X\n",
             d->batch, seq, vr_optim_name(d->optim));
 }

@@ -12,7 +12,7 @@
 
 typedef struct vr_model_flags {
     const char *model, *preset, *sizes, *act, *optim, *recompute, *freeze, *precision, *optim_state, *master;
-    long long layers, channels, heads, vocab, padded_vocab, max_seq, seq, batch, accum; /* 0: not given */
+    const char *offload;    long long layers, channels, heads, vocab, padded_vocab, max_seq, seq, batch, accum; /* 0: not given */
     double clip;     /* 0: not given */
     bool eval;       /* --eval: the no-grad graph */
     long long kv_heads, head_dim, intermediate;  /* llama; 0: not given */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "exec/exec_internal.h"
+#include "vram/convert.h"
 #include "vram/util.h"
 
 vr_optim_hparams vr_optim_hparams_default(vr_optim o)
@@ -336,75 +337,6 @@ static vr_status check_io(vr_exec *e, int t, uint64_t bytes, void **dev_ptr)
     return VR_OK;
 }
 
-/* fp32 <-> bf16 / fp16 on the host (round to nearest even). */
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t f32_to_f16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t sign = (u >> 16) & 0x8000u, mant = u & 0x7fffffu;
-    int32_t exp = (int32_t)((u >> 23) & 0xff);
-    if (exp == 0xff)
-        return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
-    exp = exp - 127 + 15;
-    if (exp >= 0x1f)
-        return (uint16_t)(sign | 0x7c00u);
-    if (exp <= 0) {
-        if (exp < -10)
-            return (uint16_t)sign;
-        mant |= 0x800000u;
-        uint32_t shift = (uint32_t)(14 - exp), half = 1u << (shift - 1);
-        uint32_t r = mant >> shift, rem = mant & ((1u << shift) - 1);
-        if (rem > half || (rem == half && (r & 1)))
-            r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t r = ((uint32_t)exp << 10) | (mant >> 13), rem = mant & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (r & 1)))
-        r++;
-    return (uint16_t)(sign | r);
-}
-
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, u;
-    if (exp == 0x1f)
-        u = sign | 0x7f800000u | (mant << 13);
-    else if (exp == 0) {
-        if (!mant)
-            u = sign;
-        else {
-            int e = -1;
-            do {
-                mant <<= 1;
-                e++;
-            } while (!(mant & 0x400u));
-            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
-        }
-    } else
-        u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Is t the parameter buffer of a 16-bit graph and host given as fp32? */
 static bool params_as_f32(const vr_exec *e, int t, uint64_t bytes)
 {
@@ -436,8 +368,7 @@ static vr_status write_params16(vr_exec *e, const float *host)
     uint16_t *h = malloc(n * sizeof *h + 1);
     if (!h)
         return vr_error(VR_ERR_OOM, "exec: out of host memory");
-    for (size_t i = 0; i < n; i++)
-        h[i] = g->param_dtype == VR_BF16 ? f32_to_bf16(host[i]) : f32_to_f16(host[i]);
+    vr_convert(g->param_dtype, h, VR_F32, host, n);
     void *p;
     vr_status st = check_io(e, g->params, n * 2, &p);
     if (!st)
@@ -458,8 +389,8 @@ static vr_status read_params16(vr_exec *e, float *host)
     vr_status st = check_io(e, g->params, n * 2, &p);
     if (!st)
         st = vr_device_memcpy(e->dev, h, p, n * 2, VR_COPY_DEVICE_TO_HOST);
-    for (size_t i = 0; i < n && !st; i++)
-        host[i] = g->param_dtype == VR_BF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
+    if (!st)
+        vr_convert(VR_F32, host, g->param_dtype, h, n);
     free(h);
     for (int t = 0; t < g->n_tensors && !st && g->master >= 0 && e->live[g->master]; t++) {
         const vr_tensor *x = &g->tensors[t];
@@ -492,9 +423,7 @@ vr_status vr_exec_write(vr_exec *e, int t, const void *host, uint64_t bytes)
         float *f = malloc(n * sizeof(float) + 1);
         if (!f)
             return vr_error(VR_ERR_OOM, "exec: out of host memory");
-        const uint16_t *h = host;
-        for (size_t i = 0; i < n; i++)
-            f[i] = e->g->param_dtype == VR_BF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
+        vr_convert(VR_F32, f, e->g->param_dtype, host, n);
         st = write_master(e, f);
         free(f);
     }

@@ -19,6 +19,13 @@ vr_status vr_step_config_check(const vr_step_config *s)
         return vr_error(VR_ERR_INVALID, "master: 'none' needs bf16 precision (%s %s)", vr_precision_name(s->precision),
                         s->precision == VR_PREC_FP32 ? "weights are their own fp32 master"
                                                      : "weights lose small updates without an fp32 master");
+    if ((unsigned)s->offload > VR_OFFLOAD_OPTIM)
+        return vr_error(VR_ERR_INVALID, "step config: bad offload value %d", (int)s->offload);
+    if (s->train && s->offload && s->optim == VR_OPTIM_NONE)
+        return vr_error(VR_ERR_INVALID, "offload: 'optim' needs an optimizer (there is no state to offload)");
+    if (s->offload && s->no_master)
+        return vr_error(VR_ERR_INVALID, "offload: 'optim' keeps the fp32 master weights on the host; it cannot run "
+                        "with master 'none'");
     if (s->accum < 0)
         return vr_error(VR_ERR_INVALID, "--accum: must be >= 1 (got %d)", s->accum);
     return VR_OK;

@@ -37,11 +37,13 @@ static const char *prec_names[] = {"fp32", "bf16", "fp16"};
 static const char *optim_names[] = {"none", "sgd", "momentum", "adam", "adamw"};
 static const char *recompute_names[] = {"none", "block", "selective"};
 static const char *ostate_names[] = {"fp32", "bf16", "8bit"};
+static const char *offload_names[] = {"none", "optim"};
 
 const char *vr_precision_name(vr_precision p) { return (unsigned)p < 3 ? prec_names[p] : "?"; }
 const char *vr_optim_name(vr_optim o) { return (unsigned)o < 5 ? optim_names[o] : "?"; }
 const char *vr_recompute_name(vr_recompute r) { return (unsigned)r < 3 ? recompute_names[r] : "?"; }
 const char *vr_optim_state_name(vr_optim_state o) { return (unsigned)o < 3 ? ostate_names[o] : "?"; }
+const char *vr_offload_name(vr_offload o) { return (unsigned)o < 2 ? offload_names[o] : "?"; }
 
 static vr_status parse_name(const char *s, const char *what, const char **names, int n, int *out)
 {
@@ -91,6 +93,14 @@ vr_status vr_optim_state_parse(const char *s, const char *what, vr_optim_state *
     return st;
 }
 
+vr_status vr_offload_parse(const char *s, const char *what, vr_offload *out)
+{
+    int v = 0;
+    vr_status st = parse_name(s, what, offload_names, 2, &v);
+    *out = (vr_offload)v;
+    return st;
+}
+
 /* ------------------------------------------------------------------ graph */
 
 vr_graph *vr_graph_new(vr_precision p)
@@ -99,7 +109,7 @@ vr_graph *vr_graph_new(vr_precision p)
     if (!g)
         return NULL;
     g->params = g->master = g->optim[0] = g->optim[1] = -1;
-    g->absmax[0] = g->absmax[1] = g->optim32[0] = g->optim32[1] = -1;
+    g->absmax[0] = g->absmax[1] = g->optim32[0] = g->optim32[1] = g->host_grads = -1;
     g->tokens = g->targets = g->losses = g->loss_node = -1;
     g->step.precision = p;
     g->param_dtype = p == VR_PREC_BF16 ? VR_BF16 : p == VR_PREC_FP16 ? VR_F16 : VR_F32;
@@ -207,6 +217,7 @@ int vr_graph_view(vr_graph *g, int src, const char *name, int ndim, const int64_
     t->view_of = base;
     t->view_offset = off;
     t->persistent = s.persistent;
+    t->host = s.host;
     return id;
 }
 

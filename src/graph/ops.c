@@ -37,6 +37,7 @@ static const vr_op_info op_table[VR_OP_COUNT] = {
     [VR_OP_ROPE_BWD] = {"rope_bwd", "vr_cpu_rope_bwd", {"dout"}, {"dinp"}},
     [VR_OP_SWIGLU] = {"swiglu", "vr_cpu_swiglu_fwd", {"inp"}, {"out"}},
     [VR_OP_SWIGLU_BWD] = {"swiglu_bwd", "vr_cpu_swiglu_bwd", {"dout", "inp"}, {"dinp"}},
+    [VR_OP_COPY] = {"copy", "memcpy", {"src", "fence"}, {"dst"}},
 };
 
 const vr_op_info *vr_op_get_info(vr_op op)

@@ -12,7 +12,14 @@
  *          codes or of the f32 buffer, and absmax[i] a view of its blocks (-1 when f32).
  * After the backward, one update node per parameter with a gradient (preceded by the sumsq nodes of the
  * global norm with clipping, and under fp16 for its overflow check) reads the gradient, which therefore
- * dies at its update: the plan sees every gradient freed at the step. */
+ * dies at its update: the plan sees every gradient freed at the step.
+ *
+ * Offload (vr_step_config.offload): the master (fp32 for fp32 params too), the state and host_grads (the
+ * gradients' host copy, in the params' dtype) are host tensors. Right after the last node that touches a
+ * parameter or its gradient, a copy node sends the gradient down (so the device gradient dies at the next
+ * copy, its fence: see VR_OP_COPY); then, in the order the gradients arrive, the host runs the sumsq nodes
+ * and one update node per parameter, which reads the host copy and overwrites it with the new weights in
+ * the params' dtype, and a copy node sends them back up into the parameter. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,8 +101,11 @@ void vr_optimizer_state(vr_graph *g, const vr_step_config *s)
         else
             n32 += numel;
     }
-    if (mixed)
+    bool host = s->offload == VR_OFFLOAD_OPTIM;
+    if (mixed || host)
         g->master = flat(g, "master", VR_F32, VR_ROLE_MASTER, g->n_trainable);
+    if (host)
+        g->host_grads = flat(g, "host_grads", g->param_dtype, VR_ROLE_GRAD, g->n_trainable);
     static const char *names[2][2] = {{"optim.momentum", NULL}, {"optim.m", "optim.v"}};
     vr_dtype sdt = s->optim_state == VR_OSTATE_BF16 ? VR_BF16 : VR_F32;
     for (int i = 0; i < n_state; i++) {
@@ -111,6 +121,11 @@ void vr_optimizer_state(vr_graph *g, const vr_step_config *s)
             g->optim[i] = flat(g, nm, sdt, VR_ROLE_OPTIM, n32);
         }
     }
+    int flats[] = {g->master, g->host_grads, g->optim[0], g->optim[1], g->absmax[0], g->absmax[1], g->optim32[0],
+                   g->optim32[1]};
+    for (size_t i = 0; host && !g->err && i < sizeof flats / sizeof flats[0]; i++)
+        if (flats[i] >= 0)
+            g->tensors[flats[i]].host = g->tensors[flats[i]].persistent = true;
     int64_t off = 0, qoff = 0, boff = 0, soff = 0;
     for (int k = 0; k < no; k++) {
         int p = order[k];
@@ -120,7 +135,7 @@ void vr_optimizer_state(vr_graph *g, const vr_step_config *s)
         int64_t numel = vr_tensor_numel(&pt);
         bool quant = q8 && vr_q8_quantized(numel);
         char name[VR_NAME_MAX];
-        if (mixed) {
+        if (g->master >= 0) {
             snprintf(name, sizeof name, "master.%.56s", pt.name);
             int mv = vr_graph_view(g, g->master, name, pt.ndim, pt.shape, off); /* may move g->tensors */
             g->tensors[p].master = mv;
@@ -147,56 +162,194 @@ void vr_optimizer_state(vr_graph *g, const vr_step_config *s)
     free(order);
 }
 
+static int by_key(const void *a, const void *b)
+{
+    const int *x = a, *y = b; /* {key, index} */
+    return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+static bool node_touches(const vr_node *n, int a, int b)
+{
+    for (int k = 0; k < VR_NODE_MAX_IN; k++)
+        if (n->in[k] >= 0 && (n->in[k] == a || n->in[k] == b))
+            return true;
+    for (int k = 0; k < VR_NODE_MAX_OUT; k++)
+        if (n->out[k] >= 0 && (n->out[k] == a || n->out[k] == b))
+            return true;
+    return false;
+}
+
+/* Offload: moves the copy nodes [first, n_nodes) (one per entry of after[], in that order) to right after
+ * node after[k] each; node ids held by tensors (producer) and the graph follow. */
+static void place_copies(vr_graph *g, int first, const int *after)
+{
+    int N = g->n_nodes;
+    int *newid = malloc(sizeof(int) * (size_t)(N + 1));
+    vr_node *nodes = malloc(sizeof(vr_node) * (size_t)(N + 1));
+    if (!newid || !nodes) {
+        free(newid);
+        free(nodes);
+        vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
+        return;
+    }
+    int at = 0, c = first;
+    for (int i = 0; i < first; i++) {
+        newid[i] = at++;
+        for (; c < N && after[c - first] == i; c++) /* after[] is sorted */
+            newid[c] = at++;
+    }
+    for (int i = 0; i < N; i++)
+        nodes[newid[i]] = g->nodes[i];
+    memcpy(g->nodes, nodes, sizeof(vr_node) * (size_t)N);
+    for (int t = 0; t < g->n_tensors; t++)
+        if (g->tensors[t].producer >= 0)
+            g->tensors[t].producer = newid[g->tensors[t].producer];
+    if (g->loss_node >= 0)
+        g->loss_node = newid[g->loss_node];
+    free(newid);
+    free(nodes);
+}
+
+/* The global norm: for clipping, and under fp16 for the loss scaling's overflow check; sumsq nodes over
+ * grads[0..n) into one f32 (on the host when offloading). Returns the norm's tensor, -1 none. */
+static int norm_nodes(vr_graph *g, const vr_step_config *s, const int *params, const int *grads, int n, bool host)
+{
+    if (!(s->grad_clip > 0 || s->precision == VR_PREC_FP16) || n == 0)
+        return -1;
+    int64_t one[1] = {1};
+    int normsq = vr_graph_tensor(g, "grad.normsq", VR_F32, VR_ROLE_TEMP, 1, one);
+    if (normsq >= 0 && host)
+        g->tensors[normsq].host = g->tensors[normsq].persistent = true;
+    for (int i = 0; i < n; i++) {
+        char name[VR_NAME_MAX];
+        snprintf(name, sizeof name, "sumsq.%.50s", g->tensors[params[i]].name);
+        int id = vr_graph_node(g, VR_OP_SUMSQ, VR_PHASE_OPTIMIZER, name);
+        if (id < 0)
+            break;
+        g->nodes[id].in[0] = grads[i];
+        g->nodes[id].out[0] = normsq;
+        g->nodes[id].acc[0] = i ? VR_ACC_ADD : VR_ACC_OVERWRITE;
+        g->nodes[id].host = host;
+    }
+    return normsq;
+}
+
+/* One update node of parameter p reading gradient grad and writing the weights into out. */
+static int update_node(vr_graph *g, const vr_step_config *s, int p, int grad, int normsq, int out)
+{
+    static const vr_op ops[] = {VR_OP_SGD, VR_OP_SGD, VR_OP_SGD_MOMENTUM, VR_OP_ADAM, VR_OP_ADAMW};
+    vr_tensor pt = g->tensors[p];
+    char name[VR_NAME_MAX];
+    snprintf(name, sizeof name, "%s.%.50s", vr_optim_name(s->optim), pt.name);
+    int id = vr_graph_node(g, ops[s->optim], VR_PHASE_OPTIMIZER, name);
+    if (id < 0)
+        return -1;
+    vr_node *n = &g->nodes[id];
+    n->in[0] = grad;
+    n->in[1] = normsq;
+    n->out[0] = out;
+    n->out[1] = pt.master;
+    n->out[2] = pt.optim[0];
+    n->out[3] = pt.optim[1];
+    n->out[4] = pt.absmax[0];
+    n->out[5] = pt.absmax[1];
+    return id;
+}
+
+static int copy_node(vr_graph *g, const char *what, const char *pname, vr_phase ph, int src, int fence, int dst)
+{
+    char name[VR_NAME_MAX];
+    snprintf(name, sizeof name, "%s.%.48s", what, pname);
+    int id = vr_graph_node(g, VR_OP_COPY, ph, name);
+    if (id >= 0) {
+        g->nodes[id].in[0] = src;
+        g->nodes[id].in[1] = fence;
+        g->nodes[id].out[0] = dst;
+    }
+    return id;
+}
+
+/* Offload: the copies down after the backward's last touch of each parameter, then on the host the norm and
+ * the updates in arrival order, each followed by its copy up (see the file comment). */
+static void offload_nodes(vr_graph *g, const vr_step_config *s, const int *order, int no)
+{
+    int (*key)[2] = malloc(sizeof *key * (size_t)(no + 1));
+    int *after = malloc(sizeof(int) * (size_t)(no + 1)), *params = malloc(sizeof(int) * (size_t)(no + 1));
+    int *hv = malloc(sizeof(int) * (size_t)(no + 1));
+    if (!key || !after || !params || !hv) {
+        vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
+        goto out;
+    }
+    for (int i = 0; i < no; i++) {
+        int p = order[i], last = -1;
+        for (int n = g->n_nodes - 1; n >= 0 && last < 0; n--)
+            if (node_touches(&g->nodes[n], p, g->tensors[p].grad))
+                last = n;
+        key[i][0] = last;
+        key[i][1] = i;
+    }
+    qsort(key, (size_t)no, sizeof *key, by_key);
+    int first = g->n_nodes, fence = -1;
+    for (int k = 0; k < no && !g->err; k++) {
+        int p = order[key[k][1]];
+        vr_tensor pt = g->tensors[p];
+        char name[VR_NAME_MAX];
+        snprintf(name, sizeof name, "host_grads.%.48s", pt.name);
+        hv[k] = vr_graph_view(g, g->host_grads, name, pt.ndim, pt.shape, g->tensors[pt.master].view_offset);
+        params[k] = p;
+        after[k] = key[k][0];
+        int id = copy_node(g, "down", pt.name, VR_PHASE_BACKWARD, pt.grad, fence, hv[k]);
+        if (id >= 0)
+            g->nodes[id].layer = g->nodes[key[k][0]].layer;
+        fence = pt.grad;
+    }
+    if (!g->err)
+        place_copies(g, first, after);
+    int normsq = norm_nodes(g, s, params, hv, no, true);
+    for (int k = 0; k < no && !g->err; k++) {
+        int id = update_node(g, s, params[k], hv[k], normsq, hv[k]);
+        if (id >= 0)
+            g->nodes[id].host = true;
+        copy_node(g, "up", g->tensors[params[k]].name, VR_PHASE_OPTIMIZER, hv[k], -1, params[k]);
+    }
+out:
+    free(key);
+    free(after);
+    free(params);
+    free(hv);
+}
+
 /* Clipping (sumsq) and one update node per parameter with a gradient, in buffer order. */
 void vr_optimizer_nodes(vr_graph *g, const vr_step_config *s, int n0)
 {
     int *order = malloc(sizeof(int) * (size_t)(n0 + 1));
-    if (!order) {
+    int *grads = calloc((size_t)n0 + 1, sizeof(int));
+    if (!order || !grads) {
+        free(order);
+        free(grads);
         vr_graph_fail(g, VR_ERR_OOM, "autodiff: out of host memory");
         return;
     }
     int np = param_order(g, n0, order), no = 0;
     for (int i = 0; i < np; i++)
-        if (g->tensors[order[i]].grad >= 0)
+        if (g->tensors[order[i]].grad >= 0) {
+            grads[no] = g->tensors[order[i]].grad;
             order[no++] = order[i];
-    int normsq = -1;
-    /* the global norm: for clipping, and under fp16 for the loss scaling's overflow check */
-    if ((s->grad_clip > 0 || s->precision == VR_PREC_FP16) && no > 0) {
-        int64_t one[1] = {1};
-        normsq = vr_graph_tensor(g, "grad.normsq", VR_F32, VR_ROLE_TEMP, 1, one);
-        for (int i = 0; i < no; i++) {
-            char name[VR_NAME_MAX];
-            snprintf(name, sizeof name, "sumsq.%.50s", g->tensors[order[i]].name);
-            int id = vr_graph_node(g, VR_OP_SUMSQ, VR_PHASE_OPTIMIZER, name);
-            if (id < 0)
-                break;
-            g->nodes[id].in[0] = g->tensors[order[i]].grad;
-            g->nodes[id].out[0] = normsq;
-            g->nodes[id].acc[0] = i ? VR_ACC_ADD : VR_ACC_OVERWRITE;
         }
+    if (s->offload == VR_OFFLOAD_OPTIM && s->optim != VR_OPTIM_NONE) {
+        offload_nodes(g, s, order, no);
+        free(order);
+        free(grads);
+        return;
     }
-    static const vr_op ops[] = {VR_OP_SGD, VR_OP_SGD, VR_OP_SGD_MOMENTUM, VR_OP_ADAM, VR_OP_ADAMW};
-    for (int i = 0; i < no && s->optim != VR_OPTIM_NONE; i++) {
-        vr_tensor p = g->tensors[order[i]];
-        char name[VR_NAME_MAX];
-        snprintf(name, sizeof name, "%s.%.50s", vr_optim_name(s->optim), p.name);
-        int id = vr_graph_node(g, ops[s->optim], VR_PHASE_OPTIMIZER, name);
-        if (id < 0)
-            break;
-        vr_node *n = &g->nodes[id];
-        n->in[0] = p.grad;
-        n->in[1] = normsq;
-        n->out[0] = order[i];
-        n->out[1] = p.master;
-        n->out[2] = p.optim[0];
-        n->out[3] = p.optim[1];
-        n->out[4] = p.absmax[0];
-        n->out[5] = p.absmax[1];
-    }
+    int normsq = norm_nodes(g, s, order, grads, no, false);
+    for (int i = 0; i < no && s->optim != VR_OPTIM_NONE; i++)
+        update_node(g, s, order[i], grads[i], normsq, order[i]);
     if (s->optim == VR_OPTIM_NONE) /* backward only: the gradients are the step's result */
         for (int i = 0; i < no; i++)
             g->tensors[g->tensors[order[i]].grad].output = true;
     free(order);
+    free(grads);
 }
 
 vr_status vr_graph_freeze(vr_graph *g, const char *patterns)

@@ -14,7 +14,8 @@
  *   bytes (at the peak node all of them are disjoint); vr_plan_arena_factor
  *   says how close the packing comes to it.
  *   A tensor computed in place occupies its base's bytes: the packing places
- *   bases, each live from its first use to the last use of any tensor on it. */
+ *   bases, each live from its first use to the last use of any tensor on it.
+ * Host tensors (offload) are not in it: they lie one after another in a host arena of their own. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,15 +51,17 @@ vr_status vr__plan_arena(vr_plan *p)
 {
     const vr_graph *g = p->graph;
     int T = p->n_tensors;
-    uint64_t off = 0;
+    uint64_t off = 0, host = 0;
     for (int t = 0; t < T; t++) {
         vr_plan_tensor *pt = &p->tensors[t];
         if (g->tensors[t].view_of < 0 && pt->persistent && pt->first >= 0) {
-            pt->offset = off;
-            off += pt->size;
+            uint64_t *at = pt->host ? &host : &off;
+            pt->offset = *at;
+            *at += pt->size;
         }
     }
     p->persistent_size = off;
+    p->host_size = host;
 
     /* The placed tensors are kept sorted by offset (one array per field, scanned in a tight loop), so the
      * gap search is one pass over them with no sort per tensor: ties in offset do not change the result
@@ -153,14 +156,19 @@ vr_status vr_plan_check(const vr_plan *p)
             return vr_error(VR_ERR_INVALID, "arena: %s at %llu (%llu bytes) is not %llu-byte aligned",
                             g->tensors[t].name, (unsigned long long)a->offset, (unsigned long long)a->size,
                             (unsigned long long)p->align);
-        if (a->offset + a->size > p->arena_size)
-            return vr_error(VR_ERR_INVALID, "arena: %s ends at %llu, past the arena (%llu)", g->tensors[t].name,
-                            (unsigned long long)(a->offset + a->size), (unsigned long long)p->arena_size);
-        if (a->persistent != (a->offset < p->persistent_size))
+        uint64_t end = a->host ? p->host_size : p->arena_size;
+        if (a->offset + a->size > end)
+            return vr_error(VR_ERR_INVALID, "arena: %s ends at %llu, past the %s arena (%llu)", g->tensors[t].name,
+                            (unsigned long long)(a->offset + a->size), a->host ? "host" : "device",
+                            (unsigned long long)end);
+        if (a->host && !a->persistent)
+            return vr_error(VR_ERR_INVALID, "arena: host tensor %s is not persistent", g->tensors[t].name);
+        if (!a->host && a->persistent != (a->offset < p->persistent_size))
             return vr_error(VR_ERR_INVALID, "arena: %s is in the wrong region", g->tensors[t].name);
         for (int u = t + 1; u < T; u++) {
             const vr_plan_tensor *b = &p->tensors[u];
-            if (g->tensors[u].view_of >= 0 || b->first < 0 || !lifetimes_overlap(a, b) || a->base == b->base)
+            if (g->tensors[u].view_of >= 0 || b->first < 0 || !lifetimes_overlap(a, b) || a->base == b->base ||
+                a->host != b->host)
                 continue;
             if (a->offset < b->offset + b->size && b->offset < a->offset + a->size)
                 return vr_error(VR_ERR_INVALID, "arena: %s [%llu,%llu) and %s [%llu,%llu) overlap in memory while "

@@ -87,7 +87,7 @@ vr_status vr__plan_dynamic(vr_plan *p)
         goto out;
     for (int t = 0; t < T && d->status == VR_OK; t++) {
         const vr_plan_tensor *pt = &p->tensors[t];
-        if (p->graph->tensors[t].view_of < 0 && pt->persistent && pt->first >= 0 &&
+        if (p->graph->tensors[t].view_of < 0 && pt->persistent && pt->first >= 0 && !pt->host &&
             vr_alloc_malloc(a, pt->bytes, 0, &ptr[t]) != VR_OK)
             oom(p, -1);
     }

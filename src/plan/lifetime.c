@@ -136,6 +136,12 @@ vr_status vr__plan_lifetimes(vr_plan *p)
             pt->role = saved[t] ? VR_ROLE_ACT : VR_ROLE_TEMP;
         if (pt->first < 0)
             continue;
+        pt->host = x->host;
+        if (pt->host) { /* host memory: not in the device's timeline */
+            p->host_count[pt->role]++;
+            p->host_total[pt->role] += pt->bytes;
+            continue;
+        }
         p->count[pt->role]++;
         p->total[pt->role] += pt->bytes;
         int from = pt->base == t ? pt->first : pt->first + 1; /* in place: the input's until then */
@@ -159,6 +165,7 @@ vr_status vr__plan_lifetimes(vr_plan *p)
         pt->last = s->last;
         pt->role = s->role;
         pt->persistent = s->persistent;
+        pt->host = s->host;
         pt->base = s->base;
         pt->bytes = pt->size = 0;
     }

@@ -44,6 +44,8 @@ static void step_text(const vr_graph *g, char *buf, size_t cap)
         n += snprintf(buf + n, cap - (size_t)n, ", %s optimizer state", vr_optim_state_name(s->optim_state));
     if (s->train && s->no_master && n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, ", no master weights");
+    if (s->train && s->offload && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, ", master and optimizer state offloaded to the host");
     if (s->freeze && *s->freeze && n > 0 && (size_t)n < cap)
         snprintf(buf + n, cap - (size_t)n, ", frozen '%s'", s->freeze);
 }
@@ -86,6 +88,14 @@ void vr_plan_print(const vr_plan *p, FILE *f, bool timeline)
     fprintf(f, "arena     %s (%llu B) = persistent %s + packed %s; arena / aligned peak = %.4f\n",
             sz(p->arena_size, a), (unsigned long long)p->arena_size, sz(p->persistent_size, b),
             sz(p->arena_size - p->persistent_size, c), vr_plan_arena_factor(p));
+    if (p->host_size) {
+        fprintf(f, "host      %s (%llu B) pinned, all persistent:", sz(p->host_size, a), (unsigned long long)p->host_size);
+        for (int r = 0; r < VR_ROLE_COUNT; r++)
+            if (p->host_count[r])
+                fprintf(f, " %s %s (%llu B)", vr_role_name((vr_role)r), sz(p->host_total[r], b),
+                        (unsigned long long)p->host_total[r]);
+        fprintf(f, "\n");
+    }
     if (p->config.inplace)
         fprintf(f, "in place  %d outputs (gelu, relu, add) written over a dying input\n", p->n_inplace);
     if (p->has_dynamic) {
@@ -145,6 +155,7 @@ char *vr_plan_json(const vr_plan *p, bool timeline)
     cJSON_AddStringToObject(step, "precision", vr_precision_name(g->step.precision));
     cJSON_AddStringToObject(step, "optim_state", vr_optim_state_name(g->step.optim_state));
     cJSON_AddStringToObject(step, "master", g->step.no_master ? "none" : "fp32");
+    cJSON_AddStringToObject(step, "offload", vr_offload_name(g->step.offload));
     cJSON_AddStringToObject(step, "freeze", g->step.freeze ? g->step.freeze : "");
     cJSON *gr = cJSON_AddObjectToObject(root, "graph");
     cJSON_AddNumberToObject(gr, "tensors", g->n_tensors);
@@ -173,6 +184,14 @@ char *vr_plan_json(const vr_plan *p, bool timeline)
     cJSON_AddNumberToObject(ar, "factor", vr_plan_arena_factor(p));
     cJSON_AddBoolToObject(ar, "inplace", p->config.inplace);
     cJSON_AddNumberToObject(ar, "inplace_outputs", p->n_inplace);
+    cJSON *host = cJSON_AddObjectToObject(root, "host");
+    cJSON_AddNumberToObject(host, "bytes", (double)p->host_size);
+    for (int r = 0; r < VR_ROLE_COUNT; r++)
+        if (p->host_count[r]) {
+            cJSON *o = cJSON_AddObjectToObject(host, vr_role_name((vr_role)r));
+            cJSON_AddNumberToObject(o, "tensors", p->host_count[r]);
+            cJSON_AddNumberToObject(o, "total", (double)p->host_total[r]);
+        }
     if (p->has_dynamic) {
         const vr_plan_dynamic *d = &p->dynamic;
         cJSON *dy = cJSON_AddObjectToObject(root, "dynamic");

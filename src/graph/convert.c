@@ -1,7 +1,8 @@
 /* Element conversions between fp32, bf16 and fp16 (IEEE binary16), round to
  * nearest even, NaN kept NaN, overflow to infinity. */
-#include "vram/safetensors.h"
+#include "vram/convert.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static float u2f(uint32_t u)
@@ -71,12 +72,9 @@ static float load(vr_dtype dt, const void *src, size_t i)
     return dt == VR_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
-void vr_convert(vr_dtype to, void *dst, vr_dtype from, const void *src, size_t n)
+/* Element by element through memcpy: for addresses not aligned to their dtype (a file's bytes). */
+static void convert_unaligned(vr_dtype to, void *dst, vr_dtype from, const void *src, size_t n)
 {
-    if (to == from) {
-        memmove(dst, src, n * vr_dtype_size(to));
-        return;
-    }
     for (size_t i = 0; i < n; i++) {
         float f = load(from, src, i);
         if (to == VR_F32) {
@@ -86,4 +84,36 @@ void vr_convert(vr_dtype to, void *dst, vr_dtype from, const void *src, size_t n
             memcpy((char *)dst + 2 * i, &h, 2);
         }
     }
+}
+
+/* One loop per pair of dtypes, so that each vectorises (the host optimizer converts every gradient). */
+void vr_convert(vr_dtype to, void *dst, vr_dtype from, const void *src, size_t n)
+{
+    if (to == from) {
+        memmove(dst, src, n * vr_dtype_size(to));
+        return;
+    }
+    if ((uintptr_t)src % vr_dtype_size(from) || (uintptr_t)dst % vr_dtype_size(to)) {
+        convert_unaligned(to, dst, from, src, n);
+        return;
+    }
+    const uint16_t *h = src;
+    uint16_t *o = dst;
+    const float *f = src;
+    float *d = dst;
+    if (to == VR_F32 && from == VR_BF16)
+        for (size_t i = 0; i < n; i++)
+            d[i] = bf16_to_f32(h[i]);
+    else if (to == VR_F32)
+        for (size_t i = 0; i < n; i++)
+            d[i] = f16_to_f32(h[i]);
+    else if (from == VR_F32 && to == VR_BF16)
+        for (size_t i = 0; i < n; i++)
+            o[i] = f32_to_bf16(f[i]);
+    else if (from == VR_F32)
+        for (size_t i = 0; i < n; i++)
+            o[i] = f32_to_f16(f[i]);
+    else /* bf16 <-> f16: through f32 (exact to f32) */
+        for (size_t i = 0; i < n; i++)
+            o[i] = to == VR_BF16 ? f32_to_bf16(f16_to_f32(h[i])) : f32_to_f16(bf16_to_f32(h[i]));
 }
