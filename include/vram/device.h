@@ -96,6 +96,15 @@ vr_status vr_device_memcpy(vr_device *dev, void *dst, const void *src, size_t by
 /* Sets `bytes` of device memory at dst to the byte `value`. */
 vr_status vr_device_memset(vr_device *dev, void *dst, int value, size_t bytes);
 
+/* Host memory that the device copies to and from asynchronously and at full speed: page-locked
+ * (cudaHostAlloc) on cuda, 512-byte aligned ordinary memory on cpu and meta. Not counted in used_by_us
+ * (it is not the device's). VR_ERR_OOM naming the bytes when the host cannot give it. */
+vr_status vr_device_host_alloc(vr_device *dev, size_t bytes, void **ptr);
+void vr_device_host_free(vr_device *dev, void *ptr);
+
+/* The host's available memory (MemAvailable of /proc/meminfo), bytes; 0 when unknown. */
+uint64_t vr_host_mem_available(void);
+
 /* --- virtual memory (expandable segments) ---
  * All three backends support it. cpu reserves with mmap(PROT_NONE) and maps
  * with mprotect (unmap gives the pages back with madvise(MADV_DONTNEED));

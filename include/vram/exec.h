@@ -137,6 +137,9 @@ typedef struct vr_exec_memory {
     uint64_t peak_reserved;           /* max_memory_reserved */
     uint64_t peak_requested;          /* most bytes asked for at once */
     int64_t device_allocs;            /* segments obtained from the device */
+    /* offload: host memory (none of it is in the figures above) */
+    uint64_t host[VR_ROLE_COUNT];     /* raw bytes of the host tensors bound, per role */
+    uint64_t host_arena;              /* bytes of the host arena allocation (pinned on a GPU) */
 } vr_exec_memory;
 
 /* Binds the plan's tensors to memory on `dev` (planned: allocates the arena;

@@ -227,6 +227,25 @@ static void cuda_close(vr_device *dev)
     free(c);
 }
 
+/* Pinned host memory: copies from and to it run asynchronously at the link's full speed. */
+static vr_status cuda_host_alloc(vr_device *dev, size_t bytes, void **ptr)
+{
+    vr_status st = vr__cuda_use(dev->index);
+    if (st != VR_OK)
+        return st;
+    if (cudaHostAlloc(ptr, bytes, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        *ptr = NULL;
+    }
+    return VR_OK;
+}
+
+static void cuda_host_free(vr_device *dev, void *ptr)
+{
+    (void)dev;
+    cudaFreeHost(ptr);
+}
+
 static const vr_device_ops cuda_ops = {
     .close = cuda_close,
     .mem_info = cuda_mem_info,
@@ -250,6 +269,8 @@ static const vr_device_ops cuda_ops = {
     .event_sync = cuda_event_sync,
     .event_destroy = cuda_event_destroy,
     .synchronize = cuda_synchronize,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
 };
 
 vr_status vr__cuda_open(int index, const char *spec, vr_device **out)

@@ -115,6 +115,48 @@ void vr_device_free(vr_device *dev, void *ptr, size_t bytes)
         dev->ops->free(dev, ptr, bytes);
 }
 
+vr_status vr_device_host_alloc(vr_device *dev, size_t bytes, void **ptr)
+{
+    *ptr = NULL;
+    if (bytes == 0)
+        return VR_OK;
+    vr_status st = VR_OK;
+    if (dev->ops->host_alloc)
+        st = dev->ops->host_alloc(dev, bytes, ptr);
+    else if (bytes > SIZE_MAX / 2 || posix_memalign(ptr, 512, bytes))
+        *ptr = NULL;
+    if (!st && !*ptr) {
+        char b[32];
+        st = vr_error(VR_ERR_OOM, "device %s: out of host memory: %s of host memory could not be allocated",
+                      dev->name, vr_format_size(bytes, b, sizeof b));
+    }
+    return st;
+}
+
+void vr_device_host_free(vr_device *dev, void *ptr)
+{
+    if (!ptr)
+        return;
+    if (dev->ops->host_free)
+        dev->ops->host_free(dev, ptr);
+    else
+        free(ptr);
+}
+
+uint64_t vr_host_mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
 size_t vr_device_vm_granularity(vr_device *dev) { return dev->ops->vm_granularity(dev); }
 
 vr_status vr_device_vm_reserve(vr_device *dev, size_t bytes, void **base)

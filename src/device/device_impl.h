@@ -40,6 +40,9 @@ typedef struct vr_device_ops {
     vr_status (*event_sync)(vr_device *dev, vr_event *ev);
     void (*event_destroy)(vr_device *dev, vr_event *ev);
     vr_status (*synchronize)(vr_device *dev);
+    /* Optional (NULL: posix_memalign/free): host memory the device copies to and from fast (cuda: pinned). */
+    vr_status (*host_alloc)(vr_device *dev, size_t bytes, void **ptr);
+    void (*host_free)(vr_device *dev, void *ptr);
 } vr_device_ops;
 
 /* Streams and events of the host backends (cpu, meta): host_streams.c. */

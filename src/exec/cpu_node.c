@@ -8,9 +8,12 @@
  *   - the classifier writes only the V real rows of dwte; padded rows V..Vp-1
  *     are zeroed here when it overwrites (their gradient is 0). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "exec/exec_internal.h"
+#include "vram/convert.h"
+#include "vram/optim_state.h"
 #include "kernels/cpu/kernels_cpu.h"
 
 static const vr_tensor *T_(const vr_exec_args *a, int id) { return &a->g->tensors[id]; }
@@ -22,68 +25,171 @@ static int rows(const vr_exec_args *a, int id) { return (int)(numel(a, id) / las
 #define CF(p) ((const float *)(p))
 #define I32(p) ((const int32_t *)(p))
 
-/* Momentum / Adam over 8-bit (u8 codes + absmax) or bf16 state (optim_state.c); the random bits of
- * stochastic rounding come from the step and the element's index in the flat state buffer. */
-static vr_status compact_state(const vr_exec_args *a, vr_dtype sdt, float *p, const float *g, size_t len, int step)
+/* State pointer k (2, 3: the state; 4, 5: its absmax) of update node a, from element `off` of the
+ * parameter on (off a multiple of VR_Q8_BLOCK where the state is 8-bit). */
+static void *state_at(const vr_exec_args *a, int k, size_t off)
+{
+    if (!a->out[k])
+        return NULL;
+    if (k >= 4)
+        return F(a->out[k]) + off / VR_Q8_BLOCK;
+    return (char *)a->out[k] + off * vr_dtype_size(T_(a, a->node->out[k])->dtype);
+}
+
+/* Can this backend run update node a (op, state format, master)? master_ok: the host's offloaded update,
+ * which updates the fp32 master (the device runs fp32 params only). */
+static vr_status update_check(const vr_exec_args *a, bool master_ok)
+{
+    const vr_node *n = a->node;
+    if (a->out[1] && !master_ok) /* a master copy exists only under mixed precision */
+        return vr_error(VR_ERR_UNSUPPORTED, "cpu: mixed-precision master weights are not supported");
+    if (!a->h)
+        return vr_error(VR_ERR_INVALID, "cpu: optimizer node without hyperparameters");
+    vr_dtype sdt = n->out[2] >= 0 ? T_(a, n->out[2])->dtype : VR_F32;
+    if (sdt != VR_F32 && n->op != VR_OP_SGD_MOMENTUM && n->op != VR_OP_ADAM && n->op != VR_OP_ADAMW)
+        return vr_error(VR_ERR_UNSUPPORTED, "cpu: %s has no optimizer state to store in %s", vr_op_name(n->op),
+                        vr_dtype_name(sdt));
+    return VR_OK;
+}
+
+/* One update of elements [off, off + len) of node a's parameter: p, g point at them (fp32); the state
+ * (fp32, bf16 with stochastic rounding from the step and the element's index in the flat state buffer,
+ * or 8-bit) is taken from the same element on. */
+static void update(const vr_exec_args *a, float *p, const float *g, size_t len, size_t off)
 {
     const vr_node *n = a->node;
     const vr_optim_hparams *h = a->h;
-    uint64_t idx = (uint64_t)T_(a, n->out[2])->view_offset;
-    if (n->op == VR_OP_SGD_MOMENTUM) {
-        if (sdt == VR_U8)
-            vr_cpu_sgd_momentum_q8(p, g, a->out[2], F(a->out[4]), len, h->lr, h->momentum, h->dampening,
-                                   a->weight_decay, h->nesterov, step, a->grad_scale);
-        else
-            vr_cpu_sgd_momentum_bf16s(p, g, a->out[2], len, h->lr, h->momentum, h->dampening, a->weight_decay,
-                                      h->nesterov, step, a->grad_scale, (uint64_t)step, idx);
-        return VR_OK;
-    }
-    if (n->op != VR_OP_ADAM && n->op != VR_OP_ADAMW)
-        return vr_error(VR_ERR_UNSUPPORTED, "cpu: %s has no optimizer state to store in %s", vr_op_name(n->op),
-                        vr_dtype_name(sdt));
+    int step = h->step > 0 ? (int)h->step : 1;
+    vr_dtype sdt = n->out[2] >= 0 ? T_(a, n->out[2])->dtype : VR_F32;
+    void *s0 = state_at(a, 2, off), *s1 = state_at(a, 3, off);
+    float *a0 = state_at(a, 4, off), *a1 = state_at(a, 5, off);
+    uint64_t idx = n->out[2] >= 0 ? (uint64_t)T_(a, n->out[2])->view_offset + off : 0;
+    float wd = a->weight_decay, gs = a->grad_scale;
     int decoupled = n->op == VR_OP_ADAMW;
-    if (sdt == VR_U8)
-        vr_cpu_adam_q8(p, g, a->out[2], a->out[3], F(a->out[4]), F(a->out[5]), len, h->lr, h->beta1, h->beta2, h->eps,
-                       a->weight_decay, step, a->grad_scale, decoupled);
-    else
-        vr_cpu_adam_bf16s(p, g, a->out[2], a->out[3], len, h->lr, h->beta1, h->beta2, h->eps, a->weight_decay, step,
-                          a->grad_scale, decoupled, (uint64_t)step, idx);
-    return VR_OK;
+    switch (n->op) {
+    case VR_OP_SGD:
+        vr_cpu_sgd(p, g, len, h->lr, wd, gs);
+        break;
+    case VR_OP_SGD_MOMENTUM:
+        if (sdt == VR_U8)
+            vr_cpu_sgd_momentum_q8(p, g, s0, a0, len, h->lr, h->momentum, h->dampening, wd, h->nesterov, step, gs);
+        else if (sdt == VR_BF16)
+            vr_cpu_sgd_momentum_bf16s(p, g, s0, len, h->lr, h->momentum, h->dampening, wd, h->nesterov, step, gs,
+                                      (uint64_t)step, idx);
+        else
+            vr_cpu_sgd_momentum(p, g, s0, len, h->lr, h->momentum, h->dampening, wd, h->nesterov, step, gs);
+        break;
+    default: /* adam, adamw */
+        if (sdt == VR_U8)
+            vr_cpu_adam_q8(p, g, s0, s1, a0, a1, len, h->lr, h->beta1, h->beta2, h->eps, wd, step, gs, decoupled);
+        else if (sdt == VR_BF16)
+            vr_cpu_adam_bf16s(p, g, s0, s1, len, h->lr, h->beta1, h->beta2, h->eps, wd, step, gs, decoupled,
+                              (uint64_t)step, idx);
+        else if (decoupled)
+            vr_cpu_adamw(p, g, s0, s1, len, h->lr, h->beta1, h->beta2, h->eps, wd, step, gs);
+        else
+            vr_cpu_adam(p, g, s0, s1, len, h->lr, h->beta1, h->beta2, h->eps, wd, step, gs);
+        break;
+    }
 }
 
 static vr_status optimizer(const vr_exec_args *a)
 {
+    vr_status st = update_check(a, false);
+    if (!st)
+        update(a, F(a->out[0]), CF(a->in[0]), (size_t)numel(a, a->node->out[0]), 0);
+    return st;
+}
+
+/* ------------------------------------------------------------------ the host's offloaded nodes */
+
+/* Elements per chunk of the host update: a multiple of VR_Q8_BLOCK, below VR_CPU_PAR_MIN so that the
+ * kernels called per chunk stay on the calling thread (the chunks are the parallel loop). */
+#define HOST_CHUNK ((size_t)16384)
+
+typedef struct host_job {
+    const vr_exec_args *a;
+    vr_dtype dt;     /* the params' dtype (of the gradient's host copy) */
+    char *io;        /* the gradient's host copy, then the new weights */
+    float *master;
+    double *partial; /* sumsq: one sum per chunk (added in order: the same sum whatever the threads) */
+} host_job;
+
+static void update_chunk(void *ctx, size_t off, size_t len)
+{
+    host_job *j = ctx;
+    size_t es = vr_dtype_size(j->dt);
+    float g[HOST_CHUNK];
+    vr_convert(VR_F32, g, j->dt, j->io + off * es, len);
+    update(j->a, j->master + off, g, len, off);
+    vr_convert(j->dt, j->io + off * es, VR_F32, j->master + off, len);
+}
+
+/* Update node over host tensors: in[0] = out[0] the gradient's host copy (params' dtype), out[1] the fp32
+ * master. Per chunk: the gradient widened to fp32, the master and state updated, the new weights written
+ * over the gradient in the params' dtype (what the copy up sends). */
+static vr_status host_update(const vr_exec_args *a)
+{
+    vr_status st = update_check(a, true);
+    if (st)
+        return st;
     const vr_node *n = a->node;
-    const vr_optim_hparams *h = a->h;
-    if (a->out[1]) /* a master copy exists only under mixed precision */
-        return vr_error(VR_ERR_UNSUPPORTED, "cpu: mixed-precision master weights are not supported");
-    if (!h)
-        return vr_error(VR_ERR_INVALID, "cpu: optimizer node without hyperparameters");
-    size_t len = (size_t)numel(a, n->out[0]);
-    int step = h->step > 0 ? (int)h->step : 1;
-    float *p = F(a->out[0]);
-    const float *g = CF(a->in[0]);
-    vr_dtype sdt = n->out[2] >= 0 ? T_(a, n->out[2])->dtype : VR_F32;
-    if (sdt != VR_F32)
-        return compact_state(a, sdt, p, g, len, step);
-    switch (n->op) {
-    case VR_OP_SGD:
-        vr_cpu_sgd(p, g, len, h->lr, a->weight_decay, a->grad_scale);
-        break;
-    case VR_OP_SGD_MOMENTUM:
-        vr_cpu_sgd_momentum(p, g, F(a->out[2]), len, h->lr, h->momentum, h->dampening, a->weight_decay,
-                            h->nesterov, step, a->grad_scale);
-        break;
-    case VR_OP_ADAM:
-        vr_cpu_adam(p, g, F(a->out[2]), F(a->out[3]), len, h->lr, h->beta1, h->beta2, h->eps, a->weight_decay,
-                    step, a->grad_scale);
-        break;
-    default:
-        vr_cpu_adamw(p, g, F(a->out[2]), F(a->out[3]), len, h->lr, h->beta1, h->beta2, h->eps, a->weight_decay,
-                     step, a->grad_scale);
-        break;
-    }
+    if (!a->out[1] || a->in[0] != a->out[0])
+        return vr_error(VR_ERR_INVALID, "host: %s is not an offloaded update (master, gradient = weights)", n->name);
+    host_job j = {.a = a, .dt = T_(a, n->in[0])->dtype, .io = a->out[0], .master = F(a->out[1])};
+    vr_cpu_chunks((size_t)numel(a, n->out[0]), HOST_CHUNK, update_chunk, &j);
     return VR_OK;
+}
+
+static void sumsq_chunk(void *ctx, size_t off, size_t len)
+{
+    host_job *j = ctx;
+    float f[HOST_CHUNK];
+    vr_convert(VR_F32, f, j->dt, j->io + off * vr_dtype_size(j->dt), len);
+    j->partial[off / HOST_CHUNK] = vr_cpu_sumsq(f, len);
+}
+
+/* Sum of squares of a host gradient in the params' dtype (fp32: vr_cpu_sumsq's, as the device's node). */
+static vr_status host_sumsq(const void *x, vr_dtype dt, size_t n, double *out)
+{
+    if (dt == VR_F32) {
+        *out = vr_cpu_sumsq(x, n);
+        return VR_OK;
+    }
+    size_t nc = (n + HOST_CHUNK - 1) / HOST_CHUNK;
+    host_job j = {.dt = dt, .io = (char *)x, .partial = malloc(sizeof(double) * (nc + 1))};
+    if (!j.partial)
+        return vr_error(VR_ERR_OOM, "host: out of host memory");
+    vr_cpu_chunks(n, HOST_CHUNK, sumsq_chunk, &j);
+    double s = 0;
+    for (size_t c = 0; c < nc; c++)
+        s += j.partial[c];
+    free(j.partial);
+    *out = s;
+    return VR_OK;
+}
+
+vr_status vr__exec_host_node(const vr_exec_args *a)
+{
+    const vr_node *n = a->node;
+    switch (n->op) {
+    case VR_OP_SUMSQ: {
+        double s = 0;
+        vr_status st = host_sumsq(a->in[0], T_(a, n->in[0])->dtype, (size_t)numel(a, n->in[0]), &s);
+        if (st)
+            return st;
+        float *out = F(a->out[0]);
+        out[0] = a->acc[0] ? (float)((double)out[0] + s) : (float)s;
+        return VR_OK;
+    }
+    case VR_OP_SGD:
+    case VR_OP_SGD_MOMENTUM:
+    case VR_OP_ADAM:
+    case VR_OP_ADAMW:
+        return host_update(a);
+    default:
+        return vr_error(VR_ERR_UNSUPPORTED, "host: no host kernel for op %s", vr_op_name(n->op));
+    }
 }
 
 static void embedding_bwd(const vr_exec_args *a)
@@ -260,6 +366,9 @@ static vr_status cpu_run_node(const vr_exec_args *a)
     case VR_OP_ADAM:
     case VR_OP_ADAMW:
         return optimizer(a);
+    case VR_OP_COPY: /* offload: device and host are the same memory here */
+        memcpy(a->out[0], a->in[0], (size_t)vr_tensor_bytes(T_(a, n->out[0])));
+        return VR_OK;
     default:
         return vr_error(VR_ERR_UNSUPPORTED, "cpu: no kernel for op %s", vr_op_name(n->op));
     }

@@ -41,6 +41,19 @@ static bool poisonable(const vr_exec *e, int s)
 
 static int base_of(const vr_exec *e, int s) { return e->plan->tensors[s].base; }
 
+/* The live-byte counters of storage tensor s: the device's or (offload) the host's. */
+static uint64_t *role_bytes(vr_exec *e, int s) { return e->plan->tensors[s].host ? e->host_bytes : e->live_bytes; }
+
+/* Sets every byte of bound storage tensor s to v, where it lives. */
+static vr_status fill(vr_exec *e, int s, int v)
+{
+    if (e->plan->tensors[s].host) {
+        memset(e->ptr[s], v, storage_bytes(e, s));
+        return VR_OK;
+    }
+    return vr_device_memset(e->dev, e->ptr[s], v, storage_bytes(e, s));
+}
+
 vr_status vr__exec_bind(vr_exec *e, int s, int node)
 {
     uint64_t bytes = storage_bytes(e, s);
@@ -55,7 +68,10 @@ vr_status vr__exec_bind(vr_exec *e, int s, int node)
         e->counted[s] = false;
         return VR_OK;
     }
-    if (s == e->shared_params) {
+    bool host = e->plan->tensors[s].host;
+    if (host) {
+        e->block[s] = (char *)e->host_arena + e->plan->tensors[s].offset;
+    } else if (s == e->shared_params) {
         e->block[s] = e->cfg.params_from->ptr[e->cfg.params_from->g->params];
     } else if (e->cfg.memory == VR_MEMORY_PLANNED) {
         e->block[s] = (char *)e->arena + (e->plan->tensors[s].offset - e->arena_lo);
@@ -75,9 +91,9 @@ vr_status vr__exec_bind(vr_exec *e, int s, int node)
     e->ptr[s] = e->block[s];
     e->live[s] = true;
     e->counted[s] = true;
-    e->live_bytes[e->plan->tensors[s].role] += bytes;
+    role_bytes(e, s)[e->plan->tensors[s].role] += bytes;
     if (poisonable(e, s))
-        return vr_device_memset(e->dev, e->ptr[s], 0xFF, bytes);
+        return fill(e, s, 0xFF);
     return VR_OK;
 }
 
@@ -85,7 +101,7 @@ void vr__exec_count(vr_exec *e, int s)
 {
     if (e->live[s] && !e->counted[s]) {
         e->counted[s] = true;
-        e->live_bytes[e->plan->tensors[s].role] += storage_bytes(e, s);
+        role_bytes(e, s)[e->plan->tensors[s].role] += storage_bytes(e, s);
     }
 }
 
@@ -94,10 +110,10 @@ void vr__exec_unbind(vr_exec *e, int s)
     if (!e->live[s])
         return;
     if (e->counted[s])
-        e->live_bytes[e->plan->tensors[s].role] -= storage_bytes(e, s);
+        role_bytes(e, s)[e->plan->tensors[s].role] -= storage_bytes(e, s);
     int b = base_of(e, s);
     if (--e->holders[b] == 0) {
-        if (e->cfg.memory == VR_MEMORY_DYNAMIC && b != e->shared_params)
+        if (e->cfg.memory == VR_MEMORY_DYNAMIC && b != e->shared_params && !e->plan->tensors[b].host)
             vr_alloc_free(e->alloc, e->block[b]);
         e->block[b] = NULL;
     }
@@ -251,7 +267,15 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
     if (e->cfg.cuda_graph && (e->cfg.memory != VR_MEMORY_PLANNED || e->cfg.poison || e->opt_start >= N ||
                               (g->step.train && g->step.accum > 1)))
         e->cfg.cuda_graph = false; /* replays need fixed addresses and nothing queued between nodes */
-    if (e->cfg.memory == VR_MEMORY_PLANNED) {
+    if (plan->host_size && (st = vr_device_host_alloc(dev, plan->host_size, &e->host_arena))) {
+        char msg[1024], a[32];
+        snprintf(msg, sizeof msg, "%s", vr_last_error());
+        st = vr_error(st, "exec: the offloaded master weights and optimizer state need %s of pinned host memory: %s",
+                      vr_format_size(plan->host_size, a, sizeof a), msg);
+    }
+    e->mem.host_arena = e->host_arena ? plan->host_size : 0;
+    if (st) {
+    } else if (e->cfg.memory == VR_MEMORY_PLANNED) {
         st = make_arena(e);
     } else {
         vr_alloc_config ac = {.policy = e->cfg.alloc_policy};
@@ -264,7 +288,7 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
     for (int t = 0; t < T && !st; t++) {
         vr_role r = g->tensors[t].role;
         if (e->live[t] && t != e->shared_params && (r == VR_ROLE_OPTIM || r == VR_ROLE_PARAM || r == VR_ROLE_MASTER))
-            st = vr_device_memset(dev, e->ptr[t], 0, storage_bytes(e, t));
+            st = fill(e, t, 0);
     }
     if (!st && e->be->init)
         st = e->be->init(e);
@@ -294,6 +318,7 @@ void vr_exec_free(vr_exec *e)
         vr_alloc_destroy(e->alloc);
     if (e->arena)
         vr_device_free(e->dev, e->arena, e->arena_bytes);
+    vr_device_host_free(e->dev, e->host_arena);
     free(e->ptr);
     free(e->live);
     free(e->counted);
@@ -320,6 +345,16 @@ void *vr_exec_tensor_ptr(const vr_exec *e, int t)
     if (!e->live[s])
         return NULL;
     return (char *)e->ptr[s] + (x->view_of >= 0 ? (uint64_t)x->view_offset * vr_dtype_size(x->dtype) : 0);
+}
+
+/* Copies between the host and tensor t's memory (device or, offloaded, host). */
+static vr_status copy_io(vr_exec *e, int t, void *dst, const void *src, uint64_t bytes, vr_copy_kind kind)
+{
+    if (e->plan->tensors[vr_graph_storage(e->g, t)].host) {
+        memcpy(dst, src, bytes);
+        return VR_OK;
+    }
+    return vr_device_memcpy(e->dev, dst, src, bytes, kind);
 }
 
 static vr_status check_io(vr_exec *e, int t, uint64_t bytes, void **dev_ptr)
@@ -406,7 +441,7 @@ vr_status vr_exec_read(vr_exec *e, int t, void *host, uint64_t bytes)
         return read_params16(e, host);
     void *p;
     vr_status st = check_io(e, t, bytes, &p);
-    return st ? st : vr_device_memcpy(e->dev, host, p, bytes, VR_COPY_DEVICE_TO_HOST);
+    return st ? st : copy_io(e, t, host, p, bytes, VR_COPY_DEVICE_TO_HOST);
 }
 
 vr_status vr_exec_write(vr_exec *e, int t, const void *host, uint64_t bytes)
@@ -416,7 +451,9 @@ vr_status vr_exec_write(vr_exec *e, int t, const void *host, uint64_t bytes)
     void *p;
     vr_status st = check_io(e, t, bytes, &p);
     if (!st)
-        st = vr_device_memcpy(e->dev, p, host, bytes, VR_COPY_HOST_TO_DEVICE);
+        st = copy_io(e, t, p, host, bytes, VR_COPY_HOST_TO_DEVICE);
+    if (!st && t == e->g->params && e->g->param_dtype == VR_F32 && e->g->master >= 0)
+        return write_master(e, host); /* offload: the host's fp32 copy starts from them */
     if (!st && t == e->g->params && e->g->master >= 0 && e->cfg.params_from == NULL) {
         /* 16-bit values written raw (a resumed state): the master starts from them */
         size_t n = (size_t)e->g->n_params;
@@ -445,6 +482,7 @@ void vr_exec_get_memory(vr_exec *e, vr_exec_memory *out)
         e->mem.peak_requested = (uint64_t)s.requested_bytes[VR_POOL_ALL].peak;
         e->mem.device_allocs = s.num_device_alloc;
     }
+    memcpy(e->mem.host, e->host_bytes, sizeof e->mem.host);
     *out = e->mem;
 }
 

@@ -57,6 +57,11 @@ typedef struct vr_exec_backend {
     vr_status (*capture_begin)(vr_exec *e);
     vr_status (*capture_end)(vr_exec *e, bool keep);
     vr_status (*replay)(vr_exec *e);
+    /* Optional, offload (copy nodes; NULL where copies are synchronous, as on the CPU): host_wait blocks
+     * the host until the device -> host copy of node `copy` has landed (before a host node reads it);
+     * copies_done waits until every copy queued is done (the end of a step). */
+    vr_status (*host_wait)(vr_exec *e, int copy);
+    vr_status (*copies_done)(vr_exec *e);
     /* Device memory figures are cheap to read per node (host memory: yes; a GPU
      * through NVML: no, so they are sampled during the first step only). */
     bool cheap_mem_info;
@@ -70,6 +75,10 @@ void vr__exec_node_args(vr_exec *e, int i, int micro, const vr_optim_hparams *h,
 /* The CPU backend (cpu_node.c). */
 const vr_exec_backend *vr__exec_backend_cpu(void);
 
+/* The host's nodes of an offloaded step (sumsq and updates over host tensors in the params' dtype, the
+ * fp32 master and state updated in place) and its copies where the device is the host (cpu_node.c). */
+vr_status vr__exec_host_node(const vr_exec_args *a);
+
 /* The CUDA backend (cuda_node_cuda.c); NULL in builds without CUDA (cuda_node_nocuda.c). */
 const vr_exec_backend *vr__exec_backend_cuda(void);
 
@@ -82,6 +91,7 @@ struct vr_exec {
 
     vr_alloc *alloc;              /* dynamic mode */
     void *arena;                  /* planned mode: covers plan offsets [arena_lo, arena_size) */
+    void *host_arena;             /* offload: the plan's host tensors (host_size bytes, pinned on a GPU) */
     uint64_t arena_lo, arena_bytes;
     int shared_params;            /* storage id bound to params_from's buffer, -1 */
 
@@ -96,7 +106,8 @@ struct vr_exec {
     int *pending;                 /* [n_tensors] scratch list of ids */
     int opt_start;                /* first optimizer node (n_nodes when none) */
     int last_sumsq;               /* last sumsq node, -1 */
-    uint64_t live_bytes[VR_ROLE_COUNT];
+    uint64_t live_bytes[VR_ROLE_COUNT]; /* device bytes bound per role */
+    uint64_t host_bytes[VR_ROLE_COUNT]; /* host bytes bound per role (offload) */
     uint64_t *timeline;           /* [n_nodes * VR_ROLE_COUNT] live bytes of the last pass */
     float *losses;                /* host copy of the losses (rows) */
     int64_t rows;                 /* elements of the losses tensor */

@@ -173,22 +173,49 @@ static vr_status upload_inputs(vr_exec *e, const vr_exec_batch *b)
 }
 
 typedef struct pass_state {
-    float grad_scale;
+    float grad_scale;    /* the clipping factor */
+    float update_scale;  /* what the update nodes multiply the gradients by: grad_scale / the loss scale */
     double grad_norm;
+    bool skip;           /* fp16 on the host (offload): the norm overflowed, the update nodes do not run */
 } pass_state;
 
-/* Reads the squared norm the sumsq nodes left and sets the clipping factor. */
+/* Reads the squared norm the sumsq nodes left (on the host) and sets the clipping factor; with fp16 loss
+ * scaling (offload) the norm is the scaled gradients': divided by the scale, and inf/NaN skips the update. */
 static vr_status clip_factor(vr_exec *e, int normsq, pass_state *ps)
 {
     float sq = 0;
     vr_status st = vr_exec_read(e, normsq, &sq, sizeof sq);
     if (st)
         return st;
-    ps->grad_norm = sqrt((double)sq);
+    double scale = e->scaling ? e->loss_scale : 1.0;
+    ps->grad_norm = sqrt((double)sq) / scale;
     double clip = e->g->step.grad_clip;
-    double coef = clip / (ps->grad_norm + 1e-6);
+    double coef = clip > 0 ? clip / (ps->grad_norm + 1e-6) : 1.0;
     ps->grad_scale = coef < 1.0 ? (float)coef : 1.0f;
+    ps->update_scale = (float)(ps->grad_scale / scale);
+    ps->skip = e->scaling && !isfinite(ps->grad_norm);
     return VR_OK;
+}
+
+/* Nodes that do not run in this pass: a copy of the gradients down before the last micro-batch (they are
+ * not final yet), the host's updates and copies up of a step whose fp16 gradients overflowed. */
+static bool not_this_pass(const vr_exec *e, const vr_node *nd, int micro, const pass_state *ps)
+{
+    int accum = e->g->step.accum > 1 ? e->g->step.accum : 1;
+    if (nd->op == VR_OP_COPY && nd->phase == VR_PHASE_BACKWARD)
+        return micro + 1 < accum;
+    return ps->skip && nd->phase == VR_PHASE_OPTIMIZER && nd->op != VR_OP_SUMSQ;
+}
+
+/* Runs node i on the device, or on the host (after the copy that brought its gradient down). */
+static vr_status run_node(vr_exec *e, int i, const vr_exec_args *a)
+{
+    const vr_node *nd = &e->g->nodes[i];
+    if (!nd->host)
+        return e->be->run_node(a);
+    int copy = e->g->tensors[nd->in[0]].producer;
+    vr_status st = e->be->host_wait && copy >= 0 ? e->be->host_wait(e, copy) : VR_OK;
+    return st ? st : vr__exec_host_node(a);
 }
 
 /* How a pass queues its device work: node by node, node by node into a CUDA graph
@@ -219,10 +246,10 @@ static vr_status run_pass(vr_exec *e, int end, int micro, const vr_exec_batch *b
         measure(e, i);
         const vr_node *nd = &g->nodes[i];
         uint64_t t0 = e->cfg.on_node ? vr_now_ns() : 0;
-        if (nd->op != VR_OP_RESHAPE && mode != PASS_REPLAY) {
+        if (nd->op != VR_OP_RESHAPE && mode != PASS_REPLAY && !not_this_pass(e, nd, micro, ps)) {
             vr_exec_args a;
-            vr__exec_node_args(e, i, micro, h, ps->grad_scale, &a);
-            st = e->be->run_node(&a);
+            vr__exec_node_args(e, i, micro, h, ps->update_scale, &a);
+            st = run_node(e, i, &a);
             if (st) {
                 char msg[1024];
                 snprintf(msg, sizeof msg, "%s", vr_last_error());
@@ -230,7 +257,7 @@ static vr_status run_pass(vr_exec *e, int end, int micro, const vr_exec_batch *b
                 break;
             }
         }
-        if (i == e->last_sumsq && !e->be->clip_result)
+        if (i == e->last_sumsq && (nd->host || !e->be->clip_result))
             st = clip_factor(e, nd->out[0], ps);
         if (e->cfg.on_node && !st && mode != PASS_REPLAY) /* before the node's dead tensors go */
             e->cfg.on_node(e->cfg.on_node_ctx, e, i, t0, vr_now_ns());
@@ -302,7 +329,7 @@ vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hp
         return vr_error(VR_ERR_INVALID, "exec: no micro-batches");
     if (e->opt_start < g->n_nodes && !h)
         return vr_error(VR_ERR_INVALID, "exec: the graph has optimizer nodes but no hyperparameters were given");
-    pass_state ps = {.grad_scale = 1.0f, .grad_norm = NAN};
+    pass_state ps = {.grad_scale = 1.0f, .update_scale = 1.0f, .grad_norm = NAN};
     double loss_sum = 0;
     vr_status st = VR_OK;
     int mode = PASS_NODES;
@@ -331,14 +358,16 @@ vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hp
     if (mode == PASS_NODES)
         for (int m = 0; m < accum && !st; m++)
             st = run_pass(e, m + 1 == accum ? g->n_nodes : e->opt_start, m, &micro[m], h, &ps, &loss_sum, mode);
-    if (!st && e->last_sumsq >= 0 && e->be->clip_result) {
+    if (!st && e->be->copies_done) /* offload: the weights are back on the device */
+        st = e->be->copies_done(e);
+    if (!st && e->last_sumsq >= 0 && !g->nodes[e->last_sumsq].host && e->be->clip_result) {
         double sc = 1.0;
         st = e->be->clip_result(e, &ps.grad_norm, &sc);
         ps.grad_scale = (float)sc;
     }
     float scale = e->loss_scale;
     bool skipped = false;
-    if (!st && e->scaling) /* torch.amp.GradScaler.update: the device already skipped the update */
+    if (!st && e->scaling) /* torch.amp.GradScaler.update: the device (or host) already skipped the update */
         skipped = update_loss_scale(e, ps.grad_norm);
     if (!st)
         e->steps_run++;

@@ -61,8 +61,28 @@ uint64_t vr_trainer_process_peak(vr_trainer *t)
     return t->process_peak;
 }
 
+/* The host memory an offloaded plan pins, against what the host has available. */
+static vr_status host_check(const vr_plan *plan)
+{
+    uint64_t avail = vr_host_mem_available();
+    if (!plan->host_size || !avail || plan->host_size <= avail)
+        return VR_OK;
+    char a[32], b[32], roles[256];
+    int n = 0;
+    for (int r = 0; r < VR_ROLE_COUNT && n < (int)sizeof roles - 64; r++)
+        if (plan->host_total[r])
+            n += snprintf(roles + n, sizeof roles - (size_t)n, "%s%s %s", n ? ", " : "", vr_role_name((vr_role)r),
+                          sz(plan->host_total[r], a));
+    return vr_error(VR_ERR_OOM, "--offload optim: the plan pins %s of host memory (%s) but the host has %s available "
+                    "(MemAvailable); try --optim-state 8bit or bf16 (smaller state), or fewer parameters",
+                    sz(plan->host_size, a), roles, sz(avail, b));
+}
+
 vr_status vr__trainer_memory_check(vr_trainer *t, const vr_plan *plan, uint64_t held, const char *what)
 {
+    vr_status hst = host_check(plan);
+    if (hst)
+        return hst;
     if (t->cfg.memory != VR_MEMORY_PLANNED)
         return VR_OK;
     char a[32], b[32], c[32], d[32], e[32];

@@ -42,6 +42,12 @@ void vr_train_print_memory(vr_trainer *t, FILE *out)
         fprintf(out, "device    allocator peak allocated %s (plan %s), peak reserved %s (plan %s); device used at most "
                 "%s\n", sz(m.peak_allocated, a), sz(p->dynamic.peak_allocated, b), sz(m.peak_reserved, c),
                 sz(p->dynamic.peak_reserved, d), sz(m.device_peak, e));
+    for (int r = 0; r < VR_ROLE_COUNT; r++)
+        if (p->host_total[r] || m.host[r])
+            fprintf(out, "host      %-8s planned %s, bound %s (pinned host memory)%s\n", vr_role_name((vr_role)r),
+                    sz(p->host_total[r], a), sz(m.host[r], b), p->host_total[r] == m.host[r] ? "" : "   DIFFERS");
+    if (p->host_size)
+        fprintf(out, "host      arena %s planned, %s allocated once\n", sz(p->host_size, a), sz(m.host_arena, b));
     if (vr_device_kind_of(t->dev) == VR_DEVICE_CUDA) {
         uint64_t pk = vr_trainer_process_peak(t);
         fprintf(out, "process   CUDA context %s; this process's device use at most %s (NVML)", sz(vr_trainer_context_bytes(t), a),
@@ -72,6 +78,15 @@ static cJSON *memory_json(vr_trainer *t)
     cJSON_AddNumberToObject(o, "plan_arena", (double)p->arena_size);
     cJSON_AddNumberToObject(o, "run_arena", (double)m.arena);
     cJSON_AddNumberToObject(o, "device_peak", (double)m.device_peak);
+    cJSON *host = cJSON_AddObjectToObject(o, "host");
+    for (int r = 0; r < VR_ROLE_COUNT; r++)
+        if (p->host_total[r] || m.host[r]) {
+            cJSON *x = cJSON_AddObjectToObject(host, vr_role_name((vr_role)r));
+            cJSON_AddNumberToObject(x, "plan", (double)p->host_total[r]);
+            cJSON_AddNumberToObject(x, "run", (double)m.host[r]);
+        }
+    cJSON_AddNumberToObject(host, "plan_arena", (double)p->host_size);
+    cJSON_AddNumberToObject(host, "run_arena", (double)m.host_arena);
     if (vr_device_kind_of(t->dev) == VR_DEVICE_CUDA) {
         cJSON_AddNumberToObject(o, "context", (double)vr_trainer_context_bytes(t));
         cJSON_AddNumberToObject(o, "process_peak", (double)vr_trainer_process_peak(t));

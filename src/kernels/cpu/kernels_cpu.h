@@ -62,6 +62,10 @@ void vr_cpu_relu_bwd(float *dinp, const float *x, const float *dout, size_t n, i
 /* Sum of x[i]^2 over n floats, accumulated in double (global L2 norm for clipping). */
 double vr_cpu_sumsq(const float *x, size_t n);
 
+/* Calls fn(ctx, off, len) for the chunks [off, off + len) of `chunk` elements covering [0, n), spread over
+ * the threads (a kernel called inside with fewer than VR_CPU_PAR_MIN elements stays on its thread). */
+void vr_cpu_chunks(size_t n, size_t chunk, void (*fn)(void *ctx, size_t off, size_t len), void *ctx);
+
 /* Sum of x[i] over n floats, accumulated in double. */
 double vr_cpu_sum(const float *x, size_t n);
 

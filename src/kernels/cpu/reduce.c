@@ -37,3 +37,13 @@ void vr_cpu_mean_bwd(float *dinp, const float *dout, size_t n, int acc)
         for (size_t i = 0; i < n; i++) dinp[i] = g;
     }
 }
+
+void vr_cpu_chunks(size_t n, size_t chunk, void (*fn)(void *ctx, size_t off, size_t len), void *ctx)
+{
+    if (!chunk)
+        return;
+    size_t nc = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) if (nc > 1)
+    for (size_t c = 0; c < nc; c++)
+        fn(ctx, c * chunk, n - c * chunk < chunk ? n - c * chunk : chunk);
+}
