@@ -17,9 +17,9 @@
  * Offload (vr_step_config.offload): the master (fp32 for fp32 params too), the state and host_grads (the
  * gradients' host copy, in the params' dtype) are host tensors. Right after the last node that touches a
  * parameter or its gradient, a copy node sends the gradient down (so the device gradient dies at the next
- * copy, its fence: see VR_OP_COPY); then, in the order the gradients arrive, the host runs the sumsq nodes
- * and one update node per parameter, which reads the host copy and overwrites it with the new weights in
- * the params' dtype, and a copy node sends them back up into the parameter. */
+ * copy, its fence: see VR_OP_COPY); then the host runs the sumsq nodes (in buffer order, as on the device)
+ * and, in the order the gradients arrive, one update node per parameter, which reads the host copy and
+ * overwrites it with the new weights in the params' dtype, and a copy node sends them back up. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,53 +269,52 @@ static int copy_node(vr_graph *g, const char *what, const char *pname, vr_phase 
     return id;
 }
 
-/* Offload: the copies down after the backward's last touch of each parameter, then on the host the norm and
- * the updates in arrival order, each followed by its copy up (see the file comment). */
+/* Offload: the copies down after the backward's last touch of each parameter; on the host the norm (its sumsq
+ * nodes in buffer order, as on the device: the same sum, bit for bit) and the updates in arrival order, each
+ * followed by its copy up (see the file comment). */
 static void offload_nodes(vr_graph *g, const vr_step_config *s, const int *order, int no)
 {
     int (*key)[2] = malloc(sizeof *key * (size_t)(no + 1));
-    int *after = malloc(sizeof(int) * (size_t)(no + 1)), *params = malloc(sizeof(int) * (size_t)(no + 1));
-    int *hv = malloc(sizeof(int) * (size_t)(no + 1));
-    if (!key || !after || !params || !hv) {
+    int *after = malloc(sizeof(int) * (size_t)(no + 1)), *hv = malloc(sizeof(int) * (size_t)(no + 1));
+    if (!key || !after || !hv) {
         vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
         goto out;
     }
-    for (int i = 0; i < no; i++) {
+    for (int i = 0; i < no && !g->err; i++) {
         int p = order[i], last = -1;
+        vr_tensor pt = g->tensors[p];
         for (int n = g->n_nodes - 1; n >= 0 && last < 0; n--)
-            if (node_touches(&g->nodes[n], p, g->tensors[p].grad))
+            if (node_touches(&g->nodes[n], p, pt.grad))
                 last = n;
         key[i][0] = last;
         key[i][1] = i;
-    }
-    qsort(key, (size_t)no, sizeof *key, by_key);
-    int first = g->n_nodes, fence = -1;
-    for (int k = 0; k < no && !g->err; k++) {
-        int p = order[key[k][1]];
-        vr_tensor pt = g->tensors[p];
         char name[VR_NAME_MAX];
         snprintf(name, sizeof name, "host_grads.%.48s", pt.name);
-        hv[k] = vr_graph_view(g, g->host_grads, name, pt.ndim, pt.shape, g->tensors[pt.master].view_offset);
-        params[k] = p;
+        hv[i] = vr_graph_view(g, g->host_grads, name, pt.ndim, pt.shape, g->tensors[pt.master].view_offset);
+    }
+    qsort(key, (size_t)no, sizeof *key, by_key); /* arrival order */
+    int first = g->n_nodes, fence = -1;
+    for (int k = 0; k < no && !g->err; k++) {
+        vr_tensor pt = g->tensors[order[key[k][1]]];
         after[k] = key[k][0];
-        int id = copy_node(g, "down", pt.name, VR_PHASE_BACKWARD, pt.grad, fence, hv[k]);
+        int id = copy_node(g, "down", pt.name, VR_PHASE_BACKWARD, pt.grad, fence, hv[key[k][1]]);
         if (id >= 0)
             g->nodes[id].layer = g->nodes[key[k][0]].layer;
         fence = pt.grad;
     }
     if (!g->err)
         place_copies(g, first, after);
-    int normsq = norm_nodes(g, s, params, hv, no, true);
+    int normsq = norm_nodes(g, s, order, hv, no, true);
     for (int k = 0; k < no && !g->err; k++) {
-        int id = update_node(g, s, params[k], hv[k], normsq, hv[k]);
+        int i = key[k][1];
+        int id = update_node(g, s, order[i], hv[i], normsq, hv[i]);
         if (id >= 0)
             g->nodes[id].host = true;
-        copy_node(g, "up", g->tensors[params[k]].name, VR_PHASE_OPTIMIZER, hv[k], -1, params[k]);
+        copy_node(g, "up", g->tensors[order[i]].name, VR_PHASE_OPTIMIZER, hv[i], -1, order[i]);
     }
 out:
     free(key);
     free(after);
-    free(params);
     free(hv);
 }
 

@@ -25,6 +25,7 @@ typedef struct run_out {
 static uint64_t round512(uint64_t n) { return (n + 511) / 512 * 512; }
 
 static bool inplace;        /* plan gelu/relu/add outputs over their dying inputs */
+static int steps = 2;       /* steps per run */
 static const char *policy;  /* dynamic mode's allocator policy (NULL: pytorch) */
 
 /* Builds, plans and runs 2 steps of (m, s) in the given mode; checks the figures. */
@@ -50,7 +51,7 @@ static run_out run_case(const char *what, const vr_model_config *m, const vr_ste
     vr_optim_hparams h = vr_optim_hparams_default(s->optim);
     h.lr = 1e-2f;
     run_out r = {0};
-    for (int step = 0; step < 2; step++) {
+    for (int step = 0; step < steps; step++) {
         vr_exec_batch mb[4];
         void *in[4];
         int32_t *tg[4];
@@ -65,7 +66,7 @@ static run_out run_case(const char *what, const vr_model_config *m, const vr_ste
         if (!isfinite(res.loss))
             fail_msg("%s (%s): loss %g is not finite: a kernel read poisoned bytes", what,
                      mode == VR_MEMORY_PLANNED ? "planned" : "dynamic", res.loss);
-        r.loss[step] = res.loss;
+        r.loss[step < 2 ? step : 1] = res.loss;
         for (int k = 0; k < accum; k++) {
             free(in[k]);
             free(tg[k]);
@@ -85,6 +86,12 @@ static run_out run_case(const char *what, const vr_model_config *m, const vr_ste
     }
     assert_int_equal(mem.peak, p->peak);
     assert_int_equal(mem.peak_node, p->peak_node);
+    for (int ro = 0; ro < VR_ROLE_COUNT; ro++)
+        if (mem.host[ro] != p->host_total[ro])
+            fail_msg("%s: host role %s: %llu bytes bound, plan says %llu", what, vr_role_name((vr_role)ro),
+                     (unsigned long long)mem.host[ro], (unsigned long long)p->host_total[ro]);
+    assert_int_equal(mem.host_arena, p->host_size);
+    assert_true((p->host_size > 0) == (s->offload == VR_OFFLOAD_OPTIM && s->train && s->optim != VR_OPTIM_NONE));
     if (mode == VR_MEMORY_PLANNED) {
         assert_int_equal(mem.arena, p->arena_size);
         assert_int_equal(mem.device_peak, round512(p->arena_size));
@@ -229,6 +236,53 @@ static void mlp_all(void **st)
     both_modes("mlp eval", &m, &s);
 }
 
+/* Offload: master and state on the host, the update run there after the gradients' copies: the plan's device
+ * and host bytes per role equal the run's, and the weights equal those of the same step on the device
+ * (fp32 both sides, the same kernels and the same order of the norm's sum: bit for bit) with
+ * accumulation and clipping, after 4 steps. */
+static void offload_case(const char *what, const vr_model_config *m, vr_step_config s)
+{
+    steps = 4;
+    run_out dev = run_case(what, m, &s, VR_MEMORY_PLANNED);
+    s.offload = VR_OFFLOAD_OPTIM;
+    run_out a = run_case(what, m, &s, VR_MEMORY_PLANNED);
+    run_out b = run_case(what, m, &s, VR_MEMORY_DYNAMIC);
+    steps = 2;
+    vr_graph *g = NULL;
+    assert_int_equal(vr_graph_build(m, &s, &g), VR_OK);
+    size_t n = (size_t)g->n_params;
+    assert_true(g->n_params > 0 && g->host_grads >= 0 && g->tensors[g->master].host);
+    vr_graph_free(g);
+    if (memcmp(a.params, dev.params, n * 4) || memcmp(b.params, dev.params, n * 4))
+        fail_msg("%s: the offloaded weights differ from the on-device step's", what);
+    assert_true(a.loss[1] == dev.loss[1] && b.loss[1] == dev.loss[1]);
+    free(dev.params);
+    free(a.params);
+    free(b.params);
+}
+
+static void gpt_offload(void **st)
+{
+    (void)st;
+    vr_model_config m = et_gpt(2, 16);
+    vr_step_config s = train_cfg(VR_OPTIM_ADAMW);
+    s.accum = 2;
+    s.grad_clip = 0.5f;
+    offload_case("gpt adamw offload accum clip", &m, s);
+    s = train_cfg(VR_OPTIM_MOMENTUM);
+    s.optim_state = VR_OSTATE_8BIT;
+    s.freeze = "h.0.*";
+    s.recompute = VR_RECOMPUTE_BLOCK;
+    offload_case("gpt momentum 8-bit offload frozen block", &m, s);
+    vr_model_config mm = et_mlp(8);
+    s = train_cfg(VR_OPTIM_SGD);
+    offload_case("mlp sgd offload", &mm, s);
+    s = train_cfg(VR_OPTIM_ADAM);
+    s.optim_state = VR_OSTATE_BF16;
+    s.grad_clip = 0.1f;
+    offload_case("mlp adam bf16 state offload clip", &mm, s);
+}
+
 static void other_allocator_policies(void **st)
 {
     (void)st;
@@ -263,7 +317,7 @@ int main(void)
         cmocka_unit_test(gpt_plain),  cmocka_unit_test(gpt_recompute),
         cmocka_unit_test(gpt_accum_clip), cmocka_unit_test(gpt_frozen),
         cmocka_unit_test(gpt_eval_and_backward_only), cmocka_unit_test(mlp_all),
-        cmocka_unit_test(gpt_optim_state),
+        cmocka_unit_test(gpt_optim_state),  cmocka_unit_test(gpt_offload),
         cmocka_unit_test(in_place),         cmocka_unit_test(other_allocator_policies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
