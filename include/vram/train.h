@@ -69,6 +69,8 @@ typedef struct vr_train_config {
                                    * plan's numbers and the largest batch that fits; in dynamic mode the
                                    * caching allocator is capped at max_memory - context; on cuda the process's
                                    * device use (NVML) is checked after every step against max_memory. */
+    uint64_t max_host_memory;     /* --max-host-memory: host bytes an offloaded plan may pin (0: the host's
+                                   * available memory); a plan over it is refused before anything is allocated */
     const char *dump_batches;     /* GPT: write every training micro-batch as B rows of T+1 int32 tokens
                                    * (inputs then the last target), the batches of the run in order, or NULL */
     void (*on_node)(void *ctx, vr_exec *e, int node, uint64_t t0_ns, uint64_t t1_ns);

@@ -43,6 +43,8 @@ static void usage(FILE *f)
             "  --policy NAME            allocator policy in dynamic mode (pytorch)\n"
             "  --device SPEC            meta, meta:SIZE, cpu, cpu:SIZE, cuda, cuda:N (meta)\n"
             "  --capacity SIZE          device memory to fit in (e.g. 80GiB); cuda: the GPU's total\n"
+            "  --host-capacity SIZE     host memory the offloaded state must fit in (default: what the host has\n"
+            "                           available); a plan over it is refused (exit 1)\n"
             "  --context SIZE           CUDA context to set aside (cuda: measured, else 527MiB)\n"
             "  --kernels cpu|cuda       whose kernels' scratch to count (cuda on --device cuda, else cpu):\n"
             "                           cuda adds the 32 MiB cuBLAS workspace and the CUDA kernels' scratch,\n"
@@ -56,7 +58,7 @@ static void usage(FILE *f)
 typedef struct opts {
     vr_model_flags m;  /* model and step flags (cli/model_flags.h) */
     const char *memory, *policy, *device, *kernels;
-    uint64_t capacity, context;
+    uint64_t capacity, context, host_capacity;
     bool has_capacity, has_context, timeline, json, graph, inplace;
 } opts;
 
@@ -80,7 +82,8 @@ static int parse_args(int argc, char **argv, opts *o)
             continue;
         }
         bool known = !strcmp(a, "--memory") || !strcmp(a, "--policy") || !strcmp(a, "--device") ||
-                     !strcmp(a, "--capacity") || !strcmp(a, "--context") || !strcmp(a, "--kernels");
+                     !strcmp(a, "--capacity") || !strcmp(a, "--context") || !strcmp(a, "--kernels") ||
+                     !strcmp(a, "--host-capacity");
         if (!known)
             return vr_cli_fail("plan", 2, "unknown flag '%s' (see vram plan --help)", a);
         if (i + 1 >= argc)
@@ -92,7 +95,10 @@ static int parse_args(int argc, char **argv, opts *o)
             o->policy = v;
         else if (!strcmp(a, "--device"))
             o->device = v;
-        else if (!strcmp(a, "--kernels")) {
+        else if (!strcmp(a, "--host-capacity")) {
+            if (vr_parse_size(v, a, &o->host_capacity) != VR_OK)
+                return bad(vr_last_error());
+        } else if (!strcmp(a, "--kernels")) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda"))
                 return vr_cli_fail("plan", 2, "--kernels: '%s' is not one of cpu|cuda", v);
             o->kernels = v;
@@ -191,6 +197,8 @@ int vr_cmd_plan(int argc, char **argv)
     }
     uint64_t need = (p->has_dynamic ? p->dynamic.peak_reserved : p->arena_size) + t.context;
     bool fits = t.capacity ? need <= t.capacity && (!p->has_dynamic || p->dynamic.status == VR_OK) : true;
+    uint64_t host_cap = o.host_capacity ? o.host_capacity : p->host_size ? vr_host_mem_available() : 0;
+    bool host_fits = !host_cap || p->host_size <= host_cap;
     char a[32], b[32], c[32];
     if (o.json) {
         char *js = vr_plan_json(p, o.timeline);
@@ -208,6 +216,9 @@ int vr_cmd_plan(int argc, char **argv)
         cJSON_AddNumberToObject(d, "capacity", (double)t.capacity);
         cJSON_AddNumberToObject(d, "need", (double)need);
         cJSON_AddBoolToObject(d, "fits", fits);
+        cJSON *h = cJSON_GetObjectItem(root, "host");
+        cJSON_AddNumberToObject(h, "capacity", (double)host_cap);
+        cJSON_AddBoolToObject(h, "fits", host_fits);
         char *out = cJSON_Print(root);
         printf("%s\n", out);
         free(out);
@@ -232,8 +243,18 @@ int vr_cmd_plan(int argc, char **argv)
                    vr_format_size(fits ? t.capacity - need : need - t.capacity, b, sizeof b));
         else
             printf("capacity  none given (--capacity SIZE to check a fit)\n");
+        if (host_cap)
+            printf("host cap  %s%s: %s (%s %s)\n", vr_format_size(host_cap, a, sizeof a),
+                   o.host_capacity ? "" : " available (MemAvailable)", host_fits ? "fits" : "DOES NOT FIT",
+                   host_fits ? "headroom" : "short by",
+                   vr_format_size(host_fits ? host_cap - p->host_size : p->host_size - host_cap, b, sizeof b));
     }
+    rc = 0;
+    if (!host_fits)
+        rc = vr_cli_fail("plan", 1, "--offload optim: the plan pins %s of host memory, more than the host's %s%s",
+                         vr_format_size(p->host_size, a, sizeof a), vr_format_size(host_cap, b, sizeof b),
+                         o.host_capacity ? " (--host-capacity)" : " available");
     vr_plan_free(p);
     vr_graph_free(g);
-    return 0;
+    return rc;
 }

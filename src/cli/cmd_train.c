@@ -67,6 +67,7 @@ static void usage(FILE *f)
             "  --max-memory SIZE        device memory the whole run may use, CUDA context included (e.g. 16GiB):\n"
             "                           a planned arena that does not fit is refused before it runs; dynamic:\n"
             "                           the allocator is capped; cuda: the process's use is checked each step\n"
+            "  --max-host-memory SIZE   host memory an --offload run may pin (default: what the host has available)\n"
             "  --loss-scale S           fp16: the first dynamic loss scale (65536); halved on an overflow\n"
             "                           (that step's update skipped), doubled after --loss-scale-window\n"
             "  --loss-scale-window N    fp16: good steps in a row before the scale doubles (2000)\n"
@@ -88,7 +89,7 @@ static void usage(FILE *f)
 typedef struct topts {
     vr_model_flags m;
     const char *save_init, *dump_batches, *trace, *oom_report;
-    uint64_t max_memory;
+    uint64_t max_memory, max_host_memory;
     const char *data, *init, *save, *save_state, *resume, *device, *memory, *policy, *schedule;
     long long steps, warmup, seed, save_every, eval_batches, eval_every, threads;
     bool has_warmup, has_eval_every, has_seed, json, quiet, shuffle, inplace;
@@ -207,6 +208,15 @@ static int parse_args(int argc, char **argv, topts *o)
             if (i + 1 >= argc || !argv[i + 1][0])
                 return vr_cli_fail("train", 2, "%s needs a file name", a);
             *(a[2] == 't' ? &o->trace : &o->oom_report) = argv[++i];
+            continue;
+        }
+        if (!strcmp(a, "--max-host-memory")) {
+            if (i + 1 >= argc)
+                return vr_cli_fail("train", 2, "%s needs a value", a);
+            if (vr_parse_size(argv[++i], a, &o->max_host_memory) != VR_OK)
+                return vr_cli_fail("train", 2, "%s", vr_last_error());
+            if (!o->max_host_memory)
+                return vr_cli_fail("train", 2, "--max-host-memory: must be more than 0");
             continue;
         }
         if (!strcmp(a, "--max-memory") || !strcmp(a, "--save-init") || !strcmp(a, "--dump-batches")) {
@@ -363,6 +373,7 @@ int vr_cmd_train(int argc, char **argv)
     c.init = o.init;
     c.resume = o.resume;
     c.max_memory = o.max_memory;
+    c.max_host_memory = o.max_host_memory;
     c.loss_scale = (float)o.loss_scale;
     c.loss_scale_window = (int)o.loss_scale_window;
     c.cuda_graph = o.cuda_graph;

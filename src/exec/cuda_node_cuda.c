@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/cuda_copy.h"
 #include "exec/cuda_prof.h"
 
 #define VR_CLIP_BYTES 256 /* tail of the workspace: clip factor, norm (fp32) */
@@ -71,6 +72,7 @@ typedef struct cuda_state {
     float *partials;   /* device, VR_CUDA_MT_MAX_PARTIALS floats (workspace tail) */
     vr_cuda_mt_tensor *build; /* host scratch table */
     vr_cuda_prof *prof;       /* cfg.profile: per-node GPU time, NULL otherwise */
+    vr_cuda_copies copies;    /* offload: the copy nodes' stream and events */
 } cuda_state;
 
 static const vr_tensor *T_(const vr_exec_args *a, int id) { return &a->g->tensors[id]; }
@@ -435,6 +437,7 @@ static vr_status run_kernels(const vr_exec_args *a)
     case VR_OP_SGD_MOMENTUM:
     case VR_OP_ADAM:
     case VR_OP_ADAMW:
+    case VR_OP_COPY:
     case VR_OP_RESHAPE: break;
     default: st = dtype_of(a, n->in[0], &dt); break;
     }
@@ -522,6 +525,8 @@ static vr_status run_kernels(const vr_exec_args *a)
             return st;
         return optimizer(a, s);
     }
+    case VR_OP_COPY:
+        return vr__cuda_copy_run(&s->copies, c, a);
     default:
         return vr_error(VR_ERR_UNSUPPORTED, "cuda: no kernel for op %s", vr_op_name(n->op));
     }
@@ -551,7 +556,7 @@ static bool mt_groups(const vr_exec *e, cuda_state *s)
     vr_op op = VR_OP_ADAMW;
     for (int i = 0; i < g->n_nodes; i++) {
         const vr_node *n = &g->nodes[i];
-        if (i >= e->opt_start && n->phase != VR_PHASE_OPTIMIZER)
+        if ((i >= e->opt_start && n->phase != VR_PHASE_OPTIMIZER) || n->host)
             return false;
         if (n->op == VR_OP_SUMSQ) {
             if (i < e->opt_start || s->opt.first >= 0)
@@ -573,6 +578,7 @@ static bool mt_groups(const vr_exec *e, cuda_state *s)
 
 static void cuda_state_free(cuda_state *s)
 {
+    vr__cuda_copies_free(&s->copies);
     free(s->sq.host);
     free(s->opt.host);
     free(s->build);
@@ -625,6 +631,8 @@ static vr_status cuda_init(vr_exec *e)
     s->ctx.attention_v1 = (int)(e->cfg.attention_v1 & 3u);
     if (!st && !e->cfg.cuda_graph)
         st = vr__cuda_prof_new(e->g->n_nodes, e->cfg.profile, &s->prof);
+    if (!st)
+        st = vr__cuda_copies_init(&s->copies, e);
     if (st) {
         vr_cuda_ctx_destroy(&s->ctx);
         vr_cuda_stream_destroy(s->stream);
@@ -707,6 +715,18 @@ static vr_status cuda_clip_result(vr_exec *e, double *norm, double *scale)
     return VR_OK;
 }
 
+static vr_status cuda_host_wait(vr_exec *e, int copy)
+{
+    cuda_state *s = e->be_state;
+    return vr__cuda_copy_wait(&s->copies, copy);
+}
+
+static vr_status cuda_copies_done(vr_exec *e)
+{
+    cuda_state *s = e->be_state;
+    return vr__cuda_copies_done(&s->copies);
+}
+
 const vr_exec_backend *vr__exec_backend_cuda(void)
 {
     static const vr_exec_backend cuda = {.name = "cuda",
@@ -719,6 +739,8 @@ const vr_exec_backend *vr__exec_backend_cuda(void)
                                          .capture_begin = cuda_capture_begin,
                                          .capture_end = cuda_capture_end,
                                          .replay = cuda_replay,
+                                         .host_wait = cuda_host_wait,
+                                         .copies_done = cuda_copies_done,
                                          .cheap_mem_info = false};
     return &cuda;
 }

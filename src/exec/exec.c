@@ -189,6 +189,21 @@ static vr_status make_arena(vr_exec *e)
     return VR_OK;
 }
 
+/* Offload: the host tensors' arena (pinned on a GPU). */
+static vr_status make_host_arena(vr_exec *e)
+{
+    uint64_t bytes = e->plan->host_size;
+    vr_status st = bytes ? vr_device_host_alloc(e->dev, bytes, &e->host_arena) : VR_OK;
+    if (st) {
+        char msg[1024], a[32];
+        snprintf(msg, sizeof msg, "%s", vr_last_error());
+        return vr_error(st, "exec: the offloaded master weights and optimizer state need %s of pinned host memory: %s",
+                        vr_format_size(bytes, a, sizeof a), msg);
+    }
+    e->mem.host_arena = bytes;
+    return VR_OK;
+}
+
 static vr_status check_shared(vr_exec *e)
 {
     const vr_exec *o = e->cfg.params_from;
@@ -265,19 +280,13 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
             e->cfg.loss_scale_window = 2000;
     }
     if (e->cfg.cuda_graph && (e->cfg.memory != VR_MEMORY_PLANNED || e->cfg.poison || e->opt_start >= N ||
-                              (g->step.train && g->step.accum > 1)))
-        e->cfg.cuda_graph = false; /* replays need fixed addresses and nothing queued between nodes */
-    if (plan->host_size && (st = vr_device_host_alloc(dev, plan->host_size, &e->host_arena))) {
-        char msg[1024], a[32];
-        snprintf(msg, sizeof msg, "%s", vr_last_error());
-        st = vr_error(st, "exec: the offloaded master weights and optimizer state need %s of pinned host memory: %s",
-                      vr_format_size(plan->host_size, a, sizeof a), msg);
-    }
-    e->mem.host_arena = e->host_arena ? plan->host_size : 0;
-    if (st) {
-    } else if (e->cfg.memory == VR_MEMORY_PLANNED) {
+                              (g->step.train && g->step.accum > 1) || plan->host_size))
+        e->cfg.cuda_graph = false; /* replays need fixed addresses and nothing queued between nodes (nor the
+                                    * host's work of an offloaded step) */
+    st = make_host_arena(e);
+    if (!st && e->cfg.memory == VR_MEMORY_PLANNED) {
         st = make_arena(e);
-    } else {
+    } else if (!st) {
         vr_alloc_config ac = {.policy = e->cfg.alloc_policy};
         st = vr_alloc_create(dev, &ac, &e->alloc);
     }

@@ -17,12 +17,13 @@ vr_llmc_config vr__llmc_config_of(const vr_gpt_config *c)
 }
 
 /* The flat buffers a resumable state holds, in the order they are written back: the parameters, then the
- * master copy (which overrides the one derived from them), then the optimizer state in its format. */
+ * master copy (which overrides the one derived from them; not for fp32 params, whose offloaded host copy
+ * equals them, so that a state resumes with or without --offload), then the optimizer state in its format. */
 #define STATE_BUFS 8
 static void state_buffers(const vr_graph *g, int ids[STATE_BUFS])
 {
-    int v[STATE_BUFS] = {g->params, g->master, g->optim[0], g->optim[1], g->absmax[0], g->absmax[1], g->optim32[0],
-                         g->optim32[1]};
+    int v[STATE_BUFS] = {g->params, g->param_dtype == VR_F32 ? -1 : g->master, g->optim[0], g->optim[1],
+                         g->absmax[0], g->absmax[1], g->optim32[0], g->optim32[1]};
     memcpy(ids, v, sizeof v);
 }
 

@@ -62,9 +62,9 @@ uint64_t vr_trainer_process_peak(vr_trainer *t)
 }
 
 /* The host memory an offloaded plan pins, against what the host has available. */
-static vr_status host_check(const vr_plan *plan)
+static vr_status host_check(const vr_trainer *t, const vr_plan *plan)
 {
-    uint64_t avail = vr_host_mem_available();
+    uint64_t avail = t->cfg.max_host_memory ? t->cfg.max_host_memory : vr_host_mem_available();
     if (!plan->host_size || !avail || plan->host_size <= avail)
         return VR_OK;
     char a[32], b[32], roles[256];
@@ -73,14 +73,14 @@ static vr_status host_check(const vr_plan *plan)
         if (plan->host_total[r])
             n += snprintf(roles + n, sizeof roles - (size_t)n, "%s%s %s", n ? ", " : "", vr_role_name((vr_role)r),
                           sz(plan->host_total[r], a));
-    return vr_error(VR_ERR_OOM, "--offload optim: the plan pins %s of host memory (%s) but the host has %s available "
-                    "(MemAvailable); try --optim-state 8bit or bf16 (smaller state), or fewer parameters",
-                    sz(plan->host_size, a), roles, sz(avail, b));
+    return vr_error(VR_ERR_OOM, "--offload optim: the plan pins %s of host memory (%s) but %s %s; try "
+                    "--optim-state 8bit or bf16 (smaller state)", sz(plan->host_size, a), roles,
+                    t->cfg.max_host_memory ? "--max-host-memory is" : "the host has", sz(avail, b));
 }
 
 vr_status vr__trainer_memory_check(vr_trainer *t, const vr_plan *plan, uint64_t held, const char *what)
 {
-    vr_status hst = host_check(plan);
+    vr_status hst = host_check(t, plan);
     if (hst)
         return hst;
     if (t->cfg.memory != VR_MEMORY_PLANNED)

@@ -170,3 +170,45 @@ extern "C" void vr_cuda_events_destroy(void **ev, int n)
     for (int i = 0; ev && i < n; i++)
         if (ev[i]) cudaEventDestroy((cudaEvent_t)ev[i]);
 }
+
+extern "C" vr_status vr_cuda_copy_stream_create(void **stream)
+{
+    if (!stream) return vr_cu_bad("copy_stream_create", "NULL pointer");
+    cudaStream_t st = NULL;
+    VR_CU_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "copy_stream_create");
+    *stream = st;
+    return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_copy_down(const vr_cuda_ctx *ctx, void *copy_stream, void *mark, void *fence, void *done,
+                                       void *dst, const void *src, size_t bytes)
+{
+    VR_CU_CTX_OK(ctx, "copy_down");
+    if (!copy_stream || !mark || !done || !dst || !src) return vr_cu_bad("copy_down", "NULL pointer");
+    cudaStream_t cs = (cudaStream_t)copy_stream;
+    if (fence) VR_CU_CHECK(cudaStreamWaitEvent(VR_STREAM(ctx), (cudaEvent_t)fence, 0), "copy_down");
+    VR_CU_CHECK(cudaEventRecord((cudaEvent_t)mark, VR_STREAM(ctx)), "copy_down");
+    VR_CU_CHECK(cudaStreamWaitEvent(cs, (cudaEvent_t)mark, 0), "copy_down");
+    VR_CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cs), "copy_down");
+    VR_CU_CHECK(cudaEventRecord((cudaEvent_t)done, cs), "copy_down");
+    return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_copy_up(void *copy_stream, void *dst, const void *src, size_t bytes)
+{
+    if (!copy_stream || !dst || !src) return vr_cu_bad("copy_up", "NULL pointer");
+    VR_CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)copy_stream), "copy_up");
+    return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_event_wait(void *ev)
+{
+    VR_CU_CHECK(cudaEventSynchronize((cudaEvent_t)ev), "event_wait");
+    return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_stream_wait_host(void *stream)
+{
+    VR_CU_CHECK(cudaStreamSynchronize((cudaStream_t)stream), "stream_sync");
+    return VR_OK;
+}

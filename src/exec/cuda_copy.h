@@ -1,0 +1,34 @@
+/* vram exec — the offload copies of the CUDA backend (VR_OP_COPY nodes).
+ *
+ * A copy down (device gradient -> pinned host) is queued on a stream of its own after the compute
+ * stream's work so far (an event marks the point), and records a "done" event that the host waits for
+ * before the host node reading the copy runs; its fence (the previous copy's source) makes the compute
+ * stream wait for the previous copy first, so that memory may be reused after the node, as the plan
+ * says. A copy up (the host's new weights -> device parameter) is queued on the same stream once the
+ * host has written them. At the end of a step the host waits for the copy stream: the weights are on
+ * the device before the next step's forward is queued. */
+#ifndef VRAM_EXEC_CUDA_COPY_H
+#define VRAM_EXEC_CUDA_COPY_H
+
+#include "exec/exec_internal.h"
+#include "kernels/cuda/kernels_cuda.h"
+
+typedef struct vr_cuda_copies {
+    void *stream;   /* NULL: the graph has no copy node */
+    void *mark;     /* the compute stream's position for the next copy down */
+    void **done;    /* [n_nodes]: each copy down's "done" event (NULL for other nodes) */
+    int *prev;      /* [n_nodes]: copy down -> the previous copy down (its fence), -1 */
+    int n_nodes;
+} vr_cuda_copies;
+
+/* Sets c up for e's graph (nothing when it has no copy node). */
+vr_status vr__cuda_copies_init(vr_cuda_copies *c, const vr_exec *e);
+void vr__cuda_copies_free(vr_cuda_copies *c);
+/* Queues copy node a (down or up) after the work on ctx's stream. */
+vr_status vr__cuda_copy_run(vr_cuda_copies *c, const vr_cuda_ctx *ctx, const vr_exec_args *a);
+/* The host waits for copy node i (down) to land. */
+vr_status vr__cuda_copy_wait(vr_cuda_copies *c, int i);
+/* The host waits for every copy queued. */
+vr_status vr__cuda_copies_done(vr_cuda_copies *c);
+
+#endif
