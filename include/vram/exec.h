@@ -89,6 +89,8 @@ typedef struct vr_exec_config {
      * bytes. For profilers (vram/prof.h); not called for the nodes of a replayed CUDA graph. */
     void (*on_node)(void *ctx, vr_exec *e, int node, uint64_t t0_ns, uint64_t t1_ns);
     void *on_node_ctx;
+    bool device_times;            /* CUDA, node by node: events around every node and copy, so that the last
+                                   * step's spans on the GPU can be read (vr_exec_device_span) */
 } vr_exec_config;
 
 /* Optimizer hyperparameters of one step (torch.optim's meanings). */
@@ -121,6 +123,11 @@ typedef struct vr_exec_result {
     bool skipped;                 /* fp16: a gradient overflowed (inf/NaN): the optimizer changed nothing,
                                    * and the loss scale is halved for the next step */
 } vr_exec_result;
+
+/* With vr_exec_config.device_times: node's span on the device in the last step, in the host's clock
+ * (vr_now_ns), and its lane (0: the compute stream, 1: the copy stream of offload). false where the node
+ * ran no device work (host nodes, reshapes) or the backend keeps no times. */
+bool vr_exec_device_span(vr_exec *e, int node, uint64_t *t0_ns, uint64_t *t1_ns, int *lane);
 
 /* What the run really held. Live bytes are raw (numel x dtype size), counted
  * when a tensor is bound to memory and uncounted when it is let go. */

@@ -54,7 +54,8 @@ static void usage(FILE *f)
             "  --save CKPT              write an llm.c checkpoint at the end (atomically)\n"
             "  --save-init CKPT         write an llm.c checkpoint of the initial parameters (before step 1)\n"
             "  --dump-batches FILE      write every training batch as B rows of T+1 int32 tokens, in order\n"
-            "  --trace FILE             Chrome/Perfetto trace of the run\n"
+            "  --trace FILE             Chrome/Perfetto trace of the run (cuda: with each node's time on the GPU\n"
+            "                           and, offloaded, the copies beside the host's updates)\n"
             "  --oom-report FILE        out of memory: the step's HTML report ($TMPDIR)\n"
             "  --save-state FILE        write a resumable state (params, optimizer, step, data position)\n"
             "  --resume FILE            continue a saved state bit-exactly (same flags otherwise)\n"
@@ -379,6 +380,7 @@ int vr_cmd_train(int argc, char **argv)
     c.cuda_graph = o.cuda_graph;
     c.per_node_optimizer = o.per_node_optimizer;
     c.profile = o.profile;
+    c.device_times = o.trace != NULL; /* the trace shows each node's time on the GPU too */
     c.attention_v1 = o.attention_v1;
     if ((o.loss_scale > 0 || o.loss_scale_window > 0) && c.step.precision != VR_PREC_FP16)
         return vr_cli_fail("train", 2, "--loss-scale%s: only with --precision fp16 (bf16 and fp32 need no scaling)",

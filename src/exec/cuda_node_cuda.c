@@ -538,9 +538,13 @@ static vr_status cuda_run_node(const vr_exec_args *a)
     int i = (int)(a->node - a->g->nodes);
     vr_status st = vr__cuda_prof_before(s->prof, &s->ctx, i);
     if (!st)
+        st = vr__cuda_times_before(&s->copies, &s->ctx, i, a->micro);
+    if (!st)
         st = run_kernels(a);
     if (!st)
         st = vr__cuda_prof_after(s->prof, &s->ctx, i);
+    if (!st)
+        st = vr__cuda_times_after(&s->copies, &s->ctx, i);
     return st;
 }
 
@@ -727,6 +731,12 @@ static vr_status cuda_copies_done(vr_exec *e)
     return vr__cuda_copies_done(&s->copies);
 }
 
+static bool cuda_device_span(vr_exec *e, int node, uint64_t *t0, uint64_t *t1, int *lane)
+{
+    cuda_state *s = e->be_state;
+    return s && vr__cuda_times_span(&s->copies, e->g, node, t0, t1, lane);
+}
+
 const vr_exec_backend *vr__exec_backend_cuda(void)
 {
     static const vr_exec_backend cuda = {.name = "cuda",
@@ -741,6 +751,7 @@ const vr_exec_backend *vr__exec_backend_cuda(void)
                                          .replay = cuda_replay,
                                          .host_wait = cuda_host_wait,
                                          .copies_done = cuda_copies_done,
+                                         .device_span = cuda_device_span,
                                          .cheap_mem_info = false};
     return &cuda;
 }

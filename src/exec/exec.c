@@ -519,6 +519,11 @@ void vr_exec_reset_peaks(vr_exec *e)
         vr_alloc_reset_peak(e->alloc);
 }
 
+bool vr_exec_device_span(vr_exec *e, int node, uint64_t *t0_ns, uint64_t *t1_ns, int *lane)
+{
+    return e->be->device_span && node >= 0 && node < e->g->n_nodes && e->be->device_span(e, node, t0_ns, t1_ns, lane);
+}
+
 vr_alloc *vr_exec_allocator(vr_exec *e) { return e->alloc; }
 const vr_plan *vr_exec_plan(const vr_exec *e) { return e->plan; }
 vr_device *vr_exec_device(const vr_exec *e) { return e->dev; }

@@ -3,7 +3,11 @@
  * the rename come at vr_trace_close.
  *
  * Tracks (pid 1): tid 0 "steps" (a slice per optimizer step, emitted when the
- * next one begins), tid 1 "nodes" (a slice per node per pass). A step starts
+ * next one begins), tid 1 "nodes" (a slice per node per pass, the host's time: a
+ * launch for a device node, the work itself for a host node of an offloaded
+ * step), and with the executor's device times (CUDA) tid 2 "GPU compute" and
+ * tid 3 "GPU copies" (offload): each node's span on the device in the last pass
+ * of a step, emitted after the step's last node. A step starts
  * at node 0 after the last node of the graph ran (micro-batch passes of one
  * step restart at node 0 without reaching the optimizer nodes). */
 #include <stdarg.h>
@@ -71,6 +75,8 @@ vr_status vr_trace_open(const char *path, vr_trace **out)
     emit(t, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 0, \"args\": {\"name\": \"vram train\"}}");
     emit(t, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 0, \"args\": {\"name\": \"steps\"}}");
     emit(t, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 1, \"args\": {\"name\": \"nodes\"}}");
+    emit(t, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 2, \"args\": {\"name\": \"GPU compute\"}}");
+    emit(t, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 3, \"args\": {\"name\": \"GPU copies\"}}");
     *out = t;
     return VR_OK;
 }
@@ -82,6 +88,23 @@ static void end_step(vr_trace *t)
     emit(t, "{\"name\": \"step %lld\", \"cat\": \"step\", \"ph\": \"X\", \"pid\": 1, \"tid\": 0, \"ts\": %.3f, "
             "\"dur\": %.3f, \"args\": {\"step\": %lld}}",
          (long long)t->step, us(t, t->step_t0), (double)(t->step_t1 - t->step_t0) / 1e3, (long long)t->step);
+}
+
+/* The step's spans on the device (when the executor keeps them). */
+static void device_spans(vr_trace *t, vr_exec *e)
+{
+    for (int i = 0; i < t->g->n_nodes; i++) {
+        uint64_t a, b;
+        int lane;
+        if (!vr_exec_device_span(e, i, &a, &b, &lane))
+            continue;
+        char name[sizeof t->g->nodes[i].name];
+        clean(name, t->g->nodes[i].name, sizeof name);
+        emit(t, "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, "
+                "\"dur\": %.3f, \"args\": {\"node\": %d, \"op\": \"%s\", \"step\": %lld}}",
+             name, vr_phase_name(t->g->nodes[i].phase), 2 + lane, us(t, a), b > a ? (double)(b - a) / 1e3 : 0.0, i,
+             vr_op_name(t->g->nodes[i].op), (long long)t->step);
+    }
 }
 
 void vr_trace_on_node(void *ctx, vr_exec *e, int node, uint64_t t0_ns, uint64_t t1_ns)
@@ -116,6 +139,8 @@ void vr_trace_on_node(void *ctx, vr_exec *e, int node, uint64_t t0_ns, uint64_t 
                         vr_role_name((vr_role)r), (unsigned long long)vr_exec_live(e, node, r));
     emit(t, "{\"name\": \"live bytes\", \"ph\": \"C\", \"pid\": 1, \"tid\": 0, \"ts\": %.3f, \"args\": {%s}}",
          us(t, t0_ns), args);
+    if (node == t->g->n_nodes - 1)
+        device_spans(t, e);
     vr_alloc *a = vr_exec_allocator(e);
     if (a) {
         vr_alloc_stats s;

@@ -110,7 +110,7 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
                          .loss_scale = c->loss_scale, .loss_scale_window = c->loss_scale_window,
                          .cuda_graph = c->cuda_graph, .per_node_optimizer = c->per_node_optimizer,
                          .profile = c->profile, .attention_v1 = c->attention_v1,
-                         .on_node = c->on_node, .on_node_ctx = c->on_node_ctx};
+                         .on_node = c->on_node, .on_node_ctx = c->on_node_ctx, .device_times = c->device_times};
     if (!st)
         st = vr_exec_create(t->plan, t->dev, &ec, &t->exec);
     if (!st)

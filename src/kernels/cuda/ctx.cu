@@ -180,8 +180,8 @@ extern "C" vr_status vr_cuda_copy_stream_create(void **stream)
     return VR_OK;
 }
 
-extern "C" vr_status vr_cuda_copy_down(const vr_cuda_ctx *ctx, void *copy_stream, void *mark, void *fence, void *done,
-                                       void *dst, const void *src, size_t bytes)
+extern "C" vr_status vr_cuda_copy_down(const vr_cuda_ctx *ctx, void *copy_stream, void *mark, void *fence, void *begin,
+                                       void *done, void *dst, const void *src, size_t bytes)
 {
     VR_CU_CTX_OK(ctx, "copy_down");
     if (!copy_stream || !mark || !done || !dst || !src) return vr_cu_bad("copy_down", "NULL pointer");
@@ -189,15 +189,19 @@ extern "C" vr_status vr_cuda_copy_down(const vr_cuda_ctx *ctx, void *copy_stream
     if (fence) VR_CU_CHECK(cudaStreamWaitEvent(VR_STREAM(ctx), (cudaEvent_t)fence, 0), "copy_down");
     VR_CU_CHECK(cudaEventRecord((cudaEvent_t)mark, VR_STREAM(ctx)), "copy_down");
     VR_CU_CHECK(cudaStreamWaitEvent(cs, (cudaEvent_t)mark, 0), "copy_down");
+    if (begin) VR_CU_CHECK(cudaEventRecord((cudaEvent_t)begin, cs), "copy_down");
     VR_CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cs), "copy_down");
     VR_CU_CHECK(cudaEventRecord((cudaEvent_t)done, cs), "copy_down");
     return VR_OK;
 }
 
-extern "C" vr_status vr_cuda_copy_up(void *copy_stream, void *dst, const void *src, size_t bytes)
+extern "C" vr_status vr_cuda_copy_up(void *copy_stream, void *begin, void *end, void *dst, const void *src, size_t bytes)
 {
     if (!copy_stream || !dst || !src) return vr_cu_bad("copy_up", "NULL pointer");
-    VR_CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)copy_stream), "copy_up");
+    cudaStream_t cs = (cudaStream_t)copy_stream;
+    if (begin) VR_CU_CHECK(cudaEventRecord((cudaEvent_t)begin, cs), "copy_up");
+    VR_CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cs), "copy_up");
+    if (end) VR_CU_CHECK(cudaEventRecord((cudaEvent_t)end, cs), "copy_up");
     return VR_OK;
 }
 

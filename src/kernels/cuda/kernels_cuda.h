@@ -117,13 +117,14 @@ vr_status vr_cuda_event_ms(void *from, void *to, float *ms);
 void vr_cuda_events_destroy(void **ev, int n);
 /* Offload copies, on a stream of their own (non-blocking: beside ctx's, the legacy one included).
  * copy_down: ctx's stream first waits for `fence` (an earlier copy's `done`: its source may then be reused
- * after this point; NULL none), marks its position in `mark`; the copy stream waits for the mark, copies
- * device src -> pinned host dst, and records `done`. copy_up: pinned host src -> device dst on the copy
- * stream (src ready now). event_wait: the host waits for an event; stream_wait_host: for a stream. */
+ * after this point; NULL none), marks its position in `mark`; the copy stream waits for the mark, records
+ * `begin` (timing, may be NULL), copies device src -> pinned host dst, and records `done`. copy_up: pinned
+ * host src -> device dst on the copy stream (src ready now) between `begin` and `end` (both may be NULL).
+ * event_wait: the host waits for an event; stream_wait_host: for a stream. */
 vr_status vr_cuda_copy_stream_create(void **stream);
-vr_status vr_cuda_copy_down(const vr_cuda_ctx *ctx, void *copy_stream, void *mark, void *fence, void *done, void *dst,
-                            const void *src, size_t bytes);
-vr_status vr_cuda_copy_up(void *copy_stream, void *dst, const void *src, size_t bytes);
+vr_status vr_cuda_copy_down(const vr_cuda_ctx *ctx, void *copy_stream, void *mark, void *fence, void *begin, void *done,
+                            void *dst, const void *src, size_t bytes);
+vr_status vr_cuda_copy_up(void *copy_stream, void *begin, void *end, void *dst, const void *src, size_t bytes);
 vr_status vr_cuda_event_wait(void *ev);
 vr_status vr_cuda_stream_wait_host(void *stream);
 /* The values of vr_cuda_ctx.opt_scalars for a step (host; computed as the optimizers compute them from
