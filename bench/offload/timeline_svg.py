@@ -58,4 +58,34 @@ for i, (c, t) in enumerate(legend):
                f'<text x="{X0 + i * 190 + 16}" y="{y + 22}">{t}</text>')
 out.append("</svg>")
 open(sys.argv[2], "w").write("\n".join(out))
-print(f"step {step}: {(t1 - t0) / 1e3:.1f} ms, {len(gpu)} GPU nodes, {len(cp)} copies, {len(host)} host nodes")
+
+
+def busy(spans):
+    """Merged [start, end) intervals of a lane."""
+    iv = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans)
+    out = []
+    for a, b in iv:
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def overlap(xs, ys):
+    """Time of the xs intervals during which ys is busy."""
+    t, j = 0.0, 0
+    for a, b in xs:
+        for c, d in ys:
+            t += max(0.0, min(b, d) - max(a, c))
+    return t
+
+
+g = busy([e for e in gpu if e.get("cat") in ("backward", "recompute")])
+down = busy([e for e in cp if e.get("cat") == "backward"])
+hs = busy(host)
+tot = lambda iv: sum(b - a for a, b in iv)
+print(f"step {step}: {(t1 - t0) / 1e3:.1f} ms; backward on the GPU {tot(g) / 1e3:.1f} ms; copies down "
+      f"{tot(down) / 1e3:.1f} ms, {overlap(down, g) / max(tot(down), 1e-9) * 100:.0f}% of it during the backward; "
+      f"host updates {tot(hs) / 1e3:.1f} ms, {overlap(hs, g) / max(tot(hs), 1e-9) * 100:.0f}% of it during the "
+      f"backward; {len(gpu)} GPU nodes, {len(cp)} copies, {len(host)} host nodes")
