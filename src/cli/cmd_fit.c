@@ -47,6 +47,9 @@ static void usage(FILE *f)
                "                           bf16 400, fp16 400; cpu: measured)\n"
                "  --bandwidth GBS          memory bandwidth of the other kernels, GB/s (H100: 2500; cpu: measured)\n"
                "  --launch-us US           fixed cost per kernel, microseconds (5; cpu: 1)\n"
+               "  --host-capacity SIZE     host memory offloaded rows may pin (default: what the host has available)\n"
+               "  (--offload none|optim pins the placement; both are searched otherwise. On cpu and cuda the host's\n"
+               "   update speed and the copy link are measured once, with an offloaded step of a 38M-parameter MLP)\n"
                "  --json                   machine-readable output\n");
 }
 
@@ -55,6 +58,7 @@ typedef struct opts {
     const char *device, *tflops;
     uint64_t capacity, context;
     bool has_capacity, has_context, json;
+    uint64_t host_capacity;   /* --host-capacity; 0: what the host has available */
     long long global_batch;
     double bandwidth, launch_us; /* < 0: not given */
 } opts;
@@ -85,6 +89,13 @@ static int parse_args(int argc, char **argv, opts *o)
             continue;
         if (!strcmp(a, "--json")) {
             o->json = true;
+            continue;
+        }
+        if (!strcmp(a, "--host-capacity")) {
+            if (i + 1 >= argc)
+                return vr_cli_fail("fit", 2, "%s needs a value", a);
+            if (vr_parse_size(argv[++i], a, &o->host_capacity) != VR_OK)
+                return vr_cli_fail("fit", 2, "%s", vr_last_error());
             continue;
         }
         static const char *valued[] = {"--capacity", "--device", "--context", "--global-batch",
@@ -178,6 +189,64 @@ static void measure_cpu(vr_fit_cost_model *cm)
     free(a), free(b), free(c), free(x), free(y);
 }
 
+static void host_time(void *ctx, vr_exec *e, int node, uint64_t t0, uint64_t t1)
+{
+    if (vr_exec_plan(e)->graph->nodes[node].host)
+        *(uint64_t *)ctx += t1 - t0;
+}
+
+/* Offload's figures on this machine: the host nodes of an offloaded AdamW step (an MLP of 38M parameters, bf16
+ * on a GPU) timed on the second step, and a 256 MiB copy from the device to pinned host memory, best of 3. */
+static void measure_offload(const char *spec, vr_fit_cost_model *cm)
+{
+    vr_device *dev = NULL;
+    if (vr_device_open(spec, &dev) != VR_OK)
+        return;
+    bool cuda = vr_device_kind_of(dev) == VR_DEVICE_CUDA;
+    vr_model_config m = {.kind = VR_MODEL_MLP, .B = 8, .T = 1};
+    m.mlp = (vr_mlp_config){.n_sizes = 5, .sizes = {1024, 4096, 4096, 4096, 10}, .act = VR_OP_RELU};
+    vr_step_config st = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .offload = VR_OFFLOAD_OPTIM,
+                         .precision = cuda ? VR_PREC_BF16 : VR_PREC_FP32,
+                         .workspace_bytes = cuda ? VR_CUDA_WORKSPACE_BYTES : 0,
+                         .kernels = cuda ? VR_KERNELS_CUDA : VR_KERNELS_CPU};
+    vr_graph *g = NULL;
+    vr_plan *p = NULL;
+    vr_exec *e = NULL;
+    uint64_t host_ns = 0;
+    vr_exec_config ec = {.memory = VR_MEMORY_PLANNED, .on_node = host_time, .on_node_ctx = &host_ns};
+    if (!vr_graph_build(&m, &st, &g) && !vr_plan_create(g, NULL, &p) && !vr_exec_create(p, dev, &ec, &e)) {
+        float *x = calloc((size_t)8 * 1024, sizeof *x);
+        int32_t y[8] = {0};
+        vr_exec_batch b = {x, y};
+        vr_optim_hparams h = vr_optim_hparams_default(VR_OPTIM_ADAMW);
+        bool ok = x && !vr_exec_step(e, &b, &h, NULL);
+        host_ns = 0;
+        h.step = 2;
+        if (ok && !vr_exec_step(e, &b, &h, NULL) && host_ns)
+            cm->host_elems_per_s = (double)g->n_trainable / ((double)host_ns * 1e-9);
+        free(x);
+    }
+    vr_exec_free(e);
+    vr_plan_free(p);
+    vr_graph_free(g);
+    size_t big = (size_t)256 << 20;
+    void *d = NULL, *hbuf = NULL;
+    double best = 0;
+    if (!vr_device_malloc(dev, big, &d) && !vr_device_host_alloc(dev, big, &hbuf))
+        for (int r = 0; r < 3; r++) {
+            uint64_t t0 = vr_now_ns();
+            if (vr_device_memcpy(dev, hbuf, d, big, VR_COPY_DEVICE_TO_HOST))
+                break;
+            double gbs = (double)big / ((double)(vr_now_ns() - t0) * 1e-9) / 1e9;
+            best = gbs > best ? gbs : best;
+        }
+    if (best > 0)
+        cm->link_gbs = best;
+    vr_device_free(dev, d, big);
+    vr_device_host_free(dev, hbuf);
+    vr_device_close(dev);
+}
+
 /* Device, capacity, context; the step's workspace on cuda; the cost model. */
 typedef struct target {
     char spec[64];
@@ -233,6 +302,9 @@ static int resolve_device(const opts *o, target *t, vr_step_config *s, vr_fit_co
         cm->launch_us = o->launch_us;
     if (o->tflops || o->bandwidth >= 0 || o->launch_us >= 0)
         t->cost_how = "as given";
+    if ((!strcmp(t->spec, "cpu") || t->cuda) && s->train && s->optim != VR_OPTIM_NONE &&
+        !(o->m.offload && s->offload == VR_OFFLOAD_NONE))
+        measure_offload(t->spec, cm);
     return 0;
 }
 
@@ -251,6 +323,33 @@ static void print_batch(const vr_step_config *s, const vr_fit_batch *b)
     if (b->next.B)
         printf("  B=%-8d need %s (peak %s): does not fit\n", b->next.B, vr_format_size(b->next.need, n2, sizeof n2),
                vr_format_size(b->next.peak, p2, sizeof p2));
+}
+
+/* The chosen configuration's bytes per role, on the device (at the plan's peak) and on the host. */
+static void print_roles(const vr_model_config *model, const vr_step_config *s0, const vr_fit_row *w)
+{
+    vr_model_config m = *model;
+    vr_step_config s = *s0;
+    m.B = w->micro;
+    s.precision = w->precision;
+    s.recompute = w->recompute;
+    s.optim_state = w->optim_state;
+    s.no_master = w->no_master;
+    s.offload = w->offload;
+    s.accum = w->accum;
+    vr_graph *g = NULL;
+    vr_plan *p = NULL;
+    char a[32], b[32];
+    if (!vr_graph_build(&m, &s, &g) && !vr_plan_create(g, NULL, &p)) {
+        printf("bytes     %-8s %14s %14s\n", "role", "device (peak)", "host");
+        for (int r = 0; r < VR_ROLE_COUNT; r++)
+            printf("          %-8s %14s %14s\n", vr_role_name((vr_role)r), vr_format_size(p->at_peak[r], a, sizeof a),
+                   p->host_total[r] ? vr_format_size(p->host_total[r], b, sizeof b) : "-");
+        printf("          %-8s %14s %14s\n", "arena", vr_format_size(p->arena_size, a, sizeof a),
+               p->host_size ? vr_format_size(p->host_size, b, sizeof b) : "-");
+    }
+    vr_plan_free(p);
+    vr_graph_free(g);
 }
 
 static int report(const opts *o, const target *t, uint64_t step_cap, const vr_step_config *s,
@@ -291,13 +390,16 @@ static int report(const opts *o, const target *t, uint64_t step_cap, const vr_st
         print_batch(s, b);
         printf("\n");
         vr_fit_print(r, stdout);
-        if (best)
-            printf("\nbest      %s, recompute %s, %s optimizer state%s, micro-batch %d x accum %d: need %s, "
+        if (best) {
+            printf("\nbest      %s, recompute %s, %s optimizer state%s%s, micro-batch %d x accum %d: need %s, "
                    "est. %.2f ms/step, %.0f tokens/s\n", vr_precision_name(best->precision),
                    vr_recompute_name(best->recompute), vr_optim_state_name(best->optim_state),
                    best->no_master ? ", no master weights" : "",
+                   best->offload ? ", master and state offloaded to the host" : "",
                    best->micro, best->accum, vr_format_size(best->point.need, a, sizeof a),
                    best->cost.seconds * 1e3, best->tokens_per_s);
+            print_roles(&r->model, s, best);
+        }
     }
     if (best)
         return 0;
@@ -338,6 +440,9 @@ int vr_cmd_fit(int argc, char **argv)
         fo.masters = s.no_master ? 2u : 1u;
     if (o.m.recompute)
         fo.recomputes = 1u << s.recompute;
+    if (o.m.offload)
+        fo.offloads = 1u << s.offload;
+    fo.host_capacity = o.host_capacity ? o.host_capacity : vr_host_mem_available();
     vr_fit_batch b;
     vr_fit_result *r = calloc(1, sizeof *r);
     if (!r)

@@ -19,7 +19,8 @@ static vr_status probe(const vr_model_config *m, const vr_step_config *s, int B,
     vr_plan *p = NULL;
     st = vr_plan_create(g, NULL, &p);
     if (!st) {
-        *pt = (vr_fit_point){.B = B, .peak = p->peak, .need = p->arena_size, .fits = p->arena_size <= capacity};
+        *pt = (vr_fit_point){.B = B, .peak = p->peak, .need = p->arena_size, .host = p->host_size,
+                             .fits = p->arena_size <= capacity};
         if (cm)
             *cost = vr_fit_step_cost(g, cm);
         (*plans)++;
@@ -83,6 +84,7 @@ static vr_status search_row(const vr_model_config *m, vr_step_config s, const vr
     row->recompute = s.recompute;
     row->optim_state = s.optim_state;
     row->no_master = s.no_master;
+    row->offload = s.offload;
     int G = o->global_batch;
     vr_fit_batch b;
     s.accum = G ? 1 : s.accum > 1 ? s.accum : 1;
@@ -116,7 +118,7 @@ static vr_status search_row(const vr_model_config *m, vr_step_config s, const vr
     s.accum = row->accum;
     if ((st = probe(m, &s, row->micro, o->capacity, &row->point, &o->cost, &row->cost, plans)))
         return st;
-    row->fits = row->point.fits;
+    row->fits = row->point.fits && (!o->host_capacity || row->point.host <= o->host_capacity);
     row->tokens = (int64_t)row->micro * row->accum * (m->kind != VR_MODEL_MLP ? m->T : 1);
     row->tokens_per_s = row->cost.seconds > 0 ? (double)row->tokens / row->cost.seconds : 0;
     return VR_OK;
@@ -160,11 +162,15 @@ vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const
         opt->masters = 3u;
     if (!s->train)
         opt->masters = 1u;
+    if (!opt->offloads)
+        opt->offloads = 3u;
+    if (!s->train || s->optim == VR_OPTIM_NONE)
+        opt->offloads = 1u;
     static const vr_recompute order[3] = {VR_RECOMPUTE_NONE, VR_RECOMPUTE_SELECTIVE, VR_RECOMPUTE_BLOCK};
-    for (int c = 0; c < 3 * 3 * 3 * 2; c++) {
-        int p = c / 18, r = c / 6 % 3, os = c / 2 % 3, nm = c % 2;
+    for (int c = 0; c < 3 * 3 * 3 * 2 * 2; c++) {
+        int p = c / 36, r = c / 12 % 3, os = c / 4 % 3, nm = c / 2 % 2, off = c % 2;
         if (!(opt->precisions & 1u << p) || !(opt->recomputes & 1u << order[r]) || !(opt->optim_states & 1u << os) ||
-            !(opt->masters & 1u << nm) || (nm && p != VR_PREC_BF16))
+            !(opt->masters & 1u << nm) || (nm && p != VR_PREC_BF16) || !(opt->offloads & 1u << off) || (nm && off))
             continue;
         {
             vr_step_config ss = *s;
@@ -172,6 +178,7 @@ vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const
             ss.recompute = order[r];
             ss.optim_state = (vr_optim_state)os;
             ss.no_master = nm;
+            ss.offload = (vr_offload)off;
             vr_fit_row row;
             vr_status st = search_row(m, ss, opt, &row, &out->plans);
             if (st)
@@ -189,8 +196,9 @@ vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const
     out->best = out->rows[0].fits ? 0 : -1;
     for (int i = 1; i < out->n_rows && out->best >= 0; i++) { /* as fast and more exact */
         const vr_fit_row *w = &out->rows[i], *b = &out->rows[out->best];
-        if (w->fits && w->tokens_per_s >= (1.0 - VR_FIT_SAME_SPEED) * out->rows[0].tokens_per_s &&
-            (int)w->optim_state + w->no_master < (int)b->optim_state + b->no_master)
+        int wx = 2 * ((int)w->optim_state + w->no_master) + (int)w->offload; /* inexactness, then placement */
+        int bx = 2 * ((int)b->optim_state + b->no_master) + (int)b->offload;
+        if (w->fits && w->tokens_per_s >= (1.0 - VR_FIT_SAME_SPEED) * out->rows[0].tokens_per_s && wx < bx)
             out->best = i;
     }
     out->smallest_need = out->rows[0].point.need;

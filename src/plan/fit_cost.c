@@ -4,7 +4,8 @@
 
 vr_fit_cost_model vr_fit_cost_h100(void)
 {
-    return (vr_fit_cost_model){.tflops = {150.0, 400.0, 400.0}, .bandwidth_gbs = 2500.0, .launch_us = 5.0};
+    return (vr_fit_cost_model){.tflops = {150.0, 400.0, 400.0}, .bandwidth_gbs = 2500.0, .launch_us = 5.0,
+                               .host_elems_per_s = 2.2e9, .link_gbs = 50.0};
 }
 
 static double numel(const vr_graph *g, int id) { return id >= 0 ? (double)vr_tensor_numel(&g->tensors[id]) : 0; }
@@ -56,20 +57,38 @@ vr_fit_cost vr_fit_step_cost(const vr_graph *g, const vr_fit_cost_model *cm)
 {
     vr_fit_cost c = {0};
     int accum = g->step.train && g->step.accum > 1 ? g->step.accum : 1;
+    unsigned p = (unsigned)g->step.precision < 3 ? (unsigned)g->step.precision : 0;
+    double tf = cm->tflops[p] > 0 ? cm->tflops[p] : 1.0;
+    double bw = cm->bandwidth_gbs > 0 ? cm->bandwidth_gbs : 1.0;
+    double host = cm->host_elems_per_s > 0 ? cm->host_elems_per_s : 1e9;
+    double link = cm->link_gbs > 0 ? cm->link_gbs : 25.0;
+    double bwd = 0, up = 0; /* one micro-batch's backward on the device; the copies up */
     for (int i = 0; i < g->n_nodes; i++) {
         const vr_node *n = &g->nodes[i];
         if (!vr_op_get_info(n->op)->kernel)
             continue; /* a view: no kernel */
+        if (n->host) {
+            c.host_seconds += numel(g, n->in[0]) / host;
+            continue;
+        }
+        if (n->op == VR_OP_COPY) {
+            double s = (double)vr_tensor_bytes(&g->tensors[n->out[0]]) / (link * 1e9);
+            c.copy_seconds += s;
+            up += n->phase == VR_PHASE_OPTIMIZER ? s : 0;
+            continue;
+        }
         int times = n->phase == VR_PHASE_OPTIMIZER ? 1 : accum;
         double f = vr_fit_node_flops(g, n);
+        double s = f / (tf * 1e12) + (f == 0 ? node_bytes(g, n) / (bw * 1e9) : 0) + cm->launch_us * 1e-6;
         c.flops += times * f;
         if (f == 0)
             c.bytes += times * node_bytes(g, n);
         c.launches += times;
+        bwd += n->phase == VR_PHASE_BACKWARD || n->phase == VR_PHASE_RECOMPUTE ? s : 0;
     }
-    unsigned p = (unsigned)g->step.precision < 3 ? (unsigned)g->step.precision : 0;
-    double tf = cm->tflops[p] > 0 ? cm->tflops[p] : 1.0;
-    double bw = cm->bandwidth_gbs > 0 ? cm->bandwidth_gbs : 1.0;
     c.seconds = c.flops / (tf * 1e12) + c.bytes / (bw * 1e9) + (double)c.launches * cm->launch_us * 1e-6;
+    double hidden = c.host_seconds + up - bwd;
+    if (c.host_seconds > 0 && hidden > 0)
+        c.seconds += hidden;
     return c;
 }

@@ -29,18 +29,21 @@ void vr_fit_print(const vr_fit_result *r, FILE *f)
     const vr_fit_options *o = &r->options;
     char cap[32];
     fprintf(f, "cost model: matmul FLOPs at fp32 %.4g, bf16 %.4g, fp16 %.4g TFLOP/s; other kernels at %.4g GB/s; "
-               "%.4g us per kernel\n",
+               "%.4g us per kernel; offload: host updates %.3g params/s, link %.4g GB/s\n",
             o->cost.tflops[VR_PREC_FP32], o->cost.tflops[VR_PREC_BF16], o->cost.tflops[VR_PREC_FP16],
-            o->cost.bandwidth_gbs, o->cost.launch_us);
+            o->cost.bandwidth_gbs, o->cost.launch_us, o->cost.host_elems_per_s, o->cost.link_gbs);
     fprintf(f, "%s configurations for %s of step memory (%d plans)", o->global_batch ? "global batch" : "largest batch",
             vr_format_size(o->capacity, cap, sizeof cap), r->plans);
     if (o->global_batch)
         fprintf(f, ": %d rows per step", o->global_batch);
-    fprintf(f, "\n\n%4s  %-9s %-9s %-5s %-6s %13s %12s %11s %11s %-4s %11s %14s %10s\n", "rank", "precision",
-            "recompute", "state", "master", "micro x accum", "tokens/step", "peak", "need", "fits", "FLOP/step", "est. step", "tokens/s");
+    fprintf(f, "\n\n%4s  %-9s %-9s %-5s %-6s %-7s %13s %12s %11s %11s %11s %-4s %11s %14s %10s\n", "rank",
+            "precision", "recompute", "state", "master", "offload", "micro x accum", "tokens/step", "peak", "need",
+            "host", "fits", "FLOP/step", "est. step", "tokens/s");
     for (int i = 0; i < r->n_rows; i++) {
         const vr_fit_row *w = &r->rows[i];
-        char mb[32], pk[32], nd[32], tm[32] = "-", tps[32] = "-", tf[32] = "-", tok[32] = "-";
+        char mb[32], pk[32], nd[32], hs[32] = "-", tm[32] = "-", tps[32] = "-", tf[32] = "-", tok[32] = "-";
+        if (w->point.host)
+            vr_format_size(w->point.host, hs, sizeof hs);
         if (w->micro)
             snprintf(mb, sizeof mb, "%d x %d", w->micro, w->accum);
         else
@@ -51,12 +54,11 @@ void vr_fit_print(const vr_fit_result *r, FILE *f)
             flops_text(w->cost.flops, tf, sizeof tf);
             snprintf(tok, sizeof tok, "%lld", (long long)w->tokens);
         }
-        fprintf(f, "%3d%c  %-9s %-9s %-5s %-6s %13s %12s %11s %11s %-4s %11s %14s %10s\n", i + 1,
+        fprintf(f, "%3d%c  %-9s %-9s %-5s %-6s %-7s %13s %12s %11s %11s %11s %-4s %11s %14s %10s\n", i + 1,
                 i == r->best ? '*' : ' ', vr_precision_name(w->precision), vr_recompute_name(w->recompute),
                 vr_optim_state_name(w->optim_state), w->precision == VR_PREC_FP32 ? "-" : w->no_master ? "none" : "fp32",
-                mb, tok,
-                vr_format_size(w->point.peak, pk, sizeof pk), vr_format_size(w->point.need, nd, sizeof nd),
-                w->fits ? "yes" : "no", tf, tm, tps);
+                vr_offload_name(w->offload), mb, tok, vr_format_size(w->point.peak, pk, sizeof pk),
+                vr_format_size(w->point.need, nd, sizeof nd), hs, w->fits ? "yes" : "no", tf, tm, tps);
     }
 }
 
@@ -66,6 +68,7 @@ static void add_point(cJSON *o, const char *name, const vr_fit_point *p)
     cJSON_AddNumberToObject(j, "batch", p->B);
     cJSON_AddNumberToObject(j, "peak", (double)p->peak);
     cJSON_AddNumberToObject(j, "need", (double)p->need);
+    cJSON_AddNumberToObject(j, "host", (double)p->host);
     cJSON_AddBoolToObject(j, "fits", p->fits);
 }
 
@@ -83,6 +86,9 @@ void *vr_fit_json(const vr_fit_result *r)
         cJSON_AddNumberToObject(tf, vr_precision_name((vr_precision)p), o->cost.tflops[p]);
     cJSON_AddNumberToObject(cm, "bandwidth_gbs", o->cost.bandwidth_gbs);
     cJSON_AddNumberToObject(cm, "launch_us", o->cost.launch_us);
+    cJSON_AddNumberToObject(cm, "host_params_per_s", o->cost.host_elems_per_s);
+    cJSON_AddNumberToObject(cm, "link_gbs", o->cost.link_gbs);
+    cJSON_AddNumberToObject(root, "host_capacity", (double)o->host_capacity);
     cJSON_AddNumberToObject(root, "plans", r->plans);
     cJSON_AddNumberToObject(root, "smallest_need", (double)r->smallest_need);
     if (r->best >= 0)
@@ -98,6 +104,10 @@ void *vr_fit_json(const vr_fit_result *r)
         cJSON_AddStringToObject(j, "recompute", vr_recompute_name(w->recompute));
         cJSON_AddStringToObject(j, "optim_state", vr_optim_state_name(w->optim_state));
         cJSON_AddStringToObject(j, "master", w->precision == VR_PREC_FP32 ? "-" : w->no_master ? "none" : "fp32");
+        cJSON_AddStringToObject(j, "offload", vr_offload_name(w->offload));
+        cJSON_AddNumberToObject(j, "host", (double)w->point.host);
+        cJSON_AddNumberToObject(j, "host_seconds", w->cost.host_seconds);
+        cJSON_AddNumberToObject(j, "copy_seconds", w->cost.copy_seconds);
         cJSON_AddNumberToObject(j, "micro_batch", w->micro);
         cJSON_AddNumberToObject(j, "accum", w->accum);
         cJSON_AddNumberToObject(j, "max_micro_batch", w->max_micro);

@@ -35,6 +35,13 @@ grep -q "^host .*pinned.*master .*optim" "$tmp/plan.out" || { cat "$tmp/plan.out
 "$vram" plan --preset tiny --offload optim --json >"$tmp/plan.json"
 grep -q '"offload":[[:space:]]*"optim"' "$tmp/plan.json" || fail "plan JSON has no offload field"
 
+# fit: placement is searched (offloaded rows with their host bytes), pinned by --offload, limited by --host-capacity
+"$vram" fit --preset small --capacity 64MiB --device meta --json >"$tmp/fit.json"
+grep -q '"offload":[[:space:]]*"optim"' "$tmp/fit.json" || fail "fit searched no offloaded row"
+"$vram" fit --preset small --capacity 64MiB --device meta --offload optim >"$tmp/fit.out"
+grep -q "^best .*offloaded to the host" "$tmp/fit.out" || { cat "$tmp/fit.out"; fail "fit --offload optim chose no offloaded row"; }
+grep -q "^          optim .* [0-9.]* [KM]iB$" "$tmp/fit.out" || { cat "$tmp/fit.out"; fail "fit prints no host bytes per role"; }
+
 expect() { # expect CODE TEXT args...: exit code CODE, one stderr line containing TEXT
   local code=$1 text=$2; shift 2
   set +e; "$vram" "$@" >/dev/null 2>"$tmp/err"; local rc=$?; set -e
@@ -47,6 +54,7 @@ expect 1 "max-host-memory is 1.00 MiB" train --preset tiny --offload optim --max
 expect 2 "^vram train: --offload: 'optim' needs an optimizer" train --preset tiny --offload optim --optim none
 expect 2 "^vram train: --offload: 'optim' keeps the fp32 master" train --preset tiny --offload optim --precision bf16 --master none
 expect 2 "^vram plan: --offload: 'disk' is not one of" plan --preset tiny --offload disk
+expect 1 "does not fit" fit --preset small --capacity 64MiB --device meta --offload optim --host-capacity 1MiB
 
 # killed while saving (offloaded): the state is the old one or the new one, and resumes
 model="--device cpu --preset tiny --steps 2 --offload optim --quiet"
