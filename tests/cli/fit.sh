@@ -23,7 +23,7 @@ B=$(sed -n 's/^largest batch .*: B=\([0-9]*\).*/\1/p' "$tmp/out")
 "$vram" plan --preset tiny --batch $((B + 1)) --capacity 4MiB >"$tmp/p2" || true; grep -q "DOES NOT FIT" "$tmp/p2" || { echo "B=$((B + 1)) should not fit per vram plan"; exit 1; }
 
 # --json: parses; rows ranked; fitting rows within the capacity; max batch boundary
-"$vram" fit --preset small --seq 128 --capacity 64MiB --global-batch 24 --optim-state fp32 --master fp32 --json >"$tmp/json"
+"$vram" fit --preset small --seq 128 --capacity 64MiB --global-batch 24 --optim-state fp32 --master fp32 --offload none --json >"$tmp/json"
 python3 - "$tmp/json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -45,7 +45,7 @@ for p in ("fp32", "bf16"):
         assert b["flops"] > n["flops"], (b, n)
 print("json ok:", [(r["precision"], r["recompute"], r["micro_batch"], r["accum"]) for r in fit])
 PY
-"$vram" fit --preset tiny --capacity 4MiB --recompute block --precision bf16 --optim-state 8bit --master none --json |
+"$vram" fit --preset tiny --capacity 4MiB --recompute block --precision bf16 --optim-state 8bit --master none --offload none --json |
   python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["rows"]; assert len(r)==1 and r[0]["recompute"]=="block" and r[0]["precision"]=="bf16" and r[0]["optim_state"]=="8bit" and r[0]["master"]=="none", r'
 "$vram" fit --model mlp --preset mnist --optim sgd --capacity 64MiB --json | python3 -c 'import json,sys; json.load(sys.stdin)'
 "$vram" fit --preset tiny --capacity 128MiB --device cuda --context 32MiB --tflops bf16=300,fp32=100 --json |

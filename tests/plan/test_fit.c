@@ -138,7 +138,8 @@ static void test_no_fit(void **state)
         uint64_t a = arena_at(&m, &t, 1);
         least = a < least ? a : least;
     }
-    vr_fit_options o = {.capacity = least - 1, .precisions = 1u << VR_PREC_FP32, .optim_states = 1u << VR_OSTATE_FP32};
+    vr_fit_options o = {.capacity = least - 1, .precisions = 1u << VR_PREC_FP32, .optim_states = 1u << VR_OSTATE_FP32,
+                        .offloads = 1u};
     vr_fit_result *r = calloc(1, sizeof *r);
     assert_int_equal(vr_fit_search(&m, &adamw, &o, r), VR_OK);
     assert_int_equal(r->n_rows, 3);
@@ -245,7 +246,7 @@ static void test_search_global_batch(void **state)
     vr_model_config m = gpt_model("small", 128);
     vr_step_config s4 = adamw;
     s4.accum = 4;
-    vr_fit_options o = {.global_batch = 24, .capacity = arena_at(&m, &s4, 5), .optim_states = 1u, .masters = 1u};
+    vr_fit_options o = {.global_batch = 24, .capacity = arena_at(&m, &s4, 5), .optim_states = 1u, .masters = 1u, .offloads = 1u};
     vr_fit_result *r = calloc(1, sizeof *r);
     assert_int_equal(vr_fit_search(&m, &adamw, &o, r), VR_OK);
     assert_int_equal(r->n_rows, 6);
@@ -268,8 +269,10 @@ static void test_search_global_batch(void **state)
     free(r);
 }
 
-/* The default search tries every state format and, under bf16, no master; each row's plan is the plan of
- * its configuration; the best is the most exact of the rows within VR_FIT_SAME_SPEED of the fastest. */
+/* The default search tries every state format, under bf16 no master, and both placements of the master and
+ * state (an offloaded row keeps its master: no "none" there); each row's plan is the plan of its configuration,
+ * an offloaded row has host bytes and host time; the best is the most exact of the rows within
+ * VR_FIT_SAME_SPEED of the fastest. */
 static void test_search_state_formats(void **state)
 {
     (void)state;
@@ -277,25 +280,31 @@ static void test_search_state_formats(void **state)
     vr_fit_options o = {.capacity = 4 * VR_PLAN_ALIGN * 4096};
     vr_fit_result *r = calloc(1, sizeof *r);
     assert_int_equal(vr_fit_search(&m, &adamw, &o, r), VR_OK);
-    assert_int_equal(r->n_rows, 3 * 3 * 2 + 3 * 3); /* fp32: 3 recompute x 3 formats; bf16: x 2 masters */
+    /* on the device: fp32 3 recompute x 3 formats, bf16 x 2 masters; offloaded: fp32 and bf16 x 3 x 3 */
+    assert_int_equal(r->n_rows, 3 * 3 * 2 + 3 * 3 + 2 * 3 * 3);
     check_ranked(r);
-    int seen[3] = {0}, no_master = 0;
+    int seen[3] = {0}, no_master = 0, offloaded = 0;
     for (int i = 0; i < r->n_rows; i++) {
         const vr_fit_row *w = &r->rows[i];
         seen[w->optim_state]++;
         no_master += w->no_master;
+        offloaded += w->offload == VR_OFFLOAD_OPTIM;
+        assert_true((w->point.host > 0) == (w->offload == VR_OFFLOAD_OPTIM));
+        assert_true(!w->fits || (w->cost.host_seconds > 0) == (w->offload == VR_OFFLOAD_OPTIM));
         assert_true(!w->no_master || w->precision == VR_PREC_BF16);
         vr_step_config s = adamw;
         s.precision = w->precision;
         s.recompute = w->recompute;
         s.optim_state = w->optim_state;
         s.no_master = w->no_master;
+        s.offload = w->offload;
         if (w->micro)
             assert_true(arena_at(&m, &s, w->micro) == w->point.need);
     }
-    assert_int_equal(seen[0], 9);
-    assert_int_equal(seen[1], 9);
-    assert_int_equal(seen[2], 9);
+    assert_int_equal(seen[0], 15);
+    assert_int_equal(seen[1], 15);
+    assert_int_equal(seen[2], 15);
+    assert_int_equal(offloaded, 18);
     assert_int_equal(no_master, 9);
     assert_true(r->best >= 0);
     const vr_fit_row *b = &r->rows[r->best];
@@ -303,18 +312,19 @@ static void test_search_state_formats(void **state)
     for (int i = 0; i < r->n_rows; i++) {
         const vr_fit_row *w = &r->rows[i];
         if (w->fits && w->tokens_per_s >= (1.0 - VR_FIT_SAME_SPEED) * r->rows[0].tokens_per_s)
-            assert_true((int)w->optim_state + w->no_master >= (int)b->optim_state + b->no_master);
+            assert_true(2 * ((int)w->optim_state + w->no_master) + (int)w->offload >=
+                        2 * ((int)b->optim_state + b->no_master) + (int)b->offload);
     }
-    /* an optimizer without state: fp32 state only; pinned formats are honoured */
+    /* an optimizer without state: fp32 state only (on the device and offloaded); pinned formats are honoured */
     vr_step_config sgd = adamw;
     sgd.optim = VR_OPTIM_SGD;
     vr_fit_options o2 = {.capacity = o.capacity, .precisions = 1u << VR_PREC_FP32};
     assert_int_equal(vr_fit_search(&m, &sgd, &o2, r), VR_OK);
-    assert_int_equal(r->n_rows, 3);
+    assert_int_equal(r->n_rows, 6);
     for (int i = 0; i < r->n_rows; i++)
         assert_int_equal(r->rows[i].optim_state, VR_OSTATE_FP32);
     vr_fit_options o3 = {.capacity = o.capacity, .precisions = 1u << VR_PREC_BF16, .optim_states = 1u << VR_OSTATE_8BIT,
-                         .masters = 2u};
+                         .masters = 2u}; /* no master: on the device only */
     assert_int_equal(vr_fit_search(&m, &adamw, &o3, r), VR_OK);
     assert_int_equal(r->n_rows, 3);
     for (int i = 0; i < r->n_rows; i++)
@@ -327,7 +337,7 @@ static void test_search_json(void **state)
 {
     (void)state;
     vr_model_config m = gpt_model("tiny", 0);
-    vr_fit_options o = {.capacity = 4 * VR_PLAN_ALIGN * 4096, .optim_states = 1u, .masters = 1u};
+    vr_fit_options o = {.capacity = 4 * VR_PLAN_ALIGN * 4096, .optim_states = 1u, .masters = 1u, .offloads = 1u};
     vr_fit_result *r = calloc(1, sizeof *r);
     assert_int_equal(vr_fit_search(&m, &adamw, &o, r), VR_OK);
     assert_int_equal(r->n_rows, 6);
