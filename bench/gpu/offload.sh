@@ -27,14 +27,7 @@ BIN=build-carry
   cmake --build build-gpu -j16 --target vram_cli > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
   BIN=build-gpu; }
 VRAM=$BIN/vram
-base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
-gpumon() {
-  local name=$1; shift
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 > "$OUT/$name.smi" 2>/dev/null &
-  local mon=$!; "$@"; local rc=$?
-  kill "$mon" 2>/dev/null; wait "$mon" 2>/dev/null; return $rc
-}
-peak() { sort -n "$OUT/$1.smi" | tail -1 | awk -v b="$base" '{printf "%.2f", ($1 - b) / 1024}'; }
+. bench/gpu/gpumon.sh
 
 if part 1; then
 echo "== 1. fp32 on the device vs offloaded: weights after $STEPS_C steps (clip 1.0, accum 2)"

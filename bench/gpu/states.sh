@@ -33,14 +33,7 @@ if [ $BIN = build-gpu ]; then
   echo "== build ok ($(( $(date +%s) - t0 )) s)"
 fi
 VRAM=$BIN/vram
-base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
-# gpumon NAME CMD...: runs CMD while sampling memory.used every 50 ms into $OUT/NAME.smi
-gpumon() {
-  local name=$1; shift
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 > "$OUT/$name.smi" 2>/dev/null &
-  local mon=$!; "$@"; local rc=$?
-  kill "$mon" 2>/dev/null; wait "$mon" 2>/dev/null; return $rc
-}
+. bench/gpu/gpumon.sh
 # fit_flags FIT.json: the vram train flags of the configuration `vram fit --json` chose
 fit_flags() {
   python3 - "$1" <<'PY'
@@ -50,7 +43,6 @@ print(f"--precision {r['precision']} --recompute {r['recompute']} --optim-state 
       f"--master {'none' if r['master'] == 'none' else 'fp32'} --batch {r['micro_batch']} --accum {r['accum']}")
 PY
 }
-peak() { sort -n "$OUT/$1.smi" | tail -1 | awk -v b="$base" '{printf "%.2f", ($1 - b) / 1024}'; }
 
 if part 1; then
 echo "== 1. CUDA tests"

@@ -20,13 +20,7 @@ if [ ! -x $BIN/vram ] || [ ! -x $BIN/test_alloc_cuda ] || ldd $BIN/vram $BIN/tes
   cmake --build build-gpu -j16 --target vram_cli test_alloc_cuda > "$OUT/build.log" 2>&1 || { grep error "$OUT/build.log" | head; exit 1; }
   BIN=build-gpu
 fi
-base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
-gpumon() {
-  local name=$1; shift
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 > "$OUT/$name.smi" 2>/dev/null &
-  local mon=$!; "$@"; local rc=$?
-  kill "$mon" 2>/dev/null; wait "$mon" 2>/dev/null; return $rc
-}
+. bench/gpu/gpumon.sh
 echo "== test_alloc_cuda"
 timeout 120 $BIN/test_alloc_cuda > "$OUT/test_alloc_cuda.log" 2>&1; echo "rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_alloc_cuda.log" | tr '\n' ' ')"
 G="--preset gpt2 --batch 16 --seq 1024 --precision bf16 --clip 1.0 --lr 6e-4 --warmup 0 --lr-schedule constant --device cuda --eval-every -1 --json --steps $STEPS"

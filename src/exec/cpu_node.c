@@ -355,12 +355,8 @@ static vr_status cpu_run_node(const vr_exec_args *a)
         vr_cpu_softmax_xent_bwd(F(a->out[0]), NULL, n->loss_scale, CF(a->in[0]), I32(a->in[1]), rows(a, n->in[0]),
                                 lastdim(a, n->in[0]), a->acc[0]);
         return VR_OK;
-    case VR_OP_SUMSQ: {
-        double s = vr_cpu_sumsq(CF(a->in[0]), (size_t)numel(a, n->in[0]));
-        float *out = F(a->out[0]);
-        out[0] = a->acc[0] ? (float)((double)out[0] + s) : (float)s;
-        return VR_OK;
-    }
+    case VR_OP_SUMSQ: /* the host's node: the device is the host here */
+        return vr__exec_host_node(a);
     case VR_OP_SGD:
     case VR_OP_SGD_MOMENTUM:
     case VR_OP_ADAM:
