@@ -190,6 +190,10 @@ void vr_event_destroy(vr_device *dev, vr_event *ev);
  * likewise completes its event and every event recorded before it. */
 vr_status vr_device_synchronize(vr_device *dev);
 
+/* Makes dev the calling thread's current device (cuda: cudaSetDevice; nothing on cpu/meta): a thread other
+ * than the one that opened dev calls it before queueing work on it. */
+vr_status vr_device_use(vr_device *dev);
+
 /* --- test hooks for cpu/meta --- */
 
 /* On cpu/meta, events normally complete at once. With manual completion on,

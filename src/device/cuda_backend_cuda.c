@@ -199,6 +199,8 @@ static vr_status cuda_event_sync(vr_device *dev, vr_event *ev)
     return st;
 }
 
+static vr_status cuda_use(vr_device *dev) { return vr__cuda_use(dev->index); }
+
 static vr_status cuda_synchronize(vr_device *dev)
 {
     vr_status st = vr__cuda_use(dev->index);
@@ -271,6 +273,7 @@ static const vr_device_ops cuda_ops = {
     .synchronize = cuda_synchronize,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
+    .use = cuda_use,
 };
 
 vr_status vr__cuda_open(int index, const char *spec, vr_device **out)

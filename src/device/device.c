@@ -285,6 +285,8 @@ void vr_event_destroy(vr_device *dev, vr_event *ev)
 
 vr_status vr_device_synchronize(vr_device *dev) { return dev->ops->synchronize(dev); }
 
+vr_status vr_device_use(vr_device *dev) { return dev->ops->use ? dev->ops->use(dev) : VR_OK; }
+
 void vr_device_set_manual_events(vr_device *dev, bool manual)
 {
     if (dev->kind == VR_DEVICE_CUDA)

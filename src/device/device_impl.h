@@ -43,6 +43,8 @@ typedef struct vr_device_ops {
     /* Optional (NULL: posix_memalign/free): host memory the device copies to and from fast (cuda: pinned). */
     vr_status (*host_alloc)(vr_device *dev, size_t bytes, void **ptr);
     void (*host_free)(vr_device *dev, void *ptr);
+    /* Optional (NULL: nothing to do): makes dev the calling thread's current device. */
+    vr_status (*use)(vr_device *dev);
 } vr_device_ops;
 
 /* Streams and events of the host backends (cpu, meta): host_streams.c. */

@@ -318,6 +318,9 @@ void vr_exec_free(vr_exec *e)
 {
     if (!e)
         return;
+    vr__host_worker_cancel(e);
+    free(e->host_t0);
+    free(e->host_t1);
     if (e->be && e->be->fini && e->be_state)
         e->be->fini(e);
     if (e->live)

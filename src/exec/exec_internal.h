@@ -74,6 +74,31 @@ typedef struct vr_exec_backend {
 void vr__exec_node_args(vr_exec *e, int i, int micro, const vr_optim_hparams *h, float grad_scale,
                         vr_exec_args *a);
 
+/* What a step's passes share: the clipping factor, the factor the updates apply, the norm, and (fp16 on
+ * the host) whether the update is skipped. */
+typedef struct vr_pass_state {
+    float grad_scale;    /* the clipping factor */
+    float update_scale;  /* what the update nodes multiply the gradients by: grad_scale / the loss scale */
+    double grad_norm;
+    bool skip;           /* fp16 on the host (offload): the norm overflowed, the update nodes do not run */
+} vr_pass_state;
+
+/* Runs node i of pass `micro` (host_phase.c): on the device, or on the host after the copy that brought
+ * its gradient down; nothing for a node that does not run in this pass; after the last sumsq node on the
+ * host, the clipping factor into ps. Errors name the node. */
+vr_status vr__exec_run_node(vr_exec *e, int i, int micro, const vr_optim_hparams *h, vr_pass_state *ps);
+
+/* The host's phase of an offloaded step on a thread of its own (host_phase.c), where copies are
+ * asynchronous (CUDA): started before the last pass's first node, it runs nodes [opt_start, n_nodes)
+ * (each host node once the main thread has queued its copy down and the copy has landed; the copies up),
+ * recording their host times in host_t0/host_t1, while the main thread queues the forward and backward;
+ * issued tells it how far the main thread got; join waits for it (its status); cancel stops it. */
+bool vr__host_worker_wanted(const vr_exec *e);
+vr_status vr__host_worker_start(vr_exec *e, int micro, const vr_optim_hparams *h, vr_pass_state *ps);
+void vr__host_worker_issued(vr_exec *e, int node);
+vr_status vr__host_worker_join(vr_exec *e);
+void vr__host_worker_cancel(vr_exec *e);
+
 /* The CPU backend (cpu_node.c). */
 const vr_exec_backend *vr__exec_backend_cpu(void);
 
@@ -125,6 +150,8 @@ struct vr_exec {
     float loss_scale;             /* the scale the next step runs with (1 without scaling) */
     int scale_good;               /* good steps since the scale last changed */
     float graph_scale;            /* the loss scale baked into the captured step */
+    struct vr_host_worker *worker; /* offload on a GPU: the host phase's thread (host_phase.c), NULL */
+    uint64_t *host_t0, *host_t1;  /* [n_nodes]: host times of the nodes the worker ran */
 };
 
 /* Makes storage tensor s live: gives it its address (arena offset or a block

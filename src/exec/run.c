@@ -172,66 +172,32 @@ static vr_status upload_inputs(vr_exec *e, const vr_exec_batch *b)
     return st;
 }
 
-typedef struct pass_state {
-    float grad_scale;    /* the clipping factor */
-    float update_scale;  /* what the update nodes multiply the gradients by: grad_scale / the loss scale */
-    double grad_norm;
-    bool skip;           /* fp16 on the host (offload): the norm overflowed, the update nodes do not run */
-} pass_state;
-
-/* Reads the squared norm the sumsq nodes left (on the host) and sets the clipping factor; with fp16 loss
- * scaling (offload) the norm is the scaled gradients': divided by the scale, and inf/NaN skips the update. */
-static vr_status clip_factor(vr_exec *e, int normsq, pass_state *ps)
-{
-    float sq = 0;
-    vr_status st = vr_exec_read(e, normsq, &sq, sizeof sq);
-    if (st)
-        return st;
-    double scale = e->scaling ? e->loss_scale : 1.0;
-    ps->grad_norm = sqrt((double)sq) / scale;
-    double clip = e->g->step.grad_clip;
-    double coef = clip > 0 ? clip / (ps->grad_norm + 1e-6) : 1.0;
-    ps->grad_scale = coef < 1.0 ? (float)coef : 1.0f;
-    ps->update_scale = (float)(ps->grad_scale / scale);
-    ps->skip = e->scaling && !isfinite(ps->grad_norm);
-    return VR_OK;
-}
-
-/* Nodes that do not run in this pass: a copy of the gradients down before the last micro-batch (they are
- * not final yet), the host's updates and copies up of a step whose fp16 gradients overflowed. */
-static bool not_this_pass(const vr_exec *e, const vr_node *nd, int micro, const pass_state *ps)
-{
-    int accum = e->g->step.accum > 1 ? e->g->step.accum : 1;
-    if (nd->op == VR_OP_COPY && nd->phase == VR_PHASE_BACKWARD)
-        return micro + 1 < accum;
-    return ps->skip && nd->phase == VR_PHASE_OPTIMIZER && nd->op != VR_OP_SUMSQ;
-}
-
-/* Runs node i on the device, or on the host (after the copy that brought its gradient down). */
-static vr_status run_node(vr_exec *e, int i, const vr_exec_args *a)
-{
-    const vr_node *nd = &e->g->nodes[i];
-    if (!nd->host)
-        return e->be->run_node(a);
-    int copy = e->g->tensors[nd->in[0]].producer;
-    vr_status st = e->be->host_wait && copy >= 0 ? e->be->host_wait(e, copy) : VR_OK;
-    return st ? st : vr__exec_host_node(a);
-}
-
 /* How a pass queues its device work: node by node, node by node into a CUDA graph
  * being captured, or one replay of the captured graph (the node loop then only
  * keeps the books: binding, live bytes, releasing; the addresses are the arena's). */
 enum { PASS_NODES, PASS_CAPTURE, PASS_REPLAY };
 
 static vr_status run_pass(vr_exec *e, int end, int micro, const vr_exec_batch *b, const vr_optim_hparams *h,
-                          pass_state *ps, double *loss_sum, int mode)
+                          vr_pass_state *ps, double *loss_sum, int mode)
 {
     const vr_graph *g = e->g;
     release_leftovers(e);
     memcpy(e->left, end == g->n_nodes ? e->uses_all : e->uses_pre, sizeof(int) * (size_t)g->n_tensors);
     vr_status st = VR_OK;
     bool capturing = false;
+    /* offload on a GPU: the host's phase runs on a thread of its own from the start of the last pass */
+    bool worker = end == g->n_nodes && mode == PASS_NODES && vr__host_worker_wanted(e);
+    if (worker && (st = vr__host_worker_start(e, micro, h, ps)))
+        return st;
+    int last = worker ? e->opt_start : end; /* the nodes this thread runs */
     for (int i = 0; i < end && !st; i++) {
+        if (i == last) { /* the worker's nodes: wait for it, then keep their books in order */
+            vr_status ws = vr__host_worker_join(e);
+            if (ws) {
+                st = ws;
+                break;
+            }
+        }
         if ((st = bind_for_node(e, i)))
             break;
         if (i == 0 && (st = upload_inputs(e, b)))
@@ -244,27 +210,25 @@ static vr_status run_pass(vr_exec *e, int end, int micro, const vr_exec_batch *b
             break;
         }
         measure(e, i);
-        const vr_node *nd = &g->nodes[i];
-        uint64_t t0 = e->cfg.on_node ? vr_now_ns() : 0;
-        if (nd->op != VR_OP_RESHAPE && mode != PASS_REPLAY && !not_this_pass(e, nd, micro, ps)) {
-            vr_exec_args a;
-            vr__exec_node_args(e, i, micro, h, ps->update_scale, &a);
-            st = run_node(e, i, &a);
-            if (st) {
-                char msg[1024];
-                snprintf(msg, sizeof msg, "%s", vr_last_error());
-                st = vr_error(st, "exec: node %d (%s %s): %s", i, vr_op_name(nd->op), nd->name, msg);
+        uint64_t t0 = e->cfg.on_node ? vr_now_ns() : 0, t1 = 0;
+        if (i < last && mode != PASS_REPLAY) {
+            st = vr__exec_run_node(e, i, micro, h, ps);
+            vr__host_worker_issued(e, i);
+            if (st)
                 break;
-            }
+            t1 = e->cfg.on_node ? vr_now_ns() : 0;
+        } else if (i >= last) { /* run by the worker: its times */
+            t0 = e->host_t0[i];
+            t1 = e->host_t1[i];
         }
-        if (i == e->last_sumsq && (nd->host || !e->be->clip_result))
-            st = clip_factor(e, nd->out[0], ps);
         if (e->cfg.on_node && !st && mode != PASS_REPLAY) /* before the node's dead tensors go */
-            e->cfg.on_node(e->cfg.on_node_ctx, e, i, t0, vr_now_ns());
+            e->cfg.on_node(e->cfg.on_node_ctx, e, i, t0, t1);
         release_after_node(e, i);
         for (int k = 0; e->inplace[k] >= 0; k++) /* in-place outputs count from here on */
             vr__exec_count(e, e->inplace[k]);
     }
+    if (worker && st) /* an error before the worker's nodes: stop it */
+        vr__host_worker_cancel(e);
     if (capturing) {
         vr_status ce = e->be->capture_end(e, !st);
         if (!st)
@@ -329,7 +293,7 @@ vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hp
         return vr_error(VR_ERR_INVALID, "exec: no micro-batches");
     if (e->opt_start < g->n_nodes && !h)
         return vr_error(VR_ERR_INVALID, "exec: the graph has optimizer nodes but no hyperparameters were given");
-    pass_state ps = {.grad_scale = 1.0f, .update_scale = 1.0f, .grad_norm = NAN};
+    vr_pass_state ps = {.grad_scale = 1.0f, .update_scale = 1.0f, .grad_norm = NAN};
     double loss_sum = 0;
     vr_status st = VR_OK;
     int mode = PASS_NODES;
