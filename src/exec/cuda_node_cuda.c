@@ -41,6 +41,7 @@
 
 #include "exec/cuda_copy.h"
 #include "exec/cuda_prof.h"
+#include "kernels/cpu/kernels_cpu.h"
 
 #define VR_CLIP_BYTES 256 /* tail of the workspace: clip factor, norm (fp32) */
 
@@ -249,6 +250,57 @@ static vr_status layernorm_bwd(const vr_exec_args *a, const cuda_state *s, vr_cu
                                  CF(a->in[4]), N, C, a->acc[0], a->acc[1], scr, dw ? s->ws_bytes : 0);
 }
 
+static vr_status rmsnorm_bwd(const vr_exec_args *a, const cuda_state *s, vr_cuda_dtype dt)
+{
+    const vr_node *n = a->node;
+    int N = rows(a, n->in[0]), C = lastdim(a, n->in[0]);
+    void *scr = NULL;
+    vr_status st = ws_scratch(s, a->out[1] ? vr_cuda_rmsnorm_bwd_scratch_bytes(N, C) : 0, "rmsnorm_bwd", &scr);
+    if (st)
+        return st;
+    return vr_cuda_rmsnorm_bwd(&s->ctx, dt, a->out[0], a->out[1], a->in[0], a->in[1], a->in[2], CF(a->in[3]), N, C,
+                               a->acc[0], a->acc[1], scr, a->out[1] ? s->ws_bytes : 0);
+}
+
+/* Nodes with (query, kv) heads over a packed qkv (B,T,(NH+2NKV)hd): attention (GPT's NKV = 0 means NH kv
+ * heads, qkv (B,T,3C)) and rope. */
+static vr_status headed(const vr_exec_args *a, const cuda_state *s, vr_cuda_dtype dt)
+{
+    const vr_node *n = a->node;
+    const vr_cuda_ctx *c = &s->ctx;
+    int nkv = n->nkv > 0 ? n->nkv : n->nh;
+    const vr_tensor *q = T_(a, n->in[n->op == VR_OP_ATTENTION_BWD ? 1 : 0]); /* rope_bwd: dout has qkv's shape */
+    int B = (int)q->shape[0], T = (int)q->shape[1], hd = (int)(q->shape[2] / (n->nh + 2 * nkv));
+    switch (n->op) {
+    case VR_OP_ATTENTION:
+        return vr_cuda_attention_gqa_fwd(c, dt, a->out[0], F(a->out[1]), a->in[0], B, T, n->nh, nkv, hd);
+    case VR_OP_ATTENTION_BWD: {
+        void *scr = a->scratch; /* planned: room for every head's fp32 dQ (one fused launch) */
+        size_t sb = (size_t)a->scratch_bytes;
+        vr_status st;
+        if (!scr) {
+            if ((st = ws_scratch(s, vr_cuda_attention_scratch_bytes(B, T, n->nh * hd, n->nh), "attention_bwd", &scr)))
+                return st;
+            sb = s->ws_bytes;
+        }
+        return vr_cuda_attention_gqa_bwd(c, dt, a->out[0], a->in[0], a->in[1], a->in[2], CF(a->in[3]), B, T, n->nh,
+                                         nkv, hd, a->acc[0], scr, sb);
+    }
+    default: { /* rope, rope_bwd */
+        if (hd > VR_CUDA_ROPE_MAX_HD)
+            return vr_error(VR_ERR_UNSUPPORTED, "cuda: node %s: head size %d above %d", n->name, hd,
+                            VR_CUDA_ROPE_MAX_HD);
+        vr_rope_params p = {n->rope.theta, n->rope.scaling, n->rope.factor, n->rope.low_freq, n->rope.high_freq,
+                            n->rope.orig_max_t};
+        float inv_freq[VR_CUDA_ROPE_MAX_HD / 2];
+        vr_rope_inv_freq(inv_freq, hd, &p);
+        bool fwd = n->op == VR_OP_ROPE;
+        return vr_cuda_rope(c, dt, a->out[0], a->in[0], B, T, n->nh, nkv, hd, inv_freq, fwd ? 1.0f : -1.0f,
+                            fwd ? 0 : a->acc[0]);
+    }
+    }
+}
+
 static vr_status sumsq(const vr_exec_args *a, const cuda_state *s)
 {
     const vr_node *n = a->node;
@@ -443,12 +495,6 @@ static vr_status run_kernels(const vr_exec_args *a)
     }
     if (st)
         return st;
-    if (n->op == VR_OP_EMBEDDING && n->in[2] < 0)
-        return vr_error(VR_ERR_UNSUPPORTED, "cuda: node %s: embedding without a position table has no CUDA "
-                        "kernel yet", n->name);
-    if ((n->op == VR_OP_ATTENTION || n->op == VR_OP_ATTENTION_BWD) && n->nkv > 0 && n->nkv != n->nh)
-        return vr_error(VR_ERR_UNSUPPORTED, "cuda: node %s: grouped-query attention (%d kv heads for %d heads) has "
-                        "no CUDA kernel yet", n->name, n->nkv, n->nh);
     switch (n->op) {
     case VR_OP_EMBEDDING: {
         const vr_tensor *tok = T_(a, n->in[0]);
@@ -470,24 +516,21 @@ static vr_status run_kernels(const vr_exec_args *a)
         return vr_cuda_matmul_bwd(c, dt, a->out[0], a->out[1], a->out[2], a->in[0], a->in[1], a->in[2],
                                   rows(a, n->in[0]), C, lastdim(a, n->in[0]), a->acc[0], a->acc[1]);
     }
-    case VR_OP_ATTENTION: {
-        const vr_tensor *q = T_(a, n->in[0]);
-        return vr_cuda_attention_fwd(c, dt, a->out[0], F(a->out[1]), a->in[0], (int)q->shape[0], (int)q->shape[1],
-                                     (int)(q->shape[2] / 3), n->nh);
-    }
-    case VR_OP_ATTENTION_BWD: {
-        const vr_tensor *q = T_(a, n->in[1]);
-        int B = (int)q->shape[0], T = (int)q->shape[1], C = (int)(q->shape[2] / 3);
-        void *scr = a->scratch; /* planned: room for every head's fp32 dQ (one fused launch) */
-        size_t sb = (size_t)a->scratch_bytes;
-        if (!scr) {
-            if ((st = ws_scratch(s, vr_cuda_attention_scratch_bytes(B, T, C, n->nh), "attention_bwd", &scr)))
-                return st;
-            sb = s->ws_bytes;
-        }
-        return vr_cuda_attention_bwd(c, dt, a->out[0], a->in[0], a->in[1], a->in[2], CF(a->in[3]), B, T, C, n->nh,
-                                     a->acc[0], scr, sb);
-    }
+    case VR_OP_ATTENTION:
+    case VR_OP_ATTENTION_BWD:
+    case VR_OP_ROPE:
+    case VR_OP_ROPE_BWD:
+        return headed(a, s, dt);
+    case VR_OP_RMSNORM:
+        return vr_cuda_rmsnorm_fwd(c, dt, a->out[0], F(a->out[1]), a->in[0], a->in[1], rows(a, n->in[0]),
+                                   lastdim(a, n->in[0]), n->eps);
+    case VR_OP_RMSNORM_BWD:
+        return rmsnorm_bwd(a, s, dt);
+    case VR_OP_SWIGLU:
+        return vr_cuda_swiglu_fwd(c, dt, a->out[0], a->in[0], rows(a, n->in[0]), lastdim(a, n->in[0]) / 2);
+    case VR_OP_SWIGLU_BWD:
+        return vr_cuda_swiglu_bwd(c, dt, a->out[0], a->in[0], a->in[1], rows(a, n->in[0]), lastdim(a, n->in[0]),
+                                  a->acc[0]);
     case VR_OP_GELU:
         return vr_cuda_gelu_fwd(c, dt, a->out[0], a->in[0], (size_t)numel(a, n->in[0]));
     case VR_OP_GELU_BWD:

@@ -385,11 +385,12 @@ uint64_t vr_node_scratch_bytes(const vr_graph *g, const vr_node *n)
     }
     if (n->op == VR_OP_ATTENTION_BWD && g->step.kernels == VR_KERNELS_CUDA) {
         /* the fused backward over all heads at once (vr_cuda_attention_scratch_fused_bytes): delta (B,NH,T)
-         * fp32, 256-aligned, + fp32 dQ (B,NH,T,64); bf16/fp16 with head size 64 only (else the kernels
-         * use the workspace) */
+         * fp32, 256-aligned, + fp32 dQ (B,NH,T,64) (with GQA too: every query head's dQ); bf16/fp16 with
+         * head size 64 only (else the kernels use the workspace) */
         const vr_tensor *q = &g->tensors[n->in[1]];
-        int64_t B = q->shape[0], T = q->shape[1], C = q->shape[2] / 3;
-        if (g->act_dtype == VR_F32 || n->nh < 1 || C % n->nh || C / n->nh != 64)
+        int64_t nkv = n->nkv > 0 ? n->nkv : n->nh, W = n->nh + 2 * nkv; /* qkv (B,T,(NH+2NKV)hd) */
+        int64_t B = q->shape[0], T = q->shape[1];
+        if (g->act_dtype == VR_F32 || n->nh < 1 || q->shape[2] % W || q->shape[2] / W != 64)
             return 0;
         uint64_t delta = ((uint64_t)(B * n->nh * T) * 4u + 255u) / 256u * 256u;
         return delta + (uint64_t)(B * n->nh * T) * 64u * 4u;

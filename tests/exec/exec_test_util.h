@@ -76,12 +76,13 @@ static inline void et_batch(const vr_graph *g, uint64_t seed, void **inputs, int
     const vr_tensor *in = &g->tensors[g->tokens], *tg = &g->tensors[g->targets];
     int64_t ni = vr_tensor_numel(in), nt = vr_tensor_numel(tg);
     *targets = malloc((size_t)nt * sizeof(int32_t));
-    if (g->model.kind == VR_MODEL_GPT) {
+    if (g->model.kind == VR_MODEL_GPT || g->model.kind == VR_MODEL_LLAMA) {
+        uint64_t V = (uint64_t)(g->model.kind == VR_MODEL_GPT ? g->model.gpt.V : g->model.llama.V);
         int32_t *tok = malloc((size_t)ni * sizeof(int32_t));
         for (int64_t i = 0; i < ni; i++)
-            tok[i] = (int32_t)(et_next(&s) % (uint64_t)g->model.gpt.V);
+            tok[i] = (int32_t)(et_next(&s) % V);
         for (int64_t i = 0; i < nt; i++)
-            (*targets)[i] = (int32_t)(et_next(&s) % (uint64_t)g->model.gpt.V);
+            (*targets)[i] = (int32_t)(et_next(&s) % V);
         *inputs = tok;
     } else {
         float *f = malloc((size_t)ni * sizeof(float));

@@ -37,11 +37,10 @@ static bool gpu_present(void)
     return vr_cuda_device_count(&n) == VR_OK && n > 0;
 }
 
-static void run_step(const char *dev_spec, vr_precision prec, vr_memory_mode mode, run_out *o)
+static void run_model(const char *dev_spec, vr_precision prec, vr_memory_mode mode, vr_model_config m, run_out *o)
 {
     memset(o, 0, sizeof *o);
     bool cuda = !strncmp(dev_spec, "cuda", 4);
-    vr_model_config m = et_gpt(4, 32);
     vr_step_config s = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .precision = prec, .grad_clip = 1.0f};
     if (cuda) {
         s.kernels = VR_KERNELS_CUDA;
@@ -77,6 +76,27 @@ static void run_step(const char *dev_spec, vr_precision prec, vr_memory_mode mod
     vr_device_close(dev);
     free(inputs);
     free(targets);
+}
+
+static void run_step(const char *dev_spec, vr_precision prec, vr_memory_mode mode, run_out *o)
+{
+    run_model(dev_spec, prec, mode, et_gpt(4, 32), o);
+}
+
+/* A small Llama with every feature the CUDA kernels must get right: grouped-query attention (4 query
+ * heads over 2 kv heads of 64: the tensor-core kernels in 16 bits), Llama 3 rope scaling with bands inside
+ * T, QKV biases (Qwen2), untied head, T not a multiple of 64. */
+static vr_model_config llama_small(void)
+{
+    vr_model_config m;
+    memset(&m, 0, sizeof m);
+    m.kind = VR_MODEL_LLAMA;
+    m.llama = (vr_llama_config){.L = 2, .C = 256, .NH = 4, .NKV = 2, .hd = 64, .I = 384, .V = 300, .maxT = 128,
+                                .rms_eps = 1e-5f, .rope = {500000.0, 1, 32.0, 1.0, 4.0, 32.0}, .tied = false,
+                                .qkv_bias = true};
+    m.B = 2;
+    m.T = 96;
+    return m;
 }
 
 static void run_free(run_out *o)
@@ -147,6 +167,31 @@ static void close_to_cpu(vr_precision prec)
     assert_true(g.mem.arena == g.plan->arena_size);
     run_free(&c);
     run_free(&g);
+}
+
+/* The Llama on CUDA against the CPU: fp32 as fp32_matches_cpu, bf16 as close_to_cpu. */
+static void llama_matches_cpu(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    vr_precision precs[2] = {VR_PREC_FP32, VR_PREC_BF16};
+    run_out c;
+    run_model("cpu", VR_PREC_FP32, VR_MEMORY_PLANNED, llama_small(), &c);
+    for (int k = 0; k < 2; k++) {
+        run_out g;
+        run_model("cuda", precs[k], VR_MEMORY_PLANNED, llama_small(), &g);
+        double d = (double)max_diff(c.params, g.params, c.g->n_params);
+        printf("llama %s: loss cpu %.7f cuda %.7f, norm cpu %.6f cuda %.6f, max param diff %.3g\n",
+               vr_precision_name(precs[k]), c.loss, g.loss, c.norm, g.norm, d);
+        bool fp32 = precs[k] == VR_PREC_FP32;
+        assert_true(fabs(c.loss - g.loss) < (fp32 ? 1e-4 : 1e-2));
+        assert_true(fabs(c.norm - g.norm) < (fp32 ? 1e-4 * (1 + c.norm) : 0.02 * c.norm));
+        assert_true(d < (fp32 ? 1e-4 : 1e-2));
+        check_plan_equals_run(&g);
+        assert_true(g.mem.arena == g.plan->arena_size);
+        run_free(&g);
+    }
+    run_free(&c);
 }
 
 static void bf16_close_to_cpu(void **state)
@@ -574,6 +619,7 @@ int main(void)
         cmocka_unit_test(fp32_matches_cpu),
         cmocka_unit_test(bf16_close_to_cpu),
         cmocka_unit_test(fp16_close_to_cpu),
+        cmocka_unit_test(llama_matches_cpu),
         cmocka_unit_test(fp16_loss_scaling),
         cmocka_unit_test(dynamic_equals_plan),
         cmocka_unit_test(cuda_graph_equals_nodes),

@@ -645,9 +645,27 @@ static void test_layernorm(void **state)
 
 /* ------------------------------------------------------------------ attention */
 
-static void run_attention(vr_cuda_dtype dt, int B, int T, int C, int NH)
+/* Attention with NH query heads over NKV kv heads of size hs: qkv (B,T,(NH+2NKV)hs). NKV == NH goes
+ * through the multi-head entry points (C = NH hs), the others through the grouped-query ones; the CPU's
+ * grouped-query kernels are the oracle for both. */
+static vr_status att_fwd(vr_cuda_dtype dt, void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV,
+                         int hs)
 {
-    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    if (NKV == NH) return vr_cuda_attention_fwd(&ctx, dt, out, lse, qkv, B, T, NH * hs, NH);
+    return vr_cuda_attention_gqa_fwd(&ctx, dt, out, lse, qkv, B, T, NH, NKV, hs);
+}
+
+static vr_status att_bwd(vr_cuda_dtype dt, void *dqkv, const void *dout, const void *qkv, const void *out,
+                         const float *lse, int B, int T, int NH, int NKV, int hs, int acc, void *scr, size_t sb)
+{
+    if (NKV == NH) return vr_cuda_attention_bwd(&ctx, dt, dqkv, dout, qkv, out, lse, B, T, NH * hs, NH, acc, scr, sb);
+    return vr_cuda_attention_gqa_bwd(&ctx, dt, dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs, acc, scr, sb);
+}
+
+static void run_attention(vr_cuda_dtype dt, int B, int T, int NH, int NKV, int hs)
+{
+    int W = (NH + 2 * NKV) * hs, C = NH * hs;
+    size_t nqkv = (size_t)B * T * W, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = hrand(nqkv, -1.5f, 1.5f), *dout = hrand(nout, -1, 1);
     void *dq = up(dt, qkv, nqkv), *dd = up(dt, dout, nout);
     void *out = dnan(dt, nout);
@@ -655,10 +673,10 @@ static void run_attention(vr_cuda_dtype dt, int B, int T, int C, int NH)
     float *ref = hzero(nout), *rl = hzero(nl);
     double tol = tol_for(dt, TOL_F32_LONG);
     char what[96];
-    snprintf(what, sizeof what, "attention_fwd B%d T%d C%d NH%d%s", B, T, C, NH,
-             dt != VR_CUDA_F32 && C / NH == 64 ? " (tensor cores)" : "");
-    OK(vr_cuda_attention_fwd(&ctx, dt, out, lse, dq, B, T, C, NH));
-    vr_cpu_attention_fwd(ref, rl, qkv, B, T, C, NH);
+    snprintf(what, sizeof what, "attention_fwd B%d T%d NH%d NKV%d hs%d%s", B, T, NH, NKV, hs,
+             dt != VR_CUDA_F32 && hs == 64 ? " (tensor cores)" : "");
+    OK(att_fwd(dt, out, lse, dq, B, T, NH, NKV, hs));
+    vr_cpu_attention_gqa_fwd(ref, rl, qkv, B, T, NH, NKV, hs);
     expect_close(what, dt, out, ref, nout, tol);
     expect_close("attention_fwd lse", VR_CUDA_F32, lse, rl, nl, dt == VR_CUDA_F32 ? TOL_F32_LONG : 1e-3);
 
@@ -666,50 +684,52 @@ static void run_attention(vr_cuda_dtype dt, int B, int T, int C, int NH)
     float *ref_out = hcopy(ref, nout);
     void *dout_saved = up(dt, ref_out, nout);
     float *rdq = hzero(nqkv);
-    vr_cpu_attention_bwd(rdq, dout, qkv, ref_out, rl, B, T, C, NH, 0);
+    vr_cpu_attention_gqa_bwd(rdq, dout, qkv, ref_out, rl, B, T, NH, NKV, hs, 0);
     // scratch variants: exactly the minimum (bf16/fp16 head size 64: the two deterministic kernels),
-    // room for the fp32 dq of 2 heads (fused backward in chunks of 2 heads), and the training step's
-    // 32 MiB workspace (fused, as few chunks as fit)
+    // room for the fp32 dq of one (b, kv head) pair's query heads (the fused backward one pair at a time),
+    // and the training step's 32 MiB workspace (fused, as few chunks as fit)
     size_t sb_min = vr_cuda_attention_scratch_bytes(B, T, C, NH);
-    size_t sb_dl = (sb_min + 255) & ~(size_t)255, per_head = (size_t)T * 64 * 4;
-    size_t sbs[3] = {sb_min, sb_dl + 2 * per_head, (size_t)32 << 20};
+    size_t sb_dl = (sb_min + 255) & ~(size_t)255, per_pair = (size_t)(NH / NKV) * T * 64 * 4;
+    size_t sbs[3] = {sb_min, sb_dl + per_pair, (size_t)32 << 20};
     if (sbs[2] < sb_min) sbs[2] = sb_min;
     size_t sb = sbs[2];
     void *scratch = dalloc(sb);
     void *gq = dnan(dt, nqkv);
-    const char *sb_names[3] = {"min scratch", "2-head chunks", "32 MiB scratch"};
+    const char *sb_names[3] = {"min scratch", "1-pair chunks", "32 MiB scratch"};
+    int widths[3] = {NH * hs, NKV * hs, NKV * hs}, offs[3] = {0, NH * hs, (NH + NKV) * hs};
     for (int v = 0; v < 3; v++) {
         poison(dt, gq, nqkv);
-        OK(vr_cuda_attention_bwd(&ctx, dt, gq, dd, dq, dout_saved, lse, B, T, C, NH, 0, scratch, sbs[v]));
+        OK(att_bwd(dt, gq, dd, dq, dout_saved, lse, B, T, NH, NKV, hs, 0, scratch, sbs[v]));
         // per part (q, k, v) so that a failure says which
         float *g = down(dt, gq, nqkv);
         const char *names[3] = {"attention_bwd dq", "attention_bwd dk", "attention_bwd dv"};
         // with T = 1 the one probability is 1, so dq = dk = 0 exactly and only rounding noise is left:
         // no relative error to measure
         for (int part = T == 1 ? 2 : 0; part < 3; part++) {
-            float *a = hzero(nout), *r = hzero(nout);
+            size_t np = (size_t)B * T * widths[part];
+            float *a = hzero(np), *r = hzero(np);
             for (size_t bt = 0; bt < (size_t)B * T; bt++) {
-                memcpy(a + bt * C, g + bt * 3 * C + (size_t)part * C, C * 4);
-                memcpy(r + bt * C, rdq + bt * 3 * C + (size_t)part * C, C * 4);
+                memcpy(a + bt * widths[part], g + bt * W + offs[part], (size_t)widths[part] * 4);
+                memcpy(r + bt * widths[part], rdq + bt * W + offs[part], (size_t)widths[part] * 4);
             }
-            double e = relerr(a, r, nout);
+            double e = relerr(a, r, np);
             print_message("    %-30s %-14s %-4s n=%-10zu rel err %.2e (tol %.0e)\n", names[part], sb_names[v],
-                          vr_cuda_dtype_name(dt), nout, e, tol);
+                          vr_cuda_dtype_name(dt), np, e, tol);
             if (!(e <= tol))
-                fail_msg("%s (%s, %s): rel err %.3e > %.0e", names[part], sb_names[v], vr_cuda_dtype_name(dt), e,
-                         tol);
+                fail_msg("%s NH%d NKV%d (%s, %s): rel err %.3e > %.0e", names[part], NH, NKV, sb_names[v],
+                         vr_cuda_dtype_name(dt), e, tol);
             free(a), free(r);
         }
         free(g);
     }
     float *prior = hrand(nqkv, -1, 1);
     void *ap = up(dt, prior, nqkv);
-    OK(vr_cuda_attention_bwd(&ctx, dt, ap, dd, dq, dout_saved, lse, B, T, C, NH, 1, scratch, sb));
+    OK(att_bwd(dt, ap, dd, dq, dout_saved, lse, B, T, NH, NKV, hs, 1, scratch, sb));
     float *fresh = down(dt, gq, nqkv);
     expect_acc("attention_bwd dqkv", dt, ap, prior, fresh, nqkv);
     cudaFree(ap);
     ap = up(dt, prior, nqkv);
-    OK(vr_cuda_attention_bwd(&ctx, dt, ap, dd, dq, dout_saved, lse, B, T, C, NH, 1, scratch, sb_min));
+    OK(att_bwd(dt, ap, dd, dq, dout_saved, lse, B, T, NH, NKV, hs, 1, scratch, sb_min));
     expect_acc("attention_bwd dqkv (min scratch)", dt, ap, prior, fresh, nqkv);
     free(qkv), free(dout), free(ref), free(rl), free(ref_out), free(rdq), free(prior), free(fresh);
     cudaFree(dq), cudaFree(dd), cudaFree(out), cudaFree(lse), cudaFree(dout_saved), cudaFree(scratch);
@@ -722,12 +742,113 @@ static void test_attention(void **state)
     NEED_GPU();
     for (int di = 0; di < 3; di++) {
         vr_cuda_dtype dt = DTS[di];
-        run_attention(dt, 1, 1, 64, 1);
-        run_attention(dt, 2, 65, 128, 2);   // one key block plus one row
-        run_attention(dt, 2, 200, 192, 3);  // T not a multiple of 64
-        run_attention(dt, 1, 77, 96, 3);    // head size 32: scalar path in every dtype
+        run_attention(dt, 1, 1, 1, 1, 64);
+        run_attention(dt, 2, 65, 2, 2, 64);   // one key block plus one row
+        run_attention(dt, 2, 200, 3, 3, 64);  // T not a multiple of 64
+        run_attention(dt, 1, 77, 3, 3, 32);   // head size 32: scalar path in every dtype
+        run_attention(dt, 2, 130, 4, 2, 64);  // grouped-query: 2 query heads per kv head
+        run_attention(dt, 1, 200, 6, 1, 64);  // one kv head for 6 query heads (multi-query)
+        run_attention(dt, 1, 70, 4, 2, 128);  // grouped-query, head size 128 (scalar)
         if (dt == VR_CUDA_F16) continue;
-        run_attention(dt, 4, 1024, 768, 12);
+        run_attention(dt, 4, 1024, 12, 12, 64);
+        run_attention(dt, 2, 1024, 32, 8, 64); // llama3.2-1b's heads
+    }
+}
+
+/* ------------------------------------------------------------------ rmsnorm, rope, swiglu */
+
+static void run_rmsnorm(vr_cuda_dtype dt, int N, int C)
+{
+    size_t n = (size_t)N * C;
+    float *inp = hrand(n, -2, 2), *w = hrand(C, 0.5f, 1.5f), *dout = hrand(n, -1, 1);
+    void *di = up(dt, inp, n), *dw = up(dt, w, C), *dd = up(dt, dout, n);
+    void *out = dnan(dt, n);
+    float *rstd = dnan(VR_CUDA_F32, N), *ref = hzero(n), *rr = hzero(N);
+    char what[96];
+    snprintf(what, sizeof what, "rmsnorm_fwd N%d C%d", N, C);
+    OK(vr_cuda_rmsnorm_fwd(&ctx, dt, out, rstd, di, dw, N, C, 1e-5f));
+    vr_cpu_rmsnorm_fwd(ref, rr, inp, w, N, C, 1e-5f);
+    expect_close(what, dt, out, ref, n, tol_for(dt, TOL_F32));
+    expect_close("rmsnorm_fwd rstd", VR_CUDA_F32, rstd, rr, N, TOL_F32);
+    float *rdi = hzero(n), *rdw = hzero(C);
+    vr_cpu_rmsnorm_bwd(rdi, rdw, dout, inp, w, rr, N, C, 0, 0);
+    size_t sb = vr_cuda_rmsnorm_bwd_scratch_bytes(N, C);
+    void *scratch = dalloc(sb);
+    void *gdi = dnan(dt, n), *gdw = dnan(dt, C);
+    OK(vr_cuda_rmsnorm_bwd(&ctx, dt, gdi, gdw, dd, di, dw, rstd, N, C, 0, 0, scratch, sb));
+    expect_close("rmsnorm_bwd dinp", dt, gdi, rdi, n, tol_for(dt, TOL_F32_LONG));
+    expect_close("rmsnorm_bwd dw", dt, gdw, rdw, C, tol_for(dt, TOL_F32_LONG));
+    float *p1 = hrand(n, -1, 1), *p2 = hrand(C, -1, 1);
+    void *a1 = up(dt, p1, n), *a2 = up(dt, p2, C);
+    OK(vr_cuda_rmsnorm_bwd(&ctx, dt, a1, a2, dd, di, dw, rstd, N, C, 1, 1, scratch, sb));
+    expect_acc("rmsnorm_bwd dinp", dt, a1, p1, rdi, n);
+    expect_acc("rmsnorm_bwd dw", dt, a2, p2, rdw, C);
+    free(inp), free(w), free(dout), free(ref), free(rr), free(rdi), free(rdw), free(p1), free(p2);
+    cudaFree(di), cudaFree(dw), cudaFree(dd), cudaFree(out), cudaFree(rstd), cudaFree(scratch), cudaFree(gdi);
+    cudaFree(gdw), cudaFree(a1), cudaFree(a2);
+}
+
+static void run_rope(vr_cuda_dtype dt, int B, int T, int NH, int NKV, int hd, int llama3)
+{
+    vr_rope_params p = {500000.0, llama3, 32.0, 1.0, 4.0, 8192.0};
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * hd;
+    float *x = hrand(n, -1, 1), *ref = hzero(n), *rb = hzero(n);
+    float inv[VR_CUDA_ROPE_MAX_HD / 2];
+    vr_rope_inv_freq(inv, hd, &p);
+    void *dx = up(dt, x, n), *out = dnan(dt, n);
+    char what[96];
+    snprintf(what, sizeof what, "rope B%d T%d NH%d NKV%d hd%d%s", B, T, NH, NKV, hd, llama3 ? " llama3" : "");
+    OK(vr_cuda_rope(&ctx, dt, out, dx, B, T, NH, NKV, hd, inv, 1.0f, 0));
+    vr_cpu_rope_fwd(ref, x, B, T, NH, NKV, hd, &p);
+    expect_close(what, dt, out, ref, n, tol_for(dt, TOL_F32));
+    vr_cpu_rope_bwd(rb, x, B, T, NH, NKV, hd, &p, 0);
+    OK(vr_cuda_rope(&ctx, dt, out, dx, B, T, NH, NKV, hd, inv, -1.0f, 0));
+    expect_close("rope backward", dt, out, rb, n, tol_for(dt, TOL_F32));
+    float *prior = hrand(n, -1, 1);
+    void *ap = up(dt, prior, n);
+    OK(vr_cuda_rope(&ctx, dt, ap, dx, B, T, NH, NKV, hd, inv, -1.0f, 1));
+    expect_acc("rope backward", dt, ap, prior, rb, n);
+    OK(vr_cuda_rope(&ctx, dt, dx, dx, B, T, NH, NKV, hd, inv, 1.0f, 0)); // in place
+    expect_close("rope in place", dt, dx, ref, n, tol_for(dt, TOL_F32));
+    free(x), free(ref), free(rb), free(prior);
+    cudaFree(dx), cudaFree(out), cudaFree(ap);
+}
+
+static void run_swiglu(vr_cuda_dtype dt, int N, int HI)
+{
+    size_t n = (size_t)N * HI;
+    float *x = hrand(2 * n, -4, 4), *dout = hrand(n, -1, 1), *ref = hzero(n), *rdx = hzero(2 * n);
+    void *dx = up(dt, x, 2 * n), *dd = up(dt, dout, n), *out = dnan(dt, n), *gdx = dnan(dt, 2 * n);
+    char what[96];
+    snprintf(what, sizeof what, "swiglu_fwd N%d HI%d", N, HI);
+    OK(vr_cuda_swiglu_fwd(&ctx, dt, out, dx, N, HI));
+    vr_cpu_swiglu_fwd(ref, x, N, HI);
+    expect_close(what, dt, out, ref, n, tol_for(dt, TOL_F32));
+    vr_cpu_swiglu_bwd(rdx, dout, x, N, HI, 0);
+    OK(vr_cuda_swiglu_bwd(&ctx, dt, gdx, dd, dx, N, HI, 0));
+    expect_close("swiglu_bwd", dt, gdx, rdx, 2 * n, tol_for(dt, TOL_F32));
+    float *prior = hrand(2 * n, -1, 1);
+    void *ap = up(dt, prior, 2 * n);
+    OK(vr_cuda_swiglu_bwd(&ctx, dt, ap, dd, dx, N, HI, 1));
+    expect_acc("swiglu_bwd", dt, ap, prior, rdx, 2 * n);
+    free(x), free(dout), free(ref), free(rdx), free(prior);
+    cudaFree(dx), cudaFree(dd), cudaFree(out), cudaFree(gdx), cudaFree(ap);
+}
+
+static void test_llama_ops(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    for (int di = 0; di < 3; di++) {
+        vr_cuda_dtype dt = DTS[di];
+        run_rmsnorm(dt, 1, 5);
+        run_rmsnorm(dt, 37, 100);
+        run_rmsnorm(dt, 4096, 2048);
+        run_rope(dt, 2, 33, 4, 2, 64, 0);
+        run_rope(dt, 1, 300, 32, 8, 64, 1);
+        run_rope(dt, 1, 17, 2, 1, 128, 1);
+        run_swiglu(dt, 7, 33);
+        run_swiglu(dt, 2048, 8192);
     }
 }
 
@@ -956,7 +1077,7 @@ int main(void)
         cmocka_unit_test(test_elementwise),  cmocka_unit_test(test_convert),
         cmocka_unit_test(test_reductions),   cmocka_unit_test(test_loss_scaling),
         cmocka_unit_test(test_embedding),    cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_attention), cmocka_unit_test(test_llama_ops),
         cmocka_unit_test(test_classifier),   cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_optimizers),   cmocka_unit_test(test_bad_arguments),
     };

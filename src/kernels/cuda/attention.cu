@@ -41,6 +41,27 @@
 #define VR_LN2 0.6931471805599453f
 #define VR_ATT_HS_MAX 128
 
+/* Where head h's q, k and v sit in a packed qkv row, and its slice of an out row. Multi-head attention
+ * is NKV = NH (GPT's qkv (B,T,3C)); grouped-query attention (Llama: qkv (B,T,(NH+2NKV)hs)) has query
+ * head h read kv head h / G, G = NH / NKV. The kernels over keys (dK, dV) run per kv head and sum the G
+ * query heads that read it, so no two blocks write one kv head. */
+struct att_geom {
+    int NH, NKV, G, hs;
+    size_t ld, ldo, koff, voff; /* qkv and out row strides; k and v of kv head 0 (elements) */
+    __host__ __device__ size_t q(int h) const { return (size_t)h * hs; }
+    __host__ __device__ size_t k(int h) const { return koff + (size_t)(h / G) * hs; }
+    __host__ __device__ size_t v(int h) const { return voff + (size_t)(h / G) * hs; }
+};
+
+static att_geom att_geom_of(int NH, int NKV, int hs)
+{
+    att_geom a;
+    a.NH = NH, a.NKV = NKV, a.G = NH / NKV, a.hs = hs;
+    a.ld = (size_t)(NH + 2 * NKV) * hs, a.ldo = (size_t)NH * hs;
+    a.koff = (size_t)NH * hs, a.voff = (size_t)(NH + NKV) * hs;
+    return a;
+}
+
 extern "C" size_t vr_cuda_attention_scratch_bytes(int B, int T, int C, int NH)
 {
     (void)C;
@@ -58,17 +79,17 @@ extern "C" size_t vr_cuda_attention_scratch_fused_bytes(int B, int T, int C, int
 /* ---------------------------------------------------------------- delta = rowsum(dout * out) */
 
 template <typename T>
-__global__ void k_att_delta(float *delta, const T *dout, const T *out, int B, int T_, int C, int NH)
+__global__ void k_att_delta(float *delta, const T *dout, const T *out, int B, int T_, att_geom a)
 {
     // one warp per (b, t, h); delta is (B,NH,T)
     size_t w = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
+    int NH = a.NH, hs = a.hs;
     if (w >= (size_t)B * T_ * NH) return;
-    int hs = C / NH;
     int h = (int)(w % NH);
     size_t bt = w / NH;
     int t = (int)(bt % T_), b = (int)(bt / T_);
-    const T *g = dout + bt * C + (size_t)h * hs, *o = out + bt * C + (size_t)h * hs;
+    const T *g = dout + bt * a.ldo + a.q(h), *o = out + bt * a.ldo + a.q(h);
     float s = 0.0f;
     for (int d = lane; d < hs; d += 32) s += vr_tof(g[d]) * vr_tof(o[d]);
     s = vr_warp_sum(s);
@@ -88,26 +109,27 @@ __device__ __forceinline__ float dot_sh(const float *a, const T *b, int n)
 }
 
 template <typename T>
-__global__ void k_att_fwd_scalar(T *out, float *lse, const T *qkv, int B, int T_, int C, int NH)
+__global__ void k_att_fwd_scalar(T *out, float *lse, const T *qkv, int B, int T_, att_geom a)
 {
     __shared__ float sq[VR_SC_WARPS][VR_ATT_HS_MAX];
     __shared__ float sp[VR_SC_WARPS][32];
     int wib = threadIdx.x >> 5, lane = threadIdx.x & 31;
     size_t w = (size_t)blockIdx.x * VR_SC_WARPS + wib;
+    int NH = a.NH, hs = a.hs;
     if (w >= (size_t)B * NH * T_) return;
     int i = (int)(w % T_);
     size_t bh = w / T_;
     int h = (int)(bh % NH), b = (int)(bh / NH);
-    int hs = C / NH;
-    size_t C3 = (size_t)3 * C;
+    size_t ld = a.ld;
     float scale = rsqrtf((float)hs);
-    const T *base = qkv + (size_t)b * T_ * C3 + (size_t)h * hs;
-    for (int d = lane; d < hs; d += 32) sq[wib][d] = vr_tof(base[(size_t)i * C3 + d]);
+    const T *bq = qkv + (size_t)b * T_ * ld + a.q(h), *bk = qkv + (size_t)b * T_ * ld + a.k(h),
+            *bv = qkv + (size_t)b * T_ * ld + a.v(h);
+    for (int d = lane; d < hs; d += 32) sq[wib][d] = vr_tof(bq[(size_t)i * ld + d]);
     __syncwarp();
     // pass 1: max and normaliser, keys strided over lanes
     float m = -INFINITY, l = 0.0f;
     for (int j = lane; j <= i; j += 32) {
-        float s = scale * dot_sh(sq[wib], base + (size_t)j * C3 + C, hs);
+        float s = scale * dot_sh(sq[wib], bk + (size_t)j * ld, hs);
         if (s > m) {
             l = l * __expf(m - s) + 1.0f;
             m = s;
@@ -124,12 +146,12 @@ __global__ void k_att_fwd_scalar(T *out, float *lse, const T *qkv, int B, int T_
     for (int u = 0; u < VR_ATT_HS_MAX / 32; u++) o[u] = 0.0f;
     for (int j0 = 0; j0 <= i; j0 += 32) {
         int j = j0 + lane;
-        sp[wib][lane] = j <= i ? __expf(scale * dot_sh(sq[wib], base + (size_t)j * C3 + C, hs) - ls) : 0.0f;
+        sp[wib][lane] = j <= i ? __expf(scale * dot_sh(sq[wib], bk + (size_t)j * ld, hs) - ls) : 0.0f;
         __syncwarp();
         int jn = min(32, i + 1 - j0);
         for (int jj = 0; jj < jn; jj++) {
             float p = sp[wib][jj];
-            const T *v = base + (size_t)(j0 + jj) * C3 + 2 * (size_t)C;
+            const T *v = bv + (size_t)(j0 + jj) * ld;
 #pragma unroll
             for (int u = 0; u < VR_ATT_HS_MAX / 32; u++) {
                 int d = lane + 32 * u;
@@ -138,7 +160,7 @@ __global__ void k_att_fwd_scalar(T *out, float *lse, const T *qkv, int B, int T_
         }
         __syncwarp();
     }
-    T *orow = out + ((size_t)b * T_ + i) * C + (size_t)h * hs;
+    T *orow = out + ((size_t)b * T_ + i) * a.ldo + a.q(h);
 #pragma unroll
     for (int u = 0; u < VR_ATT_HS_MAX / 32; u++) {
         int d = lane + 32 * u;
@@ -150,23 +172,24 @@ __global__ void k_att_fwd_scalar(T *out, float *lse, const T *qkv, int B, int T_
 /* dq for query row i: dq = scale sum_j p_ij (dout_i . v_j - delta_i) k_j. */
 template <typename T>
 __global__ void k_att_bwd_dq_scalar(T *dqkv, const T *dout, const T *qkv, const float *lse,
-                                    const float *delta, int B, int T_, int C, int NH, int acc)
+                                    const float *delta, int B, int T_, att_geom a, int acc)
 {
     __shared__ float sq[VR_SC_WARPS][VR_ATT_HS_MAX], sg[VR_SC_WARPS][VR_ATT_HS_MAX];
     __shared__ float sds[VR_SC_WARPS][32];
     int wib = threadIdx.x >> 5, lane = threadIdx.x & 31;
     size_t w = (size_t)blockIdx.x * VR_SC_WARPS + wib;
+    int NH = a.NH, hs = a.hs;
     if (w >= (size_t)B * NH * T_) return;
     int i = (int)(w % T_);
     size_t bh = w / T_;
     int h = (int)(bh % NH), b = (int)(bh / NH);
-    int hs = C / NH;
-    size_t C3 = (size_t)3 * C;
+    size_t ld = a.ld;
     float scale = rsqrtf((float)hs);
-    const T *base = qkv + (size_t)b * T_ * C3 + (size_t)h * hs;
-    const T *g = dout + ((size_t)b * T_ + i) * C + (size_t)h * hs;
+    const T *bq = qkv + (size_t)b * T_ * ld + a.q(h), *bk = qkv + (size_t)b * T_ * ld + a.k(h),
+            *bv = qkv + (size_t)b * T_ * ld + a.v(h);
+    const T *g = dout + ((size_t)b * T_ + i) * a.ldo + a.q(h);
     for (int d = lane; d < hs; d += 32) {
-        sq[wib][d] = vr_tof(base[(size_t)i * C3 + d]);
+        sq[wib][d] = vr_tof(bq[(size_t)i * ld + d]);
         sg[wib][d] = vr_tof(g[d]);
     }
     __syncwarp();
@@ -178,8 +201,8 @@ __global__ void k_att_bwd_dq_scalar(T *dqkv, const T *dout, const T *qkv, const 
         int j = j0 + lane;
         float ds = 0.0f;
         if (j <= i) {
-            float p = __expf(scale * dot_sh(sq[wib], base + (size_t)j * C3 + C, hs) - L);
-            float dp = dot_sh(sg[wib], base + (size_t)j * C3 + 2 * (size_t)C, hs);
+            float p = __expf(scale * dot_sh(sq[wib], bk + (size_t)j * ld, hs) - L);
+            float dp = dot_sh(sg[wib], bv + (size_t)j * ld, hs);
             ds = p * (dp - dl) * scale;
         }
         sds[wib][lane] = ds;
@@ -187,7 +210,7 @@ __global__ void k_att_bwd_dq_scalar(T *dqkv, const T *dout, const T *qkv, const 
         int jn = min(32, i + 1 - j0);
         for (int jj = 0; jj < jn; jj++) {
             float s = sds[wib][jj];
-            const T *k = base + (size_t)(j0 + jj) * C3 + C;
+            const T *k = bk + (size_t)(j0 + jj) * ld;
 #pragma unroll
             for (int u = 0; u < VR_ATT_HS_MAX / 32; u++) {
                 int d = lane + 32 * u;
@@ -196,7 +219,7 @@ __global__ void k_att_bwd_dq_scalar(T *dqkv, const T *dout, const T *qkv, const 
         }
         __syncwarp();
     }
-    T *dq_row = dqkv + ((size_t)b * T_ + i) * C3 + (size_t)h * hs;
+    T *dq_row = dqkv + ((size_t)b * T_ + i) * ld + a.q(h);
 #pragma unroll
     for (int u = 0; u < VR_ATT_HS_MAX / 32; u++) {
         int d = lane + 32 * u;
@@ -204,59 +227,63 @@ __global__ void k_att_bwd_dq_scalar(T *dqkv, const T *dout, const T *qkv, const 
     }
 }
 
-/* dk, dv for key row j: sums over queries i >= j. */
+/* dk, dv for key row j of kv head kvh: sums over queries i >= j of the G query heads that read it. */
 template <typename T>
 __global__ void k_att_bwd_dkv_scalar(T *dqkv, const T *dout, const T *qkv, const float *lse,
-                                     const float *delta, int B, int T_, int C, int NH, int acc)
+                                     const float *delta, int B, int T_, att_geom a, int acc)
 {
     __shared__ float sk[VR_SC_WARPS][VR_ATT_HS_MAX], sv[VR_SC_WARPS][VR_ATT_HS_MAX];
     __shared__ float sp[VR_SC_WARPS][32], sds[VR_SC_WARPS][32];
     int wib = threadIdx.x >> 5, lane = threadIdx.x & 31;
     size_t w = (size_t)blockIdx.x * VR_SC_WARPS + wib;
-    if (w >= (size_t)B * NH * T_) return;
+    int hs = a.hs;
+    if (w >= (size_t)B * a.NKV * T_) return;
     int j = (int)(w % T_);
-    size_t bh = w / T_;
-    int h = (int)(bh % NH), b = (int)(bh / NH);
-    int hs = C / NH;
-    size_t C3 = (size_t)3 * C;
+    size_t u = w / T_;
+    int kvh = (int)(u % a.NKV), b = (int)(u / a.NKV);
+    size_t ld = a.ld;
     float scale = rsqrtf((float)hs);
-    const T *base = qkv + (size_t)b * T_ * C3 + (size_t)h * hs;
-    const T *gbase = dout + (size_t)b * T_ * C + (size_t)h * hs;
+    const T *row0 = qkv + (size_t)b * T_ * ld;
     for (int d = lane; d < hs; d += 32) {
-        sk[wib][d] = vr_tof(base[(size_t)j * C3 + C + d]);
-        sv[wib][d] = vr_tof(base[(size_t)j * C3 + 2 * (size_t)C + d]);
+        sk[wib][d] = vr_tof(row0[(size_t)j * ld + a.k(kvh * a.G) + d]);
+        sv[wib][d] = vr_tof(row0[(size_t)j * ld + a.v(kvh * a.G) + d]);
     }
     __syncwarp();
     float dk[VR_ATT_HS_MAX / 32], dv[VR_ATT_HS_MAX / 32];
 #pragma unroll
     for (int u = 0; u < VR_ATT_HS_MAX / 32; u++) dk[u] = dv[u] = 0.0f;
-    for (int i0 = j; i0 < T_; i0 += 32) {
-        int i = i0 + lane;
-        float p = 0.0f, ds = 0.0f;
-        if (i < T_) {
-            p = __expf(scale * dot_sh(sk[wib], base + (size_t)i * C3, hs) - lse[bh * T_ + i]);
-            float dp = dot_sh(sv[wib], gbase + (size_t)i * C, hs);
-            ds = p * (dp - delta[bh * T_ + i]) * scale;
-        }
-        sp[wib][lane] = p;
-        sds[wib][lane] = ds;
-        __syncwarp();
-        int in = min(32, T_ - i0);
-        for (int ii = 0; ii < in; ii++) {
-            float pp = sp[wib][ii], s = sds[wib][ii];
-            const T *q = base + (size_t)(i0 + ii) * C3, *g = gbase + (size_t)(i0 + ii) * C;
+    for (int gq = 0; gq < a.G; gq++) {
+        int h = kvh * a.G + gq;
+        size_t bh = (size_t)b * a.NH + h;
+        const T *bq = row0 + a.q(h), *gbase = dout + (size_t)b * T_ * a.ldo + a.q(h);
+        for (int i0 = j; i0 < T_; i0 += 32) {
+            int i = i0 + lane;
+            float p = 0.0f, ds = 0.0f;
+            if (i < T_) {
+                p = __expf(scale * dot_sh(sk[wib], bq + (size_t)i * ld, hs) - lse[bh * T_ + i]);
+                float dp = dot_sh(sv[wib], gbase + (size_t)i * a.ldo, hs);
+                ds = p * (dp - delta[bh * T_ + i]) * scale;
+            }
+            sp[wib][lane] = p;
+            sds[wib][lane] = ds;
+            __syncwarp();
+            int in = min(32, T_ - i0);
+            for (int ii = 0; ii < in; ii++) {
+                float pp = sp[wib][ii], s = sds[wib][ii];
+                const T *q = bq + (size_t)(i0 + ii) * ld, *g = gbase + (size_t)(i0 + ii) * a.ldo;
 #pragma unroll
-            for (int u = 0; u < VR_ATT_HS_MAX / 32; u++) {
-                int d = lane + 32 * u;
-                if (d < hs) {
-                    dv[u] += pp * vr_tof(g[d]);
-                    dk[u] += s * vr_tof(q[d]);
+                for (int u = 0; u < VR_ATT_HS_MAX / 32; u++) {
+                    int d = lane + 32 * u;
+                    if (d < hs) {
+                        dv[u] += pp * vr_tof(g[d]);
+                        dk[u] += s * vr_tof(q[d]);
+                    }
                 }
             }
+            __syncwarp();
         }
-        __syncwarp();
     }
-    T *dk_row = dqkv + ((size_t)b * T_ + j) * C3 + C + (size_t)h * hs, *dv_row = dk_row + C;
+    T *dk_row = dqkv + ((size_t)b * T_ + j) * ld + a.k(kvh * a.G), *dv_row = dqkv + ((size_t)b * T_ + j) * ld + a.v(kvh * a.G);
 #pragma unroll
     for (int u = 0; u < VR_ATT_HS_MAX / 32; u++) {
         int d = lane + 32 * u;
@@ -427,7 +454,7 @@ __device__ __forceinline__ void store_acc(T *g, size_t ld, int row0, int nrows, 
 }
 
 template <typename T>
-__global__ void __launch_bounds__(128) k_att_fwd_tc(T *out, float *lse, const T *qkv, int T_, int C, int NH,
+__global__ void __launch_bounds__(128) k_att_fwd_tc(T *out, float *lse, const T *qkv, int T_, att_geom a,
                                                     float scale_log2)
 {
     __shared__ __align__(16) T sQ[TC_BR * TC_LD];
@@ -435,15 +462,16 @@ __global__ void __launch_bounds__(128) k_att_fwd_tc(T *out, float *lse, const T 
     __shared__ __align__(16) T sV[2][TC_BR * TC_LD];
     int nq = (T_ + TC_BR - 1) / TC_BR;
     int qt = nq - 1 - (int)blockIdx.x; // the longest rows first
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    size_t C3 = (size_t)3 * C;
-    const T *base = qkv + (size_t)b * T_ * C3 + (size_t)h * TC_D;
+    int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
+    size_t ld = a.ld;
+    const T *bq = qkv + (size_t)b * T_ * ld + a.q(h), *bk = qkv + (size_t)b * T_ * ld + a.k(h),
+            *bv = qkv + (size_t)b * T_ * ld + a.v(h);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int q0 = qt * TC_BR;
 
-    tile_load_async(sQ, base, q0, T_, C3);
-    tile_load_async(sK[0], base + C, 0, T_, C3);
-    tile_load_async(sV[0], base + 2 * (size_t)C, 0, T_, C3);
+    tile_load_async(sQ, bq, q0, T_, ld);
+    tile_load_async(sK[0], bk, 0, T_, ld);
+    tile_load_async(sV[0], bv, 0, T_, ld);
     cp_async_commit();
 
     float o[8][4];
@@ -456,8 +484,8 @@ __global__ void __launch_bounds__(128) k_att_fwd_tc(T *out, float *lse, const T 
     for (int kt = 0; kt <= qt; kt++) {
         int cur = kt & 1;
         if (kt < qt) { // prefetch the next key block into the other buffer
-            tile_load_async(sK[cur ^ 1], base + C, (kt + 1) * TC_BR, T_, C3);
-            tile_load_async(sV[cur ^ 1], base + 2 * (size_t)C, (kt + 1) * TC_BR, T_, C3);
+            tile_load_async(sK[cur ^ 1], bk, (kt + 1) * TC_BR, T_, ld);
+            tile_load_async(sV[cur ^ 1], bv, (kt + 1) * TC_BR, T_, ld);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -524,7 +552,7 @@ __global__ void __launch_bounds__(128) k_att_fwd_tc(T *out, float *lse, const T 
         o[nt][2] *= inv[1];
         o[nt][3] *= inv[1];
     }
-    store_acc(out + (size_t)b * T_ * C + (size_t)h * TC_D, (size_t)C, q0 + warp * 16, T_, o, 1.0f, 0);
+    store_acc(out + (size_t)b * T_ * a.ldo + a.q(h), a.ldo, q0 + warp * 16, T_, o, 1.0f, 0);
     if ((lane & 3) == 0) {
 #pragma unroll
         for (int r = 0; r < 2; r++)
@@ -532,10 +560,11 @@ __global__ void __launch_bounds__(128) k_att_fwd_tc(T *out, float *lse, const T 
     }
 }
 
-/* dK, dV for a block of 64 keys. */
+/* dK, dV for a block of 64 keys of one kv head: the block walks, for each of the G query heads that read
+ * it, the query blocks from the diagonal down (items (g, qt) in that order, double-buffered). */
 template <typename T>
 __global__ void __launch_bounds__(128) k_att_bwd_dkv_tc(T *dqkv, const T *dout, const T *qkv, const float *lse,
-                                                        const float *delta, int T_, int C, int NH, float scale,
+                                                        const float *delta, int T_, att_geom a, float scale,
                                                         int acc)
 {
     // K and V are staged in the second Q / dO buffers, read into registers once, and those buffers are
@@ -545,25 +574,16 @@ __global__ void __launch_bounds__(128) k_att_bwd_dkv_tc(T *dqkv, const T *dout, 
     __shared__ float sL[2][TC_BR], sD[2][TC_BR];
     int nq = (T_ + TC_BR - 1) / TC_BR;
     int kt = blockIdx.x; // the longest columns first
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    size_t C3 = (size_t)3 * C;
-    const T *base = qkv + (size_t)b * T_ * C3 + (size_t)h * TC_D;
-    const T *gbase = dout + (size_t)b * T_ * C + (size_t)h * TC_D;
-    const float *lrow = lse + (size_t)bh * T_, *drow = delta + (size_t)bh * T_;
+    int u = blockIdx.y, b = u / a.NKV, kvh = u % a.NKV;
+    size_t ld = a.ld;
+    const T *row0 = qkv + (size_t)b * T_ * ld, *grow0 = dout + (size_t)b * T_ * a.ldo;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int k0 = kt * TC_BR;
+    int k0 = kt * TC_BR, nqk = nq - kt, items = a.G * nqk;
     float scale_log2 = scale * VR_LOG2E;
 
-    tile_load_async(sQ[1], base + C, k0, T_, C3);
-    tile_load_async(sG[1], base + 2 * (size_t)C, k0, T_, C3);
-    tile_load_async(sQ[0], base, k0, T_, C3);
-    tile_load_async(sG[0], gbase, k0, T_, (size_t)C);
+    tile_load_async(sQ[1], row0 + a.k(kvh * a.G), k0, T_, ld);
+    tile_load_async(sG[1], row0 + a.v(kvh * a.G), k0, T_, ld);
     cp_async_commit();
-    if (threadIdx.x < TC_BR) {
-        int i = k0 + threadIdx.x;
-        sL[0][threadIdx.x] = i < T_ ? lrow[i] * VR_LOG2E : INFINITY;
-        sD[0][threadIdx.x] = i < T_ ? drow[i] : 0.0f;
-    }
     uint32_t kf[4][4], vf[4][4];
     cp_async_wait<0>();
     __syncthreads();
@@ -578,24 +598,25 @@ __global__ void __launch_bounds__(128) k_att_bwd_dkv_tc(T *dqkv, const T *dout, 
         for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.0f;
     int key[2] = {k0 + warp * 16 + (lane >> 2), k0 + warp * 16 + (lane >> 2) + 8};
 
-    for (int qt = kt; qt < nq; qt++) {
-        int cur = (qt - kt) & 1;
-        if (qt + 1 < nq) {
-            int q1 = (qt + 1) * TC_BR;
-            tile_load_async(sQ[cur ^ 1], base, q1, T_, C3);
-            tile_load_async(sG[cur ^ 1], gbase, q1, T_, (size_t)C);
+    for (int it = -1; it < items; it++) {
+        int cur = it & 1;
+        if (it + 1 < items) { // stage item it+1: query block q1 of query head h1
+            int h1 = kvh * a.G + (it + 1) / nqk, q1 = (kt + (it + 1) % nqk) * TC_BR;
+            size_t bh1 = (size_t)b * a.NH + h1;
+            tile_load_async(sQ[cur ^ 1], row0 + a.q(h1), q1, T_, ld);
+            tile_load_async(sG[cur ^ 1], grow0 + a.q(h1), q1, T_, a.ldo);
             cp_async_commit();
             if (threadIdx.x < TC_BR) {
                 int i = q1 + threadIdx.x;
-                sL[cur ^ 1][threadIdx.x] = i < T_ ? lrow[i] * VR_LOG2E : INFINITY;
-                sD[cur ^ 1][threadIdx.x] = i < T_ ? drow[i] : 0.0f;
+                sL[cur ^ 1][threadIdx.x] = i < T_ ? lse[bh1 * T_ + i] * VR_LOG2E : INFINITY;
+                sD[cur ^ 1][threadIdx.x] = i < T_ ? delta[bh1 * T_ + i] : 0.0f;
             }
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
         }
+        if (it < 0) continue;
+        if (it + 1 < items) cp_async_wait<1>();
+        else cp_async_wait<0>();
         __syncthreads();
-        int q0 = qt * TC_BR;
+        int qt = kt + it % nqk, q0 = qt * TC_BR;
         // S^T (16 keys x 64 queries) = K Q^T;  dP^T = V dO^T
         float st[8][4], dpt[8][4];
 #pragma unroll
@@ -619,15 +640,14 @@ __global__ void __launch_bounds__(128) k_att_bwd_dkv_tc(T *dqkv, const T *dout, 
         mma_pb<T>(dk, dpt, sQ[cur]); // dK += dS^T Q
         __syncthreads();
     }
-    T *dk_base = dqkv + (size_t)b * T_ * C3 + C + (size_t)h * TC_D;
-    store_acc(dk_base, C3, k0 + warp * 16, T_, dk, scale, acc);
-    store_acc(dk_base + C, C3, k0 + warp * 16, T_, dv, 1.0f, acc);
+    store_acc(dqkv + (size_t)b * T_ * ld + a.k(kvh * a.G), ld, k0 + warp * 16, T_, dk, scale, acc);
+    store_acc(dqkv + (size_t)b * T_ * ld + a.v(kvh * a.G), ld, k0 + warp * 16, T_, dv, 1.0f, acc);
 }
 
 /* dQ for a block of 64 queries. */
 template <typename T>
 __global__ void __launch_bounds__(128) k_att_bwd_dq_tc(T *dqkv, const T *dout, const T *qkv, const float *lse,
-                                                       const float *delta, int T_, int C, int NH, float scale,
+                                                       const float *delta, int T_, att_geom a, float scale,
                                                        int acc)
 {
     // Q and dO are staged in the second K / V buffers, read into registers once, then reused
@@ -635,18 +655,19 @@ __global__ void __launch_bounds__(128) k_att_bwd_dq_tc(T *dqkv, const T *dout, c
     __shared__ __align__(16) T sV[2][TC_BR * TC_LD];
     int nq = (T_ + TC_BR - 1) / TC_BR;
     int qt = nq - 1 - (int)blockIdx.x;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    size_t C3 = (size_t)3 * C;
-    const T *base = qkv + (size_t)b * T_ * C3 + (size_t)h * TC_D;
-    const T *gbase = dout + (size_t)b * T_ * C + (size_t)h * TC_D;
+    int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
+    size_t ld = a.ld;
+    const T *bq = qkv + (size_t)b * T_ * ld + a.q(h), *bk = qkv + (size_t)b * T_ * ld + a.k(h),
+            *bv = qkv + (size_t)b * T_ * ld + a.v(h);
+    const T *gbase = dout + (size_t)b * T_ * a.ldo + a.q(h);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int q0 = qt * TC_BR;
     float scale_log2 = scale * VR_LOG2E;
 
-    tile_load_async(sK[1], base, q0, T_, C3);
-    tile_load_async(sV[1], gbase, q0, T_, (size_t)C);
-    tile_load_async(sK[0], base + C, 0, T_, C3);
-    tile_load_async(sV[0], base + 2 * (size_t)C, 0, T_, C3);
+    tile_load_async(sK[1], bq, q0, T_, ld);
+    tile_load_async(sV[1], gbase, q0, T_, a.ldo);
+    tile_load_async(sK[0], bk, 0, T_, ld);
+    tile_load_async(sV[0], bv, 0, T_, ld);
     cp_async_commit();
 
     int row[2] = {q0 + warp * 16 + (lane >> 2), q0 + warp * 16 + (lane >> 2) + 8};
@@ -669,8 +690,8 @@ __global__ void __launch_bounds__(128) k_att_bwd_dq_tc(T *dqkv, const T *dout, c
     for (int kt = 0; kt <= qt; kt++) {
         int cur = kt & 1;
         if (kt < qt) {
-            tile_load_async(sK[cur ^ 1], base + C, (kt + 1) * TC_BR, T_, C3);
-            tile_load_async(sV[cur ^ 1], base + 2 * (size_t)C, (kt + 1) * TC_BR, T_, C3);
+            tile_load_async(sK[cur ^ 1], bk, (kt + 1) * TC_BR, T_, ld);
+            tile_load_async(sV[cur ^ 1], bv, (kt + 1) * TC_BR, T_, ld);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -697,7 +718,7 @@ __global__ void __launch_bounds__(128) k_att_bwd_dq_tc(T *dqkv, const T *dout, c
         mma_pb<T>(dq, s, sK[cur]); // dQ += dS K
         __syncthreads();
     }
-    store_acc(dqkv + (size_t)b * T_ * C3 + (size_t)h * TC_D, C3, q0 + warp * 16, T_, dq, scale, acc);
+    store_acc(dqkv + (size_t)b * T_ * ld + a.q(h), ld, q0 + warp * 16, T_, dq, scale, acc);
 }
 
 /* ---------------------------------------------------------------- forward v2 (default) */
@@ -758,25 +779,26 @@ __device__ __forceinline__ void mma_pb2(float acc[2][8][4], const float p[2][8][
  * blocks entirely above its rows and masks only those that cross its diagonal. Q is staged in the
  * second K/V buffers, read into registers once, before the pipeline starts. */
 template <typename T>
-__global__ void __launch_bounds__(128) k_att_fwd_tc2(T *out, float *lse, const T *qkv, int T_, int C, int NH,
+__global__ void __launch_bounds__(128) k_att_fwd_tc2(T *out, float *lse, const T *qkv, int T_, att_geom a,
                                                      float scale_log2)
 {
     __shared__ __align__(16) T sKV[4][TC_BR * TC_LD]; // [2*buf]: K, [2*buf+1]: V
     int nqb = (T_ + TC_BQ2 - 1) / TC_BQ2, nk = (T_ + TC_BR - 1) / TC_BR;
     int qb = nqb - 1 - (int)blockIdx.x; // the longest rows first (a head's blocks run together: K/V stay in L2)
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    size_t C3 = (size_t)3 * C;
-    const T *base = qkv + (size_t)b * T_ * C3 + (size_t)h * TC_D;
+    int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
+    size_t ld = a.ld;
+    const T *bq = qkv + (size_t)b * T_ * ld + a.q(h), *bk = qkv + (size_t)b * T_ * ld + a.k(h),
+            *bv = qkv + (size_t)b * T_ * ld + a.v(h);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int q0 = qb * TC_BQ2;
     int wr0 = q0 + warp * 32; // the warp's first row
     int last = (q0 + TC_BQ2 - 1) / TC_BR;
     if (last > nk - 1) last = nk - 1;
 
-    tile_load_async(sKV[2], base, q0, T_, C3);
-    tile_load_async(sKV[3], base, q0 + TC_BR, T_, C3);
-    tile_load_async(sKV[0], base + C, 0, T_, C3);
-    tile_load_async(sKV[1], base + 2 * (size_t)C, 0, T_, C3);
+    tile_load_async(sKV[2], bq, q0, T_, ld);
+    tile_load_async(sKV[3], bq, q0 + TC_BR, T_, ld);
+    tile_load_async(sKV[0], bk, 0, T_, ld);
+    tile_load_async(sKV[1], bv, 0, T_, ld);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -799,8 +821,8 @@ __global__ void __launch_bounds__(128) k_att_fwd_tc2(T *out, float *lse, const T
         cp_async_wait<0>();
         __syncthreads();
         if (kt < last) {
-            tile_load_async(sKV[2 * (cur ^ 1)], base + C, (kt + 1) * TC_BR, T_, C3);
-            tile_load_async(sKV[2 * (cur ^ 1) + 1], base + 2 * (size_t)C, (kt + 1) * TC_BR, T_, C3);
+            tile_load_async(sKV[2 * (cur ^ 1)], bk, (kt + 1) * TC_BR, T_, ld);
+            tile_load_async(sKV[2 * (cur ^ 1) + 1], bv, (kt + 1) * TC_BR, T_, ld);
             cp_async_commit();
         }
         if (kt * TC_BR <= wr0 + 31) { // warp-uniform: some key of this block is at or below the warp's rows
@@ -870,7 +892,7 @@ __global__ void __launch_bounds__(128) k_att_fwd_tc2(T *out, float *lse, const T
             o[mt][nt][2] *= inv[1];
             o[mt][nt][3] *= inv[1];
         }
-        store_acc(out + (size_t)b * T_ * C + (size_t)h * TC_D, (size_t)C, wr0 + mt * 16, T_, o[mt], 1.0f, 0);
+        store_acc(out + (size_t)b * T_ * a.ldo + a.q(h), a.ldo, wr0 + mt * 16, T_, o[mt], 1.0f, 0);
         if ((lane & 3) == 0) {
 #pragma unroll
             for (int r = 0; r < 2; r++) {
@@ -903,8 +925,9 @@ __device__ __forceinline__ void mma_ab(float acc[8][4], const uint32_t a[4][4], 
 
 /* delta = rowsum(dout * out) for head size 64: 8 threads per (b, t, h) row, 16-byte loads. */
 template <typename T>
-__global__ void k_att_delta64(float *delta, const T *dout, const T *out, int B, int T_, int C, int NH)
+__global__ void k_att_delta64(float *delta, const T *dout, const T *out, int B, int T_, att_geom a)
 {
+    int NH = a.NH;
     size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t w = g >> 3; // (b, t, h) row
     int part = (int)(g & 7);
@@ -915,7 +938,7 @@ __global__ void k_att_delta64(float *delta, const T *dout, const T *out, int B, 
         h = (int)(w % NH);
         size_t bt = w / NH;
         t = (int)(bt % T_), b = (int)(bt / T_);
-        size_t off = bt * C + (size_t)h * TC_D + part * 8;
+        size_t off = bt * a.ldo + a.q(h) + part * 8;
         vr_vec<T> x = vr_ld16_nc(dout + off), y = vr_ld16_nc(out + off);
 #pragma unroll
         for (int i = 0; i < 8; i++) s += vr_tof(x.v[i]) * vr_tof(y.v[i]);
@@ -926,15 +949,16 @@ __global__ void k_att_delta64(float *delta, const T *dout, const T *out, int B, 
     if (ok && part == 0) delta[((size_t)b * NH + h) * T_ + t] = s;
 }
 
-/* dK, dV and (atomically, fp32) dQ for a block of 64 keys: FlashAttention-2's backward order. The
- * block walks the query blocks from the diagonal down: S^T = K Q^T, P^T, dP^T = V dO^T, dS^T;
- * dV += P^T dO, dK += dS^T Q in registers; dS goes through shared memory (as [query][key]) and
- * dQ(64 queries) += dS K is added with fp32 atomics into dqacc (bh-chunk, T, 64), unscaled. Grid
- * (key blocks, heads of this chunk); bh0 = the chunk's first (b, h). */
+/* dK, dV and (atomically, fp32) dQ for a block of 64 keys of one kv head: FlashAttention-2's backward
+ * order. For each of the G query heads that read the kv head, the block walks the query blocks from the
+ * diagonal down (items (g, qt)): S^T = K Q^T, P^T, dP^T = V dO^T, dS^T; dV += P^T dO, dK += dS^T Q in
+ * registers; dS goes through shared memory (as [query][key]) and dQ(64 queries) += dS K is added with
+ * fp32 atomics into dqacc (the chunk's (b, query head) pairs, T, 64), unscaled. Grid (key blocks, the
+ * chunk's (b, kv head) pairs); u0 = the chunk's first pair. */
 template <typename T>
 __global__ void __launch_bounds__(128) k_att_bwd_fused_tc(float *dqacc, T *dqkv, const T *dout, const T *qkv,
-                                                          const float *lse, const float *delta, int T_, int C,
-                                                          int NH, float scale, int acc, int bh0)
+                                                          const float *lse, const float *delta, int T_, att_geom a,
+                                                          float scale, int acc, int u0)
 {
     __shared__ __align__(16) T sQ[2][TC_BR * TC_LD];
     __shared__ __align__(16) T sG[2][TC_BR * TC_LD];
@@ -942,26 +966,26 @@ __global__ void __launch_bounds__(128) k_att_bwd_fused_tc(float *dqacc, T *dqkv,
     __shared__ float sL[2][TC_BR], sD[2][TC_BR];
     int nq = (T_ + TC_BR - 1) / TC_BR;
     int kt = blockIdx.x; // the longest columns first (a head's blocks run together: Q/dO stay in L2)
-    int bh = bh0 + (int)blockIdx.y, b = bh / NH, h = bh % NH;
-    size_t C3 = (size_t)3 * C;
-    const T *base = qkv + (size_t)b * T_ * C3 + (size_t)h * TC_D;
-    const T *gbase = dout + (size_t)b * T_ * C + (size_t)h * TC_D;
-    const float *lrow = lse + (size_t)bh * T_, *drow = delta + (size_t)bh * T_;
-    float *dqa = dqacc + (size_t)blockIdx.y * T_ * TC_D;
+    int u = u0 + (int)blockIdx.y, b = u / a.NKV, kvh = u % a.NKV;
+    size_t ld = a.ld;
+    const T *row0 = qkv + (size_t)b * T_ * ld, *grow0 = dout + (size_t)b * T_ * a.ldo;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int k0 = kt * TC_BR;
+    int k0 = kt * TC_BR, nqk = nq - kt, items = a.G * nqk;
     float scale_log2 = scale * VR_LOG2E;
 
-    // K stays in sK (for dQ = dS K); V is staged in sG[1] and read into registers once
-    tile_load_async(sK, base + C, k0, T_, C3);
-    tile_load_async(sG[1], base + 2 * (size_t)C, k0, T_, C3);
-    tile_load_async(sQ[0], base, k0, T_, C3);
-    tile_load_async(sG[0], gbase, k0, T_, (size_t)C);
+    // K stays in sK (for dQ = dS K); V is staged in sG[1] and read into registers once; item 0 (query
+    // head kvh G, the diagonal block) into buffer 0
+    int h0 = kvh * a.G;
+    tile_load_async(sK, row0 + a.k(h0), k0, T_, ld);
+    tile_load_async(sG[1], row0 + a.v(h0), k0, T_, ld);
+    tile_load_async(sQ[0], row0 + a.q(h0), k0, T_, ld);
+    tile_load_async(sG[0], grow0 + a.q(h0), k0, T_, a.ldo);
     cp_async_commit();
     if (threadIdx.x < TC_BR) {
         int i = k0 + threadIdx.x;
-        sL[0][threadIdx.x] = i < T_ ? lrow[i] * VR_LOG2E : INFINITY;
-        sD[0][threadIdx.x] = i < T_ ? drow[i] : 0.0f;
+        size_t bh = (size_t)b * a.NH + h0;
+        sL[0][threadIdx.x] = i < T_ ? lse[bh * T_ + i] * VR_LOG2E : INFINITY;
+        sD[0][threadIdx.x] = i < T_ ? delta[bh * T_ + i] : 0.0f;
     }
     uint32_t kf[4][4], vf[4][4];
     cp_async_wait<0>();
@@ -977,24 +1001,26 @@ __global__ void __launch_bounds__(128) k_att_bwd_fused_tc(float *dqacc, T *dqkv,
         for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.0f;
     int key[2] = {k0 + warp * 16 + (lane >> 2), k0 + warp * 16 + (lane >> 2) + 8};
 
-    for (int qt = kt; qt < nq; qt++) {
-        int cur = (qt - kt) & 1;
-        // after this barrier query block qt has landed and every warp is done with block qt-1 (its
-        // buffers, sS included), which then take the prefetch of block qt+1
+    for (int it = 0; it < items; it++) {
+        int cur = it & 1;
+        // after this barrier item it has landed and every warp is done with item it-1 (its buffers, sS
+        // included), which then take the prefetch of item it+1
         cp_async_wait<0>();
         __syncthreads();
-        if (qt + 1 < nq) {
-            int q1 = (qt + 1) * TC_BR;
-            tile_load_async(sQ[cur ^ 1], base, q1, T_, C3);
-            tile_load_async(sG[cur ^ 1], gbase, q1, T_, (size_t)C);
+        if (it + 1 < items) {
+            int h1 = kvh * a.G + (it + 1) / nqk, q1 = (kt + (it + 1) % nqk) * TC_BR;
+            size_t bh1 = (size_t)b * a.NH + h1;
+            tile_load_async(sQ[cur ^ 1], row0 + a.q(h1), q1, T_, ld);
+            tile_load_async(sG[cur ^ 1], grow0 + a.q(h1), q1, T_, a.ldo);
             cp_async_commit();
             if (threadIdx.x < TC_BR) {
                 int i = q1 + threadIdx.x;
-                sL[cur ^ 1][threadIdx.x] = i < T_ ? lrow[i] * VR_LOG2E : INFINITY;
-                sD[cur ^ 1][threadIdx.x] = i < T_ ? drow[i] : 0.0f;
+                sL[cur ^ 1][threadIdx.x] = i < T_ ? lse[bh1 * T_ + i] * VR_LOG2E : INFINITY;
+                sD[cur ^ 1][threadIdx.x] = i < T_ ? delta[bh1 * T_ + i] : 0.0f;
             }
         }
-        int q0 = qt * TC_BR;
+        int qt = kt + it % nqk, q0 = qt * TC_BR;
+        float *dqa = dqacc + ((size_t)blockIdx.y * a.G + it / nqk) * T_ * TC_D;
         float st[8][4], dpt[8][4];
 #pragma unroll
         for (int i = 0; i < 8; i++)
@@ -1052,26 +1078,26 @@ __global__ void __launch_bounds__(128) k_att_bwd_fused_tc(float *dqacc, T *dqkv,
             }
         }
     }
-    T *dk_base = dqkv + (size_t)b * T_ * C3 + C + (size_t)h * TC_D;
-    store_acc(dk_base, C3, k0 + warp * 16, T_, dk, scale, acc);
-    store_acc(dk_base + C, C3, k0 + warp * 16, T_, dv, 1.0f, acc);
+    store_acc(dqkv + (size_t)b * T_ * ld + a.k(h0), ld, k0 + warp * 16, T_, dk, scale, acc);
+    store_acc(dqkv + (size_t)b * T_ * ld + a.v(h0), ld, k0 + warp * 16, T_, dv, 1.0f, acc);
 }
 
-/* dq part of dqkv (=|+=) scale * dqacc for the chunk's heads; 8 elements per thread. */
+/* dq part of dqkv (=|+=) scale * dqacc for the query heads of the chunk's nu (b, kv head) pairs from u0;
+ * 8 elements per thread. */
 template <typename T>
-__global__ void k_att_dq_convert(T *dqkv, const float *dqacc, int bh0, int nbh, int T_, int C, int NH, float scale,
+__global__ void k_att_dq_convert(T *dqkv, const float *dqacc, int u0, int nu, int T_, att_geom a, float scale,
                                  int acc)
 {
     size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= (size_t)nbh * T_ * (TC_D / 8)) return;
+    if (g >= (size_t)nu * a.G * T_ * (TC_D / 8)) return;
     int d8 = (int)(g % (TC_D / 8)) * 8;
     size_t rt = g / (TC_D / 8);
-    int t = (int)(rt % T_), bhl = (int)(rt / T_);
-    int bh = bh0 + bhl, b = bh / NH, h = bh % NH;
+    int t = (int)(rt % T_), hl = (int)(rt / T_); // hl: the chunk's (pair, query head of the group)
+    int u = u0 + hl / a.G, b = u / a.NKV, h = (u % a.NKV) * a.G + hl % a.G;
     const float4 *src = reinterpret_cast<const float4 *>(dqacc + rt * TC_D + d8);
     float4 x0 = src[0], x1 = src[1];
     float v[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-    T *dst = dqkv + ((size_t)b * T_ + t) * 3 * (size_t)C + (size_t)h * TC_D + d8;
+    T *dst = dqkv + ((size_t)b * T_ + t) * a.ld + a.q(h) + d8;
     vr_vec<T> o;
     if (acc) o = vr_ld16(dst);
 #pragma unroll
@@ -1085,114 +1111,145 @@ __global__ void k_att_dq_convert(T *dqkv, const float *dqacc, int bh0, int nbh, 
  * deterministic kernels without atomics) instead of v2: bit 0 the forward, bit 1 the backward. */
 static int att_v1(const vr_cuda_ctx *ctx, int bwd) { return (ctx->attention_v1 >> (bwd ? 1 : 0)) & 1; }
 
-static int use_tc(vr_cuda_dtype dt, int C, int NH, const void *p1, const void *p2, const void *p3)
+static int use_tc(vr_cuda_dtype dt, const att_geom &a, const void *p1, const void *p2, const void *p3)
 {
-    return dt != VR_CUDA_F32 && C / NH == TC_D && C % 8 == 0 && vr_aligned16(p1) && vr_aligned16(p2) &&
+    return dt != VR_CUDA_F32 && a.hs == TC_D && a.ld % 8 == 0 && vr_aligned16(p1) && vr_aligned16(p2) &&
            vr_aligned16(p3);
 }
 
 template <typename T>
-static vr_status att_fwd_t(const vr_cuda_ctx *ctx, void *out, float *lse, const void *qkv, int B, int T_, int C,
-                           int NH, int tc)
+static vr_status att_fwd_t(const vr_cuda_ctx *ctx, void *out, float *lse, const void *qkv, int B, int T_,
+                           att_geom a, int tc)
 {
     cudaStream_t s = VR_STREAM(ctx);
     if constexpr (!__is_same(T, float)) {
         if (tc && !att_v1(ctx, 0)) {
-            dim3 grid((T_ + TC_BQ2 - 1) / TC_BQ2, B * NH);
+            dim3 grid((T_ + TC_BQ2 - 1) / TC_BQ2, B * a.NH);
             float scale_log2 = rsqrtf((float)TC_D) * VR_LOG2E;
-            k_att_fwd_tc2<T><<<grid, 128, 0, s>>>((T *)out, lse, (const T *)qkv, T_, C, NH, scale_log2);
+            k_att_fwd_tc2<T><<<grid, 128, 0, s>>>((T *)out, lse, (const T *)qkv, T_, a, scale_log2);
             return vr_cu_launched(ctx, "attention_fwd");
         }
         if (tc) {
-            dim3 grid((T_ + TC_BR - 1) / TC_BR, B * NH);
+            dim3 grid((T_ + TC_BR - 1) / TC_BR, B * a.NH);
             float scale_log2 = rsqrtf((float)TC_D) * VR_LOG2E;
-            k_att_fwd_tc<T><<<grid, 128, 0, s>>>((T *)out, lse, (const T *)qkv, T_, C, NH, scale_log2);
+            k_att_fwd_tc<T><<<grid, 128, 0, s>>>((T *)out, lse, (const T *)qkv, T_, a, scale_log2);
             return vr_cu_launched(ctx, "attention_fwd");
         }
     }
-    size_t rows = (size_t)B * NH * T_;
+    size_t rows = (size_t)B * a.NH * T_;
     k_att_fwd_scalar<T><<<(unsigned)((rows + VR_SC_WARPS - 1) / VR_SC_WARPS), 32 * VR_SC_WARPS, 0, s>>>(
-        (T *)out, lse, (const T *)qkv, B, T_, C, NH);
+        (T *)out, lse, (const T *)qkv, B, T_, a);
     return vr_cu_launched(ctx, "attention_fwd");
 }
 
 template <typename T>
 static vr_status att_bwd_t(const vr_cuda_ctx *ctx, void *dqkv, const void *dout, const void *qkv,
-                           const void *out, const float *lse, int B, int T_, int C, int NH, int acc, float *delta,
+                           const void *out, const float *lse, int B, int T_, att_geom a, int acc, float *delta,
                            size_t scratch_bytes, int tc)
 {
     cudaStream_t s = VR_STREAM(ctx);
-    size_t rows = (size_t)B * NH * T_;
+    size_t rows = (size_t)B * a.NH * T_;
     (void)scratch_bytes;
     if constexpr (!__is_same(T, float)) {
-        // v2: the fused backward, when the scratch beyond delta holds the fp32 dQ of at least one head
-        size_t dbytes = (rows * sizeof(float) + 255) & ~(size_t)255, per_bh = (size_t)T_ * TC_D * sizeof(float);
-        if (tc && !att_v1(ctx, 1) && vr_aligned16(out) && vr_aligned16(delta) && scratch_bytes >= dbytes + per_bh) {
+        // v2: the fused backward, when the scratch beyond delta holds the fp32 dQ of the query heads of at
+        // least one (b, kv head) pair
+        size_t dbytes = (rows * sizeof(float) + 255) & ~(size_t)255;
+        size_t per_u = (size_t)a.G * T_ * TC_D * sizeof(float);
+        if (tc && !att_v1(ctx, 1) && vr_aligned16(out) && vr_aligned16(delta) && scratch_bytes >= dbytes + per_u) {
             k_att_delta64<T><<<(unsigned)((rows * 8 + 255) / 256), 256, 0, s>>>(delta, (const T *)dout,
-                                                                              (const T *)out, B, T_, C, NH);
+                                                                              (const T *)out, B, T_, a);
             VR_CU_LAUNCHED(ctx, "attention_bwd (delta)");
             float *dqacc = (float *)((char *)delta + dbytes);
-            int BH = B * NH;
-            int maxbh = (int)((scratch_bytes - dbytes) / per_bh < (size_t)BH ? (scratch_bytes - dbytes) / per_bh
-                                                                              : (size_t)BH);
-            int nchunk = (BH + maxbh - 1) / maxbh, per = (BH + nchunk - 1) / nchunk;
+            int U = B * a.NKV;
+            int maxu = (int)((scratch_bytes - dbytes) / per_u < (size_t)U ? (scratch_bytes - dbytes) / per_u
+                                                                            : (size_t)U);
+            int nchunk = (U + maxu - 1) / maxu, per = (U + nchunk - 1) / nchunk;
             float scale = rsqrtf((float)TC_D);
-            for (int bh0 = 0; bh0 < BH; bh0 += per) {
-                int nbh = BH - bh0 < per ? BH - bh0 : per;
-                VR_CU_CHECK(cudaMemsetAsync(dqacc, 0, (size_t)nbh * per_bh, s), "attention_bwd");
-                dim3 grid((T_ + TC_BR - 1) / TC_BR, nbh);
+            for (int u0 = 0; u0 < U; u0 += per) {
+                int nu = U - u0 < per ? U - u0 : per;
+                VR_CU_CHECK(cudaMemsetAsync(dqacc, 0, (size_t)nu * per_u, s), "attention_bwd");
+                dim3 grid((T_ + TC_BR - 1) / TC_BR, nu);
                 k_att_bwd_fused_tc<T><<<grid, 128, 0, s>>>(dqacc, (T *)dqkv, (const T *)dout, (const T *)qkv, lse,
-                                                          delta, T_, C, NH, scale, acc, bh0);
+                                                          delta, T_, a, scale, acc, u0);
                 VR_CU_LAUNCHED(ctx, "attention_bwd (fused dk, dv, dq)");
-                size_t n8 = (size_t)nbh * T_ * (TC_D / 8);
-                k_att_dq_convert<T><<<(unsigned)((n8 + 255) / 256), 256, 0, s>>>((T *)dqkv, dqacc, bh0, nbh, T_, C,
-                                                                                NH, scale, acc);
+                size_t n8 = (size_t)nu * a.G * T_ * (TC_D / 8);
+                k_att_dq_convert<T><<<(unsigned)((n8 + 255) / 256), 256, 0, s>>>((T *)dqkv, dqacc, u0, nu, T_, a,
+                                                                                scale, acc);
                 VR_CU_LAUNCHED(ctx, "attention_bwd (dq convert)");
             }
             return VR_OK;
         }
     }
-    k_att_delta<T><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(delta, (const T *)dout, (const T *)out, B, T_, C, NH);
+    k_att_delta<T><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(delta, (const T *)dout, (const T *)out, B, T_, a);
     VR_CU_LAUNCHED(ctx, "attention_bwd (delta)");
     if constexpr (!__is_same(T, float)) {
         if (tc) {
-            dim3 grid((T_ + TC_BR - 1) / TC_BR, B * NH);
             float scale = rsqrtf((float)TC_D);
-            k_att_bwd_dkv_tc<T><<<grid, 128, 0, s>>>((T *)dqkv, (const T *)dout, (const T *)qkv, lse, delta, T_, C,
-                                                     NH, scale, acc);
+            dim3 gk((T_ + TC_BR - 1) / TC_BR, B * a.NKV), gq((T_ + TC_BR - 1) / TC_BR, B * a.NH);
+            k_att_bwd_dkv_tc<T><<<gk, 128, 0, s>>>((T *)dqkv, (const T *)dout, (const T *)qkv, lse, delta, T_, a,
+                                                   scale, acc);
             VR_CU_LAUNCHED(ctx, "attention_bwd (dk, dv)");
-            k_att_bwd_dq_tc<T><<<grid, 128, 0, s>>>((T *)dqkv, (const T *)dout, (const T *)qkv, lse, delta, T_, C,
-                                                    NH, scale, acc);
+            k_att_bwd_dq_tc<T><<<gq, 128, 0, s>>>((T *)dqkv, (const T *)dout, (const T *)qkv, lse, delta, T_, a,
+                                                  scale, acc);
             return vr_cu_launched(ctx, "attention_bwd (dq)");
         }
     }
-    unsigned g = (unsigned)((rows + VR_SC_WARPS - 1) / VR_SC_WARPS);
-    k_att_bwd_dkv_scalar<T><<<g, 32 * VR_SC_WARPS, 0, s>>>((T *)dqkv, (const T *)dout, (const T *)qkv, lse, delta,
-                                                           B, T_, C, NH, acc);
+    size_t krows = (size_t)B * a.NKV * T_;
+    k_att_bwd_dkv_scalar<T><<<(unsigned)((krows + VR_SC_WARPS - 1) / VR_SC_WARPS), 32 * VR_SC_WARPS, 0, s>>>(
+        (T *)dqkv, (const T *)dout, (const T *)qkv, lse, delta, B, T_, a, acc);
     VR_CU_LAUNCHED(ctx, "attention_bwd (dk, dv)");
-    k_att_bwd_dq_scalar<T><<<g, 32 * VR_SC_WARPS, 0, s>>>((T *)dqkv, (const T *)dout, (const T *)qkv, lse, delta,
-                                                          B, T_, C, NH, acc);
+    k_att_bwd_dq_scalar<T><<<(unsigned)((rows + VR_SC_WARPS - 1) / VR_SC_WARPS), 32 * VR_SC_WARPS, 0, s>>>(
+        (T *)dqkv, (const T *)dout, (const T *)qkv, lse, delta, B, T_, a, acc);
     return vr_cu_launched(ctx, "attention_bwd (dq)");
 }
 
-static vr_status att_check(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, int B, int T, int C, int NH, const char *op)
+static vr_status att_check(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, int B, int T, int NH, int NKV, int hs,
+                           const char *op)
 {
     VR_CU_CTX_OK(ctx, op);
     VR_CU_DT_OK(dt, op);
-    if (B < 0 || T < 0 || C <= 0 || NH <= 0 || C % NH) return vr_cu_bad(op, "bad shape (C % NH must be 0)");
-    if (C / NH > VR_ATT_HS_MAX) return vr_cu_bad(op, "head size above 128");
-    if (B > 65535 / NH + 1 && (size_t)B * NH > 65535) return vr_cu_bad(op, "B * NH above 65535");
+    if (B < 0 || T < 0 || NH <= 0 || NKV <= 0 || hs <= 0 || NH % NKV)
+        return vr_cu_bad(op, "bad shape (heads and kv heads > 0, heads a multiple of kv heads)");
+    if (hs > VR_ATT_HS_MAX) return vr_cu_bad(op, "head size above 128");
+    if ((size_t)B * NH > 65535) return vr_cu_bad(op, "B * NH above 65535");
     return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_attention_gqa_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *lse,
+                                               const void *qkv, int B, int T, int NH, int NKV, int hs)
+{
+    VR_CU_TRY(att_check(ctx, dt, B, T, NH, NKV, hs, "attention_fwd"));
+    if ((size_t)B * T == 0) return VR_OK;
+    if (!out || !lse || !qkv) return vr_cu_bad("attention_fwd", "NULL pointer");
+    att_geom a = att_geom_of(NH, NKV, hs);
+    int tc = use_tc(dt, a, out, qkv, qkv);
+    return VR_CU_DISPATCH(dt, att_fwd_t, ctx, out, lse, qkv, B, T, a, tc);
+}
+
+extern "C" vr_status vr_cuda_attention_gqa_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dqkv,
+                                               const void *dout, const void *qkv, const void *out, const float *lse,
+                                               int B, int T, int NH, int NKV, int hs, int acc, void *scratch,
+                                               size_t scratch_bytes)
+{
+    const char *op = "attention_bwd";
+    VR_CU_TRY(att_check(ctx, dt, B, T, NH, NKV, hs, op));
+    if ((size_t)B * T == 0) return VR_OK;
+    if (!dqkv || !dout || !qkv || !out || !lse) return vr_cu_bad(op, "NULL pointer");
+    size_t need = vr_cuda_attention_scratch_bytes(B, T, NH * hs, NH);
+    if (!scratch || scratch_bytes < need)
+        return vr_error(VR_ERR_INVALID, "cuda kernels: %s: scratch of %zu bytes < %zu needed", op, scratch_bytes,
+                        need);
+    att_geom a = att_geom_of(NH, NKV, hs);
+    int tc = use_tc(dt, a, dqkv, dout, qkv);
+    return VR_CU_DISPATCH(dt, att_bwd_t, ctx, dqkv, dout, qkv, out, lse, B, T, a, acc, (float *)scratch,
+                          scratch_bytes, tc);
 }
 
 extern "C" vr_status vr_cuda_attention_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *lse,
                                            const void *qkv, int B, int T, int C, int NH)
 {
-    VR_CU_TRY(att_check(ctx, dt, B, T, C, NH, "attention_fwd"));
-    if ((size_t)B * T == 0) return VR_OK;
-    if (!out || !lse || !qkv) return vr_cu_bad("attention_fwd", "NULL pointer");
-    int tc = use_tc(dt, C, NH, out, qkv, qkv);
-    return VR_CU_DISPATCH(dt, att_fwd_t, ctx, out, lse, qkv, B, T, C, NH, tc);
+    if (NH <= 0 || C <= 0 || C % NH) return vr_cu_bad("attention_fwd", "bad shape (C % NH must be 0)");
+    return vr_cuda_attention_gqa_fwd(ctx, dt, out, lse, qkv, B, T, NH, NH, C / NH);
 }
 
 extern "C" vr_status vr_cuda_attention_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dqkv,
@@ -1200,15 +1257,7 @@ extern "C" vr_status vr_cuda_attention_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype
                                            int B, int T, int C, int NH, int acc, void *scratch,
                                            size_t scratch_bytes)
 {
-    const char *op = "attention_bwd";
-    VR_CU_TRY(att_check(ctx, dt, B, T, C, NH, op));
-    if ((size_t)B * T == 0) return VR_OK;
-    if (!dqkv || !dout || !qkv || !out || !lse) return vr_cu_bad(op, "NULL pointer");
-    size_t need = vr_cuda_attention_scratch_bytes(B, T, C, NH);
-    if (!scratch || scratch_bytes < need)
-        return vr_error(VR_ERR_INVALID, "cuda kernels: %s: scratch of %zu bytes < %zu needed", op, scratch_bytes,
-                        need);
-    int tc = use_tc(dt, C, NH, dqkv, dout, qkv);
-    return VR_CU_DISPATCH(dt, att_bwd_t, ctx, dqkv, dout, qkv, out, lse, B, T, C, NH, acc, (float *)scratch,
-                          scratch_bytes, tc);
+    if (NH <= 0 || C <= 0 || C % NH) return vr_cu_bad("attention_bwd", "bad shape (C % NH must be 0)");
+    return vr_cuda_attention_gqa_bwd(ctx, dt, dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH, acc, scratch,
+                                     scratch_bytes);
 }

@@ -16,7 +16,7 @@ __global__ void k_emb_fwd(T *out, const int32_t *tok, const T *wte, const T *wpe
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         size_t r = i / (size_t)C;
         int c = (int)(i - r * (size_t)C), t = (int)(r % (size_t)T_);
-        out[i] = vr_fromf<T>(vr_tof(wte[(size_t)tok[r] * C + c]) + vr_tof(wpe[(size_t)t * C + c]));
+        out[i] = vr_fromf<T>(vr_tof(wte[(size_t)tok[r] * C + c]) + (wpe ? vr_tof(wpe[(size_t)t * C + c]) : 0.0f));
     }
 }
 
@@ -37,7 +37,7 @@ extern "C" vr_status vr_cuda_embedding_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype
     VR_CU_DT_OK(dt, "embedding_fwd");
     if (B < 0 || T < 0 || C <= 0) return vr_cu_bad("embedding_fwd", "bad shape");
     if ((size_t)B * T == 0) return VR_OK;
-    if (!out || !tok || !wte || !wpe) return vr_cu_bad("embedding_fwd", "NULL pointer");
+    if (!out || !tok || !wte) return vr_cu_bad("embedding_fwd", "NULL pointer"); /* wpe NULL: no positions */
     return VR_CU_DISPATCH(dt, emb_fwd_t, ctx, out, tok, wte, wpe, B, T, C);
 }
 

@@ -208,7 +208,8 @@ vr_status vr_cuda_reciprocal(const vr_cuda_ctx *ctx, float *inv, const float *sc
 
 /* ---------------------------------------------------------------- embedding */
 
-/* out(B,T,C) = wte[tok[b,t]] + wpe[t]; tok (B,T) int32 in [0,V), wte (V,C), wpe (maxT,C), dt. */
+/* out(B,T,C) = wte[tok[b,t]] + wpe[t]; tok (B,T) int32 in [0,V), wte (V,C), wpe (maxT,C) or NULL (no
+ * position table: Llama), dt. */
 vr_status vr_cuda_embedding_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out,
                                 const int32_t *tok, const void *wte, const void *wpe, int B, int T,
                                 int C);
@@ -280,9 +281,44 @@ vr_status vr_cuda_attention_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *
                                 const float *lse, int B, int T, int C, int NH, int acc,
                                 void *scratch, size_t scratch_bytes);
 size_t vr_cuda_attention_scratch_bytes(int B, int T, int C, int NH);
+/* Grouped-query attention, the general form of the two above (which are NKV = NH, hs = C/NH): qkv
+ * (B,T,(NH+2NKV)hs) as the CPU op (q heads, then k heads, then v heads); query head h reads kv head
+ * h / (NH/NKV); out (B,T,NH hs). dK and dV sum the query heads of their group in registers (no K/V
+ * copies, no atomics on them). Scratch as above with C = NH hs. */
+vr_status vr_cuda_attention_gqa_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *lse,
+                                    const void *qkv, int B, int T, int NH, int NKV, int hs);
+vr_status vr_cuda_attention_gqa_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dqkv, const void *dout,
+                                    const void *qkv, const void *out, const float *lse, int B, int T, int NH,
+                                    int NKV, int hs, int acc, void *scratch, size_t scratch_bytes);
 /* Scratch for the fused backward over all heads in one launch: delta (256-aligned) + the fp32 dQ of
  * every head (B*NH*T*64*4 bytes; GPT-2 124M B=16: 51 MB); head sizes other than 64: the minimum. */
 size_t vr_cuda_attention_scratch_fused_bytes(int B, int T, int C, int NH);
+
+/* ---------------------------------------------------------------- Llama family (llama.cu) */
+
+/* RMSNorm: out(N,C) = inp * rstd * w, rstd(N) fp32 = 1/sqrt(mean(inp^2) + eps); fp32 maths. */
+vr_status vr_cuda_rmsnorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *rstd, const void *inp,
+                              const void *w, int N, int C, float eps);
+/* dinp (=|+= per acc_dinp) and dw (=|+= per acc_dw; either may be NULL) from dout, the forward's inp, w
+ * and rstd. dw is summed in fp32 over row chunks in scratch (vr_cuda_rmsnorm_bwd_scratch_bytes), then
+ * over the chunks in a fixed order: deterministic. */
+vr_status vr_cuda_rmsnorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw, const void *dout,
+                              const void *inp, const void *w, const float *rstd, int N, int C, int acc_dinp,
+                              int acc_dw, void *scratch, size_t scratch_bytes);
+size_t vr_cuda_rmsnorm_bwd_scratch_bytes(int N, int C);
+
+/* Rotary positions (HF rotate-half) over a packed qkv (B,T,(NH+2NKV)hd): the NH q and NKV k heads of
+ * position t rotated by t * inv_freq[i] (inv_freq: hd/2 values from vr_rope_inv_freq, theta and Llama 3
+ * scaling), the v heads copied. sign +1: forward; -1: backward (out = dinp, in = dout). acc adds into
+ * out. out may be inp. */
+#define VR_CUDA_ROPE_MAX_HD 256
+vr_status vr_cuda_rope(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, const void *inp, int B, int T, int NH,
+                       int NKV, int hd, const float *inv_freq, float sign, int acc);
+
+/* SwiGLU: out(N,HI) = silu(gate) * up of inp(N,2HI) = [gate | up]; backward: dinp(N,2HI) (=|+=). */
+vr_status vr_cuda_swiglu_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, const void *inp, int N, int HI);
+vr_status vr_cuda_swiglu_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, const void *dout,
+                             const void *inp, int N, int HI, int acc);
 
 /* ---------------------------------------------------------------- fused classifier */
 
