@@ -10,8 +10,8 @@
 #include "train/rng.h"
 
 struct vr_data {
-    uint16_t *all;        /* every token of the source (owned) */
-    const uint16_t *tok;  /* the split: tok[0..n) points into all */
+    uint32_t *all;        /* every token of the source (owned) */
+    const uint32_t *tok;  /* the split: tok[0..n) points into all */
     uint64_t n;
     int B, T, vocab;
     vr_data_order order;
@@ -65,8 +65,8 @@ vr_status vr_data_open(const vr_data_config *cfg, vr_data **out)
     double frac = cfg->val_fraction > 0 ? cfg->val_fraction : 0.1;
     if (cfg->split != VR_SPLIT_ALL && frac >= 1)
         return vr_error(VR_ERR_INVALID, "%s: val fraction %g must be in (0,1)", name, frac);
-    if (cfg->vocab < 0 || cfg->vocab > 65536)
-        return vr_error(VR_ERR_INVALID, "%s: vocab %d must be in [1, 65536]", name, cfg->vocab);
+    if (cfg->vocab < 0)
+        return vr_error(VR_ERR_INVALID, "%s: vocab %d must be >= 1", name, cfg->vocab);
 
     vr_data *d = calloc(1, sizeof *d);
     if (!d) return vr_error(VR_ERR_OOM, "%s: out of host memory", name);
@@ -127,10 +127,10 @@ vr_status vr_data_next(vr_data *d, int32_t *tokens, int32_t *targets)
         uint64_t start = d->order == VR_DATA_SHUFFLED
                              ? (uint64_t)d->perm[d->pos.batch * (uint64_t)d->B + b] * T
                              : (d->pos.batch * (uint64_t)d->B + b) * T;
-        const uint16_t *w = d->tok + start; /* T+1 tokens */
+        const uint32_t *w = d->tok + start; /* T+1 tokens, each < vocab <= INT32_MAX */
         for (uint64_t t = 0; t < T; t++) {
-            tokens[b * T + t] = w[t];
-            targets[b * T + t] = w[t + 1];
+            tokens[b * T + t] = (int32_t)w[t];
+            targets[b * T + t] = (int32_t)w[t + 1];
         }
     }
     vr_data_pos next = d->pos;
@@ -159,16 +159,21 @@ uint64_t vr_data_num_tokens(const vr_data *d) { return d->n; }
 
 int vr_data_vocab(const vr_data *d) { return d->vocab; }
 
+/* crc32 of the split's tokens as little-endian uint16 (every state saved before tokens were held in 32 bits
+ * has this fingerprint) when the vocabulary fits, else as uint32. */
 uint32_t vr_data_fingerprint(const vr_data *d)
 {
     uLong crc = crc32(0L, Z_NULL, 0);
-    const unsigned char *p = (const unsigned char *)d->tok;
-    uint64_t left = d->n * sizeof *d->tok;
-    while (left) { /* crc32 takes at most a uInt of bytes at a time */
-        uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
-        crc = crc32(crc, p, chunk);
-        p += chunk;
-        left -= chunk;
+    int width = d->vocab <= 65536 ? 2 : 4;
+    unsigned char buf[1 << 16];
+    size_t per = sizeof buf / (size_t)width;
+    for (uint64_t i = 0; i < d->n; i += per) {
+        size_t k = d->n - i < per ? (size_t)(d->n - i) : per;
+        for (size_t j = 0; j < k; j++) {
+            uint32_t v = d->tok[i + j];
+            for (int b = 0; b < width; b++) buf[j * (size_t)width + (size_t)b] = (unsigned char)(v >> (8 * b));
+        }
+        crc = crc32(crc, buf, (uInt)(k * (size_t)width));
     }
     return (uint32_t)crc;
 }

@@ -1,4 +1,4 @@
-/* Data sources: the generated corpus, a text file as bytes, an llm.c token file. */
+/* Data sources: the generated corpus, a text file as bytes, a token file (llm.c's uint16 or vram's uint32). */
 #define _POSIX_C_SOURCE 200809L
 #include "train/data_source.h"
 
@@ -19,30 +19,30 @@ vr_data_kind vr_data_kind_for(const char *spec)
     return VR_DATA_TEXT;
 }
 
-/* Widens bytes to tokens (uint16) in place from the back of a uint16 buffer. */
-static void widen_bytes(uint16_t *tok, uint64_t n)
+/* Widens bytes to tokens (uint32) in place from the back of a uint32 buffer. */
+static void widen_bytes(uint32_t *tok, uint64_t n)
 {
     const uint8_t *bytes = (const uint8_t *)tok;
     for (uint64_t i = n; i-- > 0;) tok[i] = bytes[i];
 }
 
-static vr_status check_bytes(const char *what, const uint16_t *tok, uint64_t n, int vocab)
+static vr_status check_bytes(const char *what, const uint32_t *tok, uint64_t n, int vocab)
 {
     if (vocab >= 256) return VR_OK;
     for (uint64_t i = 0; i < n; i++)
-        if (tok[i] >= vocab)
+        if (tok[i] >= (uint32_t)vocab)
             return vr_error(VR_ERR_FORMAT, "%s: byte %u at position %llu is out of range for vocab %d",
                             what, tok[i], (unsigned long long)i, vocab);
     return VR_OK;
 }
 
-static vr_status load_text(const char *path, uint16_t **out, uint64_t *n)
+static vr_status load_text(const char *path, uint32_t **out, uint64_t *n)
 {
     FILE *f;
     uint64_t size;
     vr_status s = vr__file_open_read(path, &f, &size);
     if (s != VR_OK) return s;
-    uint16_t *tok = malloc(size ? size * sizeof *tok : 1);
+    uint32_t *tok = malloc(size ? size * sizeof *tok : 1);
     if (!tok) {
         fclose(f);
         return vr_error(VR_ERR_OOM, "%s: out of host memory for %llu bytes", path,
@@ -60,7 +60,7 @@ static vr_status load_text(const char *path, uint16_t **out, uint64_t *n)
     return VR_OK;
 }
 
-vr_status vr_data_load_source(const vr_data_config *cfg, uint16_t **tok, uint64_t *n, int *vocab)
+vr_status vr_data_load_source(const vr_data_config *cfg, uint32_t **tok, uint64_t *n, int *vocab)
 {
     *tok = NULL;
     *n = 0;
@@ -69,7 +69,7 @@ vr_status vr_data_load_source(const vr_data_config *cfg, uint16_t **tok, uint64_
     case VR_DATA_GENERATED: {
         uint64_t bytes = cfg->generated_bytes ? cfg->generated_bytes : DEFAULT_GENERATED_BYTES;
         *vocab = cfg->vocab ? cfg->vocab : 256;
-        uint16_t *t = malloc(bytes * sizeof *t);
+        uint32_t *t = malloc(bytes * sizeof *t);
         if (!t) return vr_error(VR_ERR_OOM, "generated corpus: out of host memory");
         vr_corpus_generate(cfg->seed, (uint8_t *)t, bytes);
         widen_bytes(t, bytes);
@@ -93,7 +93,7 @@ vr_status vr_data_load_source(const vr_data_config *cfg, uint16_t **tok, uint64_
     case VR_DATA_TOKENS:
         if (!cfg->path) return vr_error(VR_ERR_INVALID, "token data: no file given");
         *vocab = cfg->vocab ? cfg->vocab : 65536;
-        return vr_tokens_read(cfg->path, cfg->vocab, tok, n);
+        return vr_tokens_read32(cfg->path, cfg->vocab, tok, n);
     }
     return vr_error(VR_ERR_INVALID, "data: unknown source kind %d", (int)cfg->kind);
 }

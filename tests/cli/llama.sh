@@ -41,6 +41,23 @@ m = re.search(r"loss ([0-9.]+) -> ([0-9.]+)", open(sys.argv[1]).read())
 assert m and float(m.group(2)) < float(m.group(1)), "the loss should fall"
 PY
 
+# a vocabulary over 65536 trains from a version-2 (uint32) token file, and from the generated corpus
+python3 - "$tmp/wide.bin" <<'PY'
+import struct, sys, random
+random.seed(1)
+tok = [random.randrange(70000) for _ in range(4096)] + [69999]
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 2, len(tok), *([0] * 253)))
+    f.write(struct.pack(f"<{len(tok)}I", *tok))
+PY
+"$vram" train --model llama --layers 1 --channels 32 --heads 2 --kv-heads 1 --intermediate 64 --vocab 70000 \
+  --data "$tmp/wide.bin" --steps 2 --batch 2 --seq 16 >"$tmp/wide" 2>&1 || { echo "uint32 tokens"; cat "$tmp/wide"; exit 1; }
+if "$vram" train --model llama --layers 1 --channels 32 --heads 2 --kv-heads 1 --intermediate 64 --vocab 69999 \
+  --data "$tmp/wide.bin" --steps 2 --batch 2 --seq 16 >"$tmp/o" 2>"$tmp/e"; then echo "token 69999 >= vocab 69999"; exit 1; fi
+grep -q "wide.bin" "$tmp/e" || { echo "the error should name the file"; cat "$tmp/e"; exit 1; }
+"$vram" train --model llama --layers 1 --channels 32 --heads 2 --kv-heads 1 --intermediate 64 --vocab 128256 \
+  --steps 2 --batch 2 --seq 16 >"$tmp/wide" 2>&1 || { echo "generated corpus, vocab 128256"; cat "$tmp/wide"; exit 1; }
+
 expect_fail() { # flag, args...
   local flag="$1"; shift
   if "$vram" plan "$@" >"$tmp/o" 2>"$tmp/e"; then echo "should fail: $*"; exit 1; fi
