@@ -215,6 +215,8 @@ typedef enum vr_optim_state { VR_OSTATE_FP32, VR_OSTATE_BF16, VR_OSTATE_8BIT } v
  * come back up before the next step). */
 typedef enum vr_offload { VR_OFFLOAD_NONE, VR_OFFLOAD_OPTIM } vr_offload;
 typedef enum vr_model_kind { VR_MODEL_GPT, VR_MODEL_MLP, VR_MODEL_LLAMA } vr_model_kind;
+/* "gpt", "mlp", "llama". */
+const char *vr_model_kind_name(vr_model_kind k);
 /* Whose kernels will run the graph: it sizes the nodes' scratch by their formulas. */
 typedef enum vr_kernels { VR_KERNELS_CPU, VR_KERNELS_CUDA } vr_kernels;
 

@@ -63,6 +63,26 @@ void vr_hf_tensors(const vr_hf_config *cfg, vr_hf_tensor *out);
  * (or the checkpoint) and the expected and found shapes. */
 vr_status vr_hf_check(const vr_hf_config *cfg, const vr_safetensors *st, const char *label);
 
+/* ---------------------------------------------------------------- model directories (hf_model.c) */
+
+/* The vram Llama of an HF config (llama, mistral, qwen2); errors name the field and label. */
+vr_status vr_hf_to_llama(const vr_hf_config *h, const char *label, vr_llama_config *out);
+
+/* The HF config of a vram Llama: qwen2 (Qwen2ForCausalLM) when it has q/k/v biases, else llama. */
+void vr_hf_from_llama(const vr_llama_config *c, vr_hf_config *out);
+
+/* Writes cfg as config.json text to path (atomically: temp file + rename). */
+vr_status vr_hf_config_write(const char *path, const vr_hf_config *cfg);
+
+/* Reads the parameters of Llama c from an HF checkpoint (a directory with model.safetensors or the
+ * sharded index, or one .safetensors file) into params (fp32, vr_llama_tensors' layout; embedding rows
+ * past the vocabulary 0): every tensor must be there with its shape (the error names it and the file). */
+vr_status vr_hf_load_llama(const char *path, const vr_llama_config *c, float *params);
+
+/* Writes dir/model.safetensors (HF names, dtype f32/bf16/f16) and dir/config.json for params of c, each
+ * atomically; creates dir. transformers' from_pretrained(dir) loads it. */
+vr_status vr_hf_save_llama(const char *dir, const vr_llama_config *c, const float *params, vr_dtype dtype);
+
 #ifdef __cplusplus
 }
 #endif

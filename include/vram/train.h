@@ -54,7 +54,7 @@ typedef struct vr_train_config {
     const char *data;             /* --data: NULL/"generated", a text file, or an llm.c .bin token file */
     vr_data_order data_order;
     int eval_batches;             /* held-out batches per evaluation (0 = 8) */
-    const char *init;             /* llm.c checkpoint to start from, or NULL */
+    const char *init;             /* checkpoint to start from (GPT: llm.c file; Llama: HF directory), or NULL */
     const char *resume;           /* vram state to continue, or NULL */
     float loss_scale;             /* fp16: the first dynamic loss scale (0: 65536) */
     int loss_scale_window;        /* fp16: good steps before it doubles (0: 2000) */
@@ -111,8 +111,13 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info);
  * (the eval graph and its memory are set up on the first call). */
 vr_status vr_trainer_eval(vr_trainer *t, double *val_loss);
 
-/* Saves parameters in llm.c's format (GPT only), atomically. */
-vr_status vr_trainer_save_llmc(vr_trainer *t, const char *path);
+/* Saves the parameters as the model's checkpoint, atomically: GPT in llm.c's format (a file), Llama as a
+ * Hugging Face directory (config.json + model.safetensors, fp32); an MLP has none (use the state). */
+vr_status vr_trainer_save_model(vr_trainer *t, const char *path);
+
+/* Checks before the first step that vr_trainer_save_model(path) can write there (a Llama's directory is
+ * created). Errors name the path. */
+vr_status vr_trainer_check_save(const vr_trainer *t, const char *path);
 
 /* Saves the resumable state (params, optimizer state, step, RNG, data position), atomically. */
 vr_status vr_trainer_save_state(vr_trainer *t, const char *path);

@@ -3,19 +3,22 @@
  *   vram eval --init CKPT [--data FILE] [--batch N] [--seq N] [--batches N] [--device cpu]
  *             [--memory planned|dynamic] [--inplace] [--split val|all] [--json]
  *
- * The model's shape comes from the llm.c checkpoint. The loss is averaged over
+ * The model's shape comes from the checkpoint (an llm.c file, or a Hugging Face directory's config.json).
+ * The loss is averaged over
  * the first --batches batches (all of the split when --batches 0). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "vram/checkpoint.h"
 #include "vram/data.h"
 #include "vram/device.h"
 #include "vram/exec.h"
+#include "vram/hf_config.h"
 #include "vram/util.h"
 
 static void usage(FILE *f)
@@ -23,7 +26,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: vram eval --init CKPT [options]\n\n"
                "Mean cross-entropy of an llm.c GPT-2 checkpoint on data, with the no-grad graph (nothing\n"
                "saved for a backward pass).\n\n"
-               "  --init CKPT              the llm.c checkpoint (required)\n"
+               "  --init CKPT|DIR          the model (required): an llm.c GPT-2 checkpoint, or a Hugging Face Llama\n"
+            "                           directory (config.json + safetensors: llama, qwen2, mistral)\n"
                "  --data FILE              text file, llm.c .bin token file or 'generated' (generated)\n"
                "  --split val|all          the held-out tail (10%%) or every token (val)\n"
                "  --batch N                rows per batch (8)\n"
@@ -111,17 +115,25 @@ static void eval_free(eval_run *r)
 /* Runs the evaluation; VR_OK with *loss and *n batches, or an error with the message set. */
 static vr_status run(const eopts *o, eval_run *r, double *loss, int64_t *nb)
 {
+    /* a directory is a Hugging Face Llama (config.json + safetensors), a file an llm.c GPT-2 checkpoint */
+    struct stat sb;
+    bool hf = !stat(o->init, &sb) && S_ISDIR(sb.st_mode);
     vr_llmc_config lc;
-    vr_status st = vr_llmc_read_header(o->init, &lc);
+    vr_hf_config hc;
+    vr_model_config m = {.kind = hf ? VR_MODEL_LLAMA : VR_MODEL_GPT};
+    vr_status st = hf ? vr_hf_config_load(o->init, &hc) : vr_llmc_read_header(o->init, &lc);
+    if (!st && hf)
+        st = vr_hf_to_llama(&hc, o->init, &m.llama);
     if (st)
         return st;
-    vr_model_config m = {.kind = VR_MODEL_GPT};
-    m.gpt = (vr_gpt_config){lc.num_layers, lc.channels, lc.num_heads, lc.vocab_size, lc.padded_vocab_size,
-                            lc.max_seq_len};
+    if (!hf)
+        m.gpt = (vr_gpt_config){lc.num_layers, lc.channels, lc.num_heads, lc.vocab_size, lc.padded_vocab_size,
+                                lc.max_seq_len};
+    int maxT = hf ? m.llama.maxT : lc.max_seq_len, V = hf ? m.llama.V : lc.vocab_size;
     m.B = o->batch ? (int)o->batch : 8;
-    m.T = o->seq ? (int)o->seq : lc.max_seq_len < 64 ? lc.max_seq_len : 64;
-    if (m.T > lc.max_seq_len)
-        return vr_error(VR_ERR_INVALID, "--seq: %d is longer than the checkpoint's %d positions", m.T, lc.max_seq_len);
+    m.T = o->seq ? (int)o->seq : maxT < 64 ? maxT : 64;
+    if (m.T > maxT)
+        return vr_error(VR_ERR_INVALID, "--seq: %d is longer than the checkpoint's %d positions", m.T, maxT);
     vr_step_config s = {0};
     if (o->precision && (st = vr_precision_parse(o->precision, "--precision", &s.precision)))
         return st;
@@ -142,13 +154,14 @@ static vr_status run(const eopts *o, eval_run *r, double *loss, int64_t *nb)
     r->tgt = malloc(sizeof(int32_t) * (size_t)m.B * (size_t)m.T);
     if (!r->params || !r->tok || !r->tgt)
         return vr_error(VR_ERR_OOM, "eval: out of host memory");
-    if ((st = vr_llmc_load(o->init, &lc, r->params, (size_t)r->g->n_params)) ||
+    if ((st = hf ? vr_hf_load_llama(o->init, &m.llama, r->params)
+                 : vr_llmc_load(o->init, &lc, r->params, (size_t)r->g->n_params)) ||
         (st = vr_exec_write(r->e, r->g->params, r->params, sizeof(float) * (uint64_t)r->g->n_params)))
         return st;
     vr_data_config dc = vr_data_config_default(m.B, m.T);
     dc.kind = vr_data_kind_for(o->data);
     dc.path = o->data;
-    dc.vocab = m.gpt.V;
+    dc.vocab = V;
     dc.split = o->split && !strcmp(o->split, "all") ? VR_SPLIT_ALL : VR_SPLIT_VAL;
     if ((st = vr_data_open(&dc, &r->d)))
         return st;

@@ -48,11 +48,14 @@ static void usage(FILE *f)
             "  --momentum X             SGD momentum (0.9)\n"
             "  --seed N                 initialisation and data seed (1337)\n"
             "data and checkpoints\n"
-            "  --data FILE              a text file (bytes), an llm.c .bin token file, or 'generated' (default)\n"
+            "  --data FILE              a text file (bytes), a .bin token file (llm.c uint16 or vram uint32), or\n"
+            "                           'generated' (default)\n"
             "  --shuffle                shuffled windows instead of sequential batches\n"
-            "  --init CKPT              start from an llm.c GPT-2 checkpoint (its shape unless flags say otherwise)\n"
-            "  --save CKPT              write an llm.c checkpoint at the end (atomically)\n"
-            "  --save-init CKPT         write an llm.c checkpoint of the initial parameters (before step 1)\n"
+            "  --init CKPT|DIR          start from an llm.c GPT-2 checkpoint, or a Hugging Face Llama directory\n"
+            "                           (config.json + safetensors); its shape unless flags say otherwise\n"
+            "  --save CKPT|DIR          write the model at the end (atomically): GPT an llm.c checkpoint, Llama a\n"
+            "                           Hugging Face directory that transformers loads (fp32)\n"
+            "  --save-init CKPT|DIR     the same for the initial parameters (before step 1)\n"
             "  --dump-batches FILE      write every training batch as B rows of T+1 int32 tokens, in order\n"
             "  --trace FILE             Chrome/Perfetto trace of the run (cuda: with each node's time on the GPU\n"
             "                           and, offloaded, the copies beside the host's updates)\n"
@@ -332,6 +335,7 @@ int vr_cmd_train(int argc, char **argv)
     if (rc)
         return rc == 1 ? 0 : rc;
     vr_train_config c = vr_train_config_default();
+    vr_model_flags_hf_from_init(&o.m, o.init);
     if ((rc = vr_model_flags_configure("train", &o.m, &train_defaults, &c.model, &c.step)))
         return rc;
     if (o.m.eval)

@@ -3,13 +3,15 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "vram/hf_config.h"
 #include "vram/util.h"
 
 static const char *str_flags[] = {"--model", "--preset", "--sizes", "--act", "--optim", "--recompute", "--freeze",
                                   "--precision", "--optim-state", "--master", "--rope-theta", "--rms-eps",
-                                  "--offload"};
+                                  "--offload", "--hf"};
 static const char *int_flags[] = {"--layers", "--channels", "--heads", "--vocab", "--padded-vocab",
                                   "--max-seq", "--seq", "--batch", "--accum", "--kv-heads", "--head-dim",
                                   "--intermediate"};
@@ -21,7 +23,7 @@ int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_mode
     const char *a = argv[*i];
     const char **str_dst[NSTR] = {&f->model, &f->preset, &f->sizes, &f->act, &f->optim, &f->recompute,
                                   &f->freeze, &f->precision, &f->optim_state, &f->master, &f->rope_theta,
-                                  &f->rms_eps, &f->offload};
+                                  &f->rms_eps, &f->offload, &f->hf};
     long long *int_dst[NINT] = {&f->layers, &f->channels, &f->heads, &f->vocab, &f->padded_vocab,
                                 &f->max_seq, &f->seq, &f->batch, &f->accum, &f->kv_heads, &f->head_dim,
                                 &f->intermediate};
@@ -73,7 +75,15 @@ bool vr_model_flags_shape_given(const vr_model_flags *f)
 {
     return f->preset || f->sizes || f->layers || f->channels || f->heads || f->vocab || f->padded_vocab ||
            f->max_seq || f->kv_heads || f->head_dim || f->intermediate || f->rope_theta || f->rms_eps || f->tied ||
-           f->qkv_bias;
+           f->qkv_bias || f->hf;
+}
+
+void vr_model_flags_hf_from_init(vr_model_flags *f, const char *init)
+{
+    struct stat sb;
+    if (init && !vr_model_flags_shape_given(f) && (!f->model || !strcmp(f->model, "llama")) && !stat(init, &sb) &&
+        S_ISDIR(sb.st_mode))
+        f->hf = init;
 }
 
 static int parse_sizes(const char *cmd, const char *s, vr_mlp_config *m)
@@ -123,13 +133,21 @@ static int positive(const char *cmd, const char *flag, const char *v, double *ou
     return 0;
 }
 
-/* --model llama: a preset (default "tiny") and shape flags over it. */
+/* --model llama: a preset (default "tiny") or a Hugging Face config (--hf), and shape flags over it. */
 static int configure_llama(const char *cmd, const vr_model_flags *o, const vr_model_defaults *d, vr_model_config *m)
 {
     m->kind = VR_MODEL_LLAMA;
     int T = 0;
-    if (vr_llama_preset(o->preset ? o->preset : "tiny", &m->llama, &T))
+    if (o->hf && o->preset)
+        return vr_cli_fail(cmd, 2, "--hf and --preset: give one");
+    if (o->hf) {
+        vr_hf_config h;
+        if (vr_hf_config_load(o->hf, &h) || vr_hf_to_llama(&h, o->hf, &m->llama))
+            return vr_cli_fail(cmd, 2, "--hf: %s", vr_last_error());
+        T = m->llama.maxT < 2048 ? m->llama.maxT : 2048;
+    } else if (vr_llama_preset(o->preset ? o->preset : "tiny", &m->llama, &T)) {
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
+    }
     if (o->sizes || o->act)
         return vr_cli_fail(cmd, 2, "%s: only for --model mlp", o->sizes ? "--sizes" : "--act");
     vr_llama_config *c = &m->llama;
@@ -208,7 +226,11 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
 {
     memset(m, 0, sizeof *m);
     memset(s, 0, sizeof *s);
-    bool gpt = !o->model || !strcmp(o->model, "gpt"), llama = o->model && !strcmp(o->model, "llama");
+    if (o->hf && o->model && strcmp(o->model, "llama"))
+        return vr_cli_fail(cmd, 2, "--hf: a Hugging Face config describes a Llama-family model, not --model %s",
+                           o->model);
+    bool llama = o->hf || (o->model && !strcmp(o->model, "llama"));
+    bool gpt = !llama && (!o->model || !strcmp(o->model, "gpt"));
     if (!gpt && !llama && strcmp(o->model, "mlp"))
         return vr_cli_fail(cmd, 2, "--model: '%s' is not one of gpt|llama|mlp", o->model);
     if (!llama && (o->kv_heads || o->head_dim || o->intermediate || o->rope_theta || o->rms_eps || o->tied ||
@@ -248,6 +270,7 @@ void vr_model_flags_usage(FILE *f, const vr_model_defaults *d)
             "model\n"
             "  --model gpt|llama|mlp    model family (gpt)\n"
             "  --preset NAME            gpt: %s (%s); mlp: %s (%s); llama: %s (tiny)\n"
+            "  --hf DIR|config.json     llama: the shape of a Hugging Face model (llama, qwen2, mistral) from its config\n"
             "  --kv-heads N --head-dim N --intermediate N --rope-theta X --rms-eps X --tied|--untied --qkv-bias\n"
             "                           (llama; also --layers --channels --heads --vocab --max-seq)\n"
             "  --layers N --channels N --heads N --vocab N --padded-vocab N --max-seq N   (gpt)\n"

@@ -17,6 +17,7 @@ typedef struct vr_model_flags {
     bool eval;       /* --eval: the no-grad graph */
     long long kv_heads, head_dim, intermediate;  /* llama; 0: not given */
     const char *rope_theta, *rms_eps;            /* llama; NULL: not given */
+    const char *hf;  /* --hf DIR|config.json: a Llama-family model's shape from its Hugging Face config */
     int tied;        /* llama: 1 --tied, -1 --untied, 0 not given */
     bool qkv_bias;   /* llama: --qkv-bias */
 } vr_model_flags;
@@ -39,6 +40,10 @@ int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_mode
  * prints a one-line error naming the flag and returns 2. */
 int vr_model_flags_configure(const char *cmd, const vr_model_flags *f, const vr_model_defaults *d,
                              vr_model_config *m, vr_step_config *s);
+
+/* --init DIR (a directory: a Hugging Face checkpoint) without --hf or shape flags: the shape comes from
+ * DIR/config.json (sets f->hf). */
+void vr_model_flags_hf_from_init(vr_model_flags *f, const char *init);
 
 /* True when any flag that sets the model's shape was given. */
 bool vr_model_flags_shape_given(const vr_model_flags *f);

@@ -1,7 +1,9 @@
 /* Writing safetensors: header JSON padded with spaces to a multiple of 8 bytes,
- * tensors in the caller's order, written to "<path>.tmp.<pid>" then renamed. */
+ * tensors in the caller's order, written atomically (vram/atomic_file.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "vram/safetensors.h"
+
+#include "vram/atomic_file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -70,38 +72,22 @@ vr_status vr_st_write(const char *path, const vr_st_write_tensor *t, int n,
     vr_status s = build_header(path, t, n, meta_keys, meta_values, n_meta, &json);
     if (s != VR_OK) return s;
     size_t jl = strlen(json), hlen = (jl + 7) / 8 * 8;
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
+    vr_atomic_file af;
+    if ((s = vr_atomic_open(&af, path)) != VR_OK) {
         free(json);
-        return vr_error(VR_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        return s;
     }
     uint8_t h8[8];
     for (int i = 0; i < 8; i++) h8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-    int ok = fwrite(h8, 1, 8, f) == 8 && fwrite(json, 1, jl, f) == jl;
-    for (size_t i = jl; ok && i < hlen; i++) ok = fputc(' ', f) != EOF;
+    vr_atomic_write(&af, h8, 8);
+    vr_atomic_write(&af, json, jl);
     free(json);
-    for (int i = 0; ok && i < n; i++) {
+    static const char pad[8] = "        ";
+    vr_atomic_write(&af, pad, hlen - jl);
+    for (int i = 0; i < n; i++) {
         uint64_t numel = 1;
         for (int d = 0; d < t[i].ndim; d++) numel *= (uint64_t)t[i].shape[d];
-        size_t nb = (size_t)(numel * vr_dtype_size(t[i].dtype));
-        ok = nb == 0 || fwrite(t[i].data, 1, nb, f) == nb;
+        vr_atomic_write(&af, t[i].data, (size_t)(numel * vr_dtype_size(t[i].dtype)));
     }
-    if (ok) ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int e = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        e = errno;
-    }
-    if (!ok) {
-        remove(tmp);
-        return vr_error(VR_ERR_IO, "%s: write failed: %s", tmp, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        e = errno;
-        remove(tmp);
-        return vr_error(VR_ERR_IO, "%s: cannot rename into place: %s", path, strerror(e));
-    }
-    return VR_OK;
+    return vr_atomic_commit(&af);
 }

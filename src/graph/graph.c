@@ -27,6 +27,11 @@ const char *vr_role_name(vr_role r)
     return (unsigned)r < VR_ROLE_COUNT ? names[r] : "?";
 }
 
+const char *vr_model_kind_name(vr_model_kind k)
+{
+    return k == VR_MODEL_GPT ? "gpt" : k == VR_MODEL_LLAMA ? "llama" : "mlp";
+}
+
 const char *vr_phase_name(vr_phase p)
 {
     static const char *names[] = {"forward", "recompute", "backward", "optimizer"};

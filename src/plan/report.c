@@ -140,9 +140,7 @@ char *vr_plan_json(const vr_plan *p, bool timeline)
     model_text(g, line, sizeof line);
     cJSON *model = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(model, "description", line);
-    cJSON_AddStringToObject(model, "kind", g->model.kind == VR_MODEL_GPT     ? "gpt"
-                                                        : g->model.kind == VR_MODEL_LLAMA ? "llama"
-                                                                                          : "mlp");
+    cJSON_AddStringToObject(model, "kind", vr_model_kind_name(g->model.kind));
     cJSON_AddNumberToObject(model, "params", (double)g->n_params);
     cJSON_AddNumberToObject(model, "trainable", (double)g->n_trainable);
     cJSON_AddNumberToObject(model, "batch", g->model.B);

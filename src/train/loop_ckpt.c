@@ -1,13 +1,17 @@
 /* vram train — where a run starts and what it leaves: the seeded
- * initialisation, llm.c checkpoints (--init, --save) and vram's resumable
+ * initialisation, model checkpoints (--init, --save: llm.c GPT files, Hugging Face Llama directories) and vram's resumable
  * state (--save-state, --resume), moved between host files and the device
  * through the executor. */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "train/loop_internal.h"
+#include "vram/atomic_file.h"
+#include "vram/hf_config.h"
 #include "vram/train_state.h"
 
 vr_llmc_config vr__llmc_config_of(const vr_gpt_config *c)
@@ -33,9 +37,7 @@ static vr_status describe(vr_trainer *t, vr_train_state *s, void **bufs)
     const vr_graph *g = t->g;
     const vr_model_config *m = &t->cfg.model;
     memset(s, 0, sizeof *s);
-    if (m->kind == VR_MODEL_LLAMA)
-        return vr_error(VR_ERR_UNSUPPORTED, "training state: Llama models cannot be saved or resumed yet");
-    snprintf(s->model, sizeof s->model, "%s", m->kind == VR_MODEL_GPT ? "gpt" : "mlp");
+    snprintf(s->model, sizeof s->model, "%s", vr_model_kind_name(m->kind));
     snprintf(s->optimizer, sizeof s->optimizer, "%s", vr_optim_name(t->cfg.step.optim));
     if (m->kind == VR_MODEL_GPT) {
         vr_state_set_config(s, "layers", m->gpt.L);
@@ -45,6 +47,14 @@ static vr_status describe(vr_trainer *t, vr_train_state *s, void **bufs)
         vr_state_set_config(s, "padded_vocab", g->model.gpt.Vp);
         vr_state_set_config(s, "max_seq", m->gpt.maxT);
         vr_state_set_config(s, "seq", m->T);
+    } else if (m->kind == VR_MODEL_LLAMA) {
+        const vr_llama_config *c = &g->model.llama; /* hd and Vp filled in */
+        const char *keys[] = {"layers", "channels", "heads", "kv_heads", "head_dim", "intermediate", "vocab",
+                              "padded_vocab", "max_seq", "tied", "qkv_bias", "rope_scaling", "seq"};
+        int64_t vals[] = {c->L, c->C, c->NH, c->NKV, c->hd, c->I, c->V, c->Vp, c->maxT, c->tied, c->qkv_bias,
+                          c->rope.scaling, m->T};
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+            vr_state_set_config(s, keys[k], vals[k]);
     } else {
         vr_state_set_config(s, "mlp_sizes", m->mlp.n_sizes);
         for (int i = 0; i < m->mlp.n_sizes && i < 16; i++) {
@@ -196,13 +206,15 @@ vr_status vr__trainer_load_start(vr_trainer *t)
         return vr_error(VR_ERR_INVALID, "--init and --resume: give one (a state already holds the weights)");
     if (c->resume)
         return resume(t, c->resume);
-    if (c->init && g->model.kind != VR_MODEL_GPT)
-        return vr_error(VR_ERR_INVALID, "--init: llm.c checkpoints hold GPT-2 models, not an MLP");
+    if (c->init && g->model.kind == VR_MODEL_MLP)
+        return vr_error(VR_ERR_INVALID, "--init: an MLP has no model checkpoint format; start it from --resume");
     float *p = malloc(sizeof(float) * (size_t)g->n_params);
     if (!p)
         return vr_error(VR_ERR_OOM, "train: out of host memory");
     vr_status st = VR_OK;
-    if (c->init) {
+    if (c->init && g->model.kind == VR_MODEL_LLAMA) {
+        st = vr_hf_load_llama(c->init, &g->model.llama, p);
+    } else if (c->init) {
         vr_llmc_config lc = vr__llmc_config_of(&g->model.gpt);
         st = vr_llmc_load(c->init, &lc, p, (size_t)g->n_params);
     } else {
@@ -215,18 +227,36 @@ vr_status vr__trainer_load_start(vr_trainer *t)
     return st;
 }
 
-vr_status vr_trainer_save_llmc(vr_trainer *t, const char *path)
+vr_status vr_trainer_check_save(const vr_trainer *t, const char *path)
 {
     const vr_graph *g = t->g;
-    if (g->model.kind != VR_MODEL_GPT)
-        return vr_error(VR_ERR_INVALID, "--save: llm.c checkpoints hold GPT-2 models; save an MLP with --save-state");
+    if (g->model.kind == VR_MODEL_MLP)
+        return vr_error(VR_ERR_INVALID, "--save: an MLP has no model checkpoint format; save it with --save-state");
+    if (g->model.kind == VR_MODEL_GPT)
+        return vr_atomic_check_writable(path);
+    if (mkdir(path, 0777) && errno != EEXIST)
+        return vr_error(VR_ERR_IO, "%s: cannot create the directory: %s", path, strerror(errno));
+    char file[4096];
+    snprintf(file, sizeof file, "%s/model.safetensors", path);
+    return vr_atomic_check_writable(file);
+}
+
+vr_status vr_trainer_save_model(vr_trainer *t, const char *path)
+{
+    const vr_graph *g = t->g;
+    vr_status st = vr_trainer_check_save(t, path);
+    if (st)
+        return st;
     float *p = malloc(sizeof(float) * (size_t)g->n_params);
     if (!p)
         return vr_error(VR_ERR_OOM, "train: out of host memory");
-    vr_status st = vr_trainer_read_params(t, p, g->n_params);
-    vr_llmc_config lc = vr__llmc_config_of(&g->model.gpt);
-    if (!st)
+    st = vr_trainer_read_params(t, p, g->n_params);
+    if (!st && g->model.kind == VR_MODEL_GPT) {
+        vr_llmc_config lc = vr__llmc_config_of(&g->model.gpt);
         st = vr_llmc_save(path, &lc, p, (size_t)g->n_params);
+    } else if (!st) {
+        st = vr_hf_save_llama(path, &g->model.llama, p, VR_F32);
+    }
     free(p);
     return st;
 }

@@ -116,7 +116,7 @@ static vr_status saves(vr_trainer *t, const vr_train_run_opts *o)
 {
     vr_status st = VR_OK;
     char what[512];
-    if (o->save && !(st = vr_trainer_save_llmc(t, o->save)) && o->on_event) {
+    if (o->save && !(st = vr_trainer_save_model(t, o->save)) && o->on_event) {
         snprintf(what, sizeof what, "checkpoint %s", o->save);
         o->on_event(o->on_event_ctx, what);
     }
@@ -174,16 +174,18 @@ vr_status vr_train_run(const vr_train_config *c, const vr_train_run_opts *o, FIL
     vr_train_summary s = {.val_loss = NAN, .loss_first = NAN, .loss_last = NAN};
     vr_trainer *t = NULL;
     vr_status st = VR_OK;
-    /* output files are checked before the first step: found unwritable at the end, the run would be lost */
-    const char *outputs[3] = {o->save, o->save_state, o->save_init};
-    for (int i = 0; i < 3; i++)
-        if (outputs[i] && (st = vr_atomic_check_writable(outputs[i])))
-            return st;
+    if (o->save_state && (st = vr_atomic_check_writable(o->save_state)))
+        return st;
     st = vr_trainer_create(c, &t);
     if (st)
         return st;
+    /* output files are checked before the first step: found unwritable at the end, the run would be lost */
+    const char *models[2] = {o->save, o->save_init};
+    for (int i = 0; i < 2; i++)
+        if (models[i] && (st = vr_trainer_check_save(t, models[i])))
+            goto done;
     bool json = o->progress == VR_PROGRESS_JSON, quiet = o->progress == VR_PROGRESS_QUIET;
-    if (o->save_init && (st = vr_trainer_save_llmc(t, o->save_init)))
+    if (o->save_init && (st = vr_trainer_save_model(t, o->save_init)))
         goto done;
     if (o->eval_every >= 0 && (st = vr__trainer_eval_setup(t)))
         goto done;

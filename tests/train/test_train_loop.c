@@ -401,7 +401,7 @@ static void llmc_checkpoints(void **state)
     const char *ck = tt_path(dir, "model.bin");
     vr_trainer *t = make(&c);
     run_steps(t, 2);
-    assert_int_equal(vr_trainer_save_llmc(t, ck), VR_OK);
+    assert_int_equal(vr_trainer_save_model(t, ck), VR_OK);
     size_t n = (size_t)vr_trainer_graph(t)->n_params;
     float *a = malloc(n * 4), *b = malloc(n * 4);
     assert_int_equal(vr_trainer_read_params(t, a, (int64_t)n), VR_OK);
@@ -424,7 +424,7 @@ static void llmc_checkpoints(void **state)
     t = make(&d);
     run_steps(t, 1);
     vr_atomic_fail_after(4096);
-    assert_int_not_equal(vr_trainer_save_llmc(t, ck), VR_OK);
+    assert_int_not_equal(vr_trainer_save_model(t, ck), VR_OK);
     vr_atomic_fail_after(-1);
     uint8_t *after = tt_read(ck, &after_n);
     assert_int_equal(before_n, after_n);
