@@ -4,6 +4,7 @@
 #ifndef VRAM_HF_CONFIG_H
 #define VRAM_HF_CONFIG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "vram/safetensors.h"
@@ -64,6 +65,9 @@ void vr_hf_tensors(const vr_hf_config *cfg, vr_hf_tensor *out);
 vr_status vr_hf_check(const vr_hf_config *cfg, const vr_safetensors *st, const char *label);
 
 /* ---------------------------------------------------------------- model directories (hf_model.c) */
+
+/* True when path is a directory holding config.json (a Hugging Face model directory). */
+bool vr_hf_is_dir(const char *path);
 
 /* The vram Llama of an HF config (llama, mistral, qwen2); errors name the field and label. */
 vr_status vr_hf_to_llama(const vr_hf_config *h, const char *label, vr_llama_config *out);

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "vram/checkpoint.h"
@@ -116,8 +115,7 @@ static void eval_free(eval_run *r)
 static vr_status run(const eopts *o, eval_run *r, double *loss, int64_t *nb)
 {
     /* a directory is a Hugging Face Llama (config.json + safetensors), a file an llm.c GPT-2 checkpoint */
-    struct stat sb;
-    bool hf = !stat(o->init, &sb) && S_ISDIR(sb.st_mode);
+    bool hf = vr_hf_is_dir(o->init);
     vr_llmc_config lc;
     vr_hf_config hc;
     vr_model_config m = {.kind = hf ? VR_MODEL_LLAMA : VR_MODEL_GPT};

@@ -3,7 +3,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "vram/hf_config.h"
@@ -80,9 +79,7 @@ bool vr_model_flags_shape_given(const vr_model_flags *f)
 
 void vr_model_flags_hf_from_init(vr_model_flags *f, const char *init)
 {
-    struct stat sb;
-    if (init && !vr_model_flags_shape_given(f) && (!f->model || !strcmp(f->model, "llama")) && !stat(init, &sb) &&
-        S_ISDIR(sb.st_mode))
+    if (init && !vr_model_flags_shape_given(f) && (!f->model || !strcmp(f->model, "llama")) && vr_hf_is_dir(init))
         f->hf = init;
 }
 

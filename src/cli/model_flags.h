@@ -41,8 +41,8 @@ int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_mode
 int vr_model_flags_configure(const char *cmd, const vr_model_flags *f, const vr_model_defaults *d,
                              vr_model_config *m, vr_step_config *s);
 
-/* --init DIR (a directory: a Hugging Face checkpoint) without --hf or shape flags: the shape comes from
- * DIR/config.json (sets f->hf). */
+/* --init DIR (a directory with config.json: a Hugging Face checkpoint) without --hf or shape flags: the
+ * shape comes from DIR/config.json (sets f->hf). */
 void vr_model_flags_hf_from_init(vr_model_flags *f, const char *init);
 
 /* True when any flag that sets the model's shape was given. */

@@ -12,6 +12,16 @@
 
 #include "vram/atomic_file.h"
 
+bool vr_hf_is_dir(const char *path)
+{
+    struct stat sb;
+    char cfg[4096];
+    if (!path || stat(path, &sb) || !S_ISDIR(sb.st_mode))
+        return false;
+    snprintf(cfg, sizeof cfg, "%s/config.json", path);
+    return !stat(cfg, &sb) && S_ISREG(sb.st_mode);
+}
+
 vr_status vr_hf_to_llama(const vr_hf_config *h, const char *label, vr_llama_config *out)
 {
     memset(out, 0, sizeof *out);
