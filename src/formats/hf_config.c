@@ -72,15 +72,19 @@ static vr_status required_int(const cJSON *root, const char *label, const char *
 
 static vr_status parse_rope_scaling(const cJSON *root, const char *label, vr_hf_config *c)
 {
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    /* transformers 5 writes "rope_parameters" (rope_type, rope_theta and the scaling fields), 4 "rope_scaling" */
+    const char *key = "rope_scaling";
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!rs || cJSON_IsNull(rs)) rs = cJSON_GetObjectItemCaseSensitive(root, key = "rope_parameters");
     if (!rs || cJSON_IsNull(rs)) return VR_OK;
-    if (!cJSON_IsObject(rs)) return vr_error(VR_ERR_FORMAT, "%s: field \"rope_scaling\" is not an object or null", label);
+    if (!cJSON_IsObject(rs)) return vr_error(VR_ERR_FORMAT, "%s: field \"%s\" is not an object or null", label, key);
+    if (get_num(rs, label, "rope_theta", &c->rope_theta) < 0) return VR_ERR_FORMAT;
     char type[32] = "";
     if (get_str(rs, label, "rope_type", type, sizeof type) < 0) return VR_ERR_FORMAT;
     if (!type[0] && get_str(rs, label, "type", type, sizeof type) < 0) return VR_ERR_FORMAT;
     if (!strcmp(type, "default")) return VR_OK;
     if (strcmp(type, "llama3"))
-        return vr_error(VR_ERR_UNSUPPORTED, "%s: rope_scaling type \"%s\" is not supported (only \"llama3\")", label,
+        return vr_error(VR_ERR_UNSUPPORTED, "%s: %s type \"%s\" is not supported (only \"llama3\")", label, key,
                         type);
     c->rope_llama3 = 1;
     static const char *keys[] = {"factor", "low_freq_factor", "high_freq_factor"};
@@ -89,14 +93,14 @@ static vr_status parse_rope_scaling(const cJSON *root, const char *label, vr_hf_
         int r = get_num(rs, label, keys[i], vals[i]);
         if (r < 0) return VR_ERR_FORMAT;
         if (r == 0 || *vals[i] <= 0)
-            return vr_error(VR_ERR_FORMAT, "%s: missing or zero field \"rope_scaling.%s\"", label, keys[i]);
+            return vr_error(VR_ERR_FORMAT, "%s: missing or zero field \"%s.%s\"", label, key, keys[i]);
     }
     int r = get_int(rs, label, "original_max_position_embeddings", &c->rope_original_max_position);
     if (r < 0) return VR_ERR_FORMAT;
     if (r == 0 || c->rope_original_max_position == 0)
-        return vr_error(VR_ERR_FORMAT, "%s: missing field \"rope_scaling.original_max_position_embeddings\"", label);
+        return vr_error(VR_ERR_FORMAT, "%s: missing field \"%s.original_max_position_embeddings\"", label, key);
     if (c->rope_high_freq_factor <= c->rope_low_freq_factor)
-        return vr_error(VR_ERR_FORMAT, "%s: rope_scaling.high_freq_factor must exceed low_freq_factor", label);
+        return vr_error(VR_ERR_FORMAT, "%s: %s.high_freq_factor must exceed low_freq_factor", label, key);
     return VR_OK;
 }
 

@@ -80,6 +80,19 @@ static void qwen2_defaults_and_llama3_rope(void **state)
     assert_true(c.rope_factor == 32 && c.rope_low_freq_factor == 1 && c.rope_high_freq_factor == 4);
     assert_int_equal(c.rope_original_max_position, 8192);
     assert_int_equal(c.head_dim, 32);
+    /* transformers 5: rope_parameters holds the theta and the scaling */
+    parse_str("{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":1,"
+              "\"num_attention_heads\":4,\"vocab_size\":100,\"rope_parameters\":{\"rope_theta\":500000.0,"
+              "\"factor\":8.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
+              "\"original_max_position_embeddings\":64,\"rope_type\":\"llama3\"}}",
+              &c, VR_OK);
+    assert_true(c.rope_llama3 == 1 && c.rope_theta == 500000 && c.rope_factor == 8);
+    assert_int_equal(c.rope_original_max_position, 64);
+    parse_str("{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":1,"
+              "\"num_attention_heads\":4,\"vocab_size\":100,\"rope_parameters\":{\"rope_theta\":1000000.0,"
+              "\"rope_type\":\"default\"}}",
+              &c, VR_OK);
+    assert_true(c.rope_llama3 == 0 && c.rope_theta == 1000000);
     /* llama's attention_bias: q, k, v and o biases */
     parse_str("{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"
               "\"num_attention_heads\":4,\"vocab_size\":100,\"attention_bias\":true,\"tie_word_embeddings\":true}",
