@@ -4,12 +4,12 @@
 # carried):   bash bench/gpu/llama.sh
 # Both: bf16 with fp32 master weights, AdamW, clip 1.0, T=2048, random/generated tokens; tokens/s (median of
 # the steps after the first 3), peak device memory by nvidia-smi (50 ms samples minus the idle baseline), and
-# for vram the plan == allocated line. BATCHES="4 8" (default) picks the batch sizes; PEERS="compile" (or
-# "compile eager") the peer's modes.
+# for vram the plan == allocated line. BATCHES="4 8" (default) picks the batch sizes; RECOMPUTE="none selective"
+# (default) vram's recompute policies; PEERS="compile" (or "compile eager") the peer's modes.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/out/llama}; mkdir -p "$OUT"
-BATCHES=${BATCHES:-4 8}; PEERS=${PEERS:-compile}; STEPS=${STEPS:-10}; PRESET=${PRESET:-llama3.2-1b}
+BATCHES=${BATCHES:-4 8}; PEERS=${PEERS:-compile}; RECOMPUTE=${RECOMPUTE:-none selective}; STEPS=${STEPS:-10}; PRESET=${PRESET:-llama3.2-1b}
 . scripts/gpu-setup.sh
 export PATH=/usr/local/cuda/bin:$PATH
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -29,12 +29,13 @@ print(f\"{statistics.median(r['tokens_per_s'] for r in st):.0f} {statistics.medi
 }
 printf "%-22s %6s %10s %9s %10s\n" system batch tokens/s ms/step peak_GiB | tee "$OUT/table.txt"
 for b in $BATCHES; do
-  n=vram_b$b
+  for rc_policy in $RECOMPUTE; do
+  n=vram_b${b}_$rc_policy
   gpumon $n timeout 300 $BIN/vram train --model llama --preset $PRESET --device cuda --precision bf16 --batch $b \
     --seq 2048 --steps $STEPS --clip 1.0 --lr 3e-4 --warmup 0 --lr-schedule constant --eval-every -1 --json \
-    > "$OUT/$n.jsonl" 2> "$OUT/$n.err"
+    --recompute $rc_policy > "$OUT/$n.jsonl" 2> "$OUT/$n.err"
   rc=$?; read tps ms < <(rate "$OUT/$n.jsonl")
-  printf "%-22s %6s %10s %9s %10s %s\n" "vram" $b "$tps" "$ms" "$(peak $n)" "$([ $rc = 0 ] || echo "rc $rc $(tail -1 $OUT/$n.err)")" | tee -a "$OUT/table.txt"
+  printf "%-22s %6s %10s %9s %10s %s\n" "vram ($rc_policy)" $b "$tps" "$ms" "$(peak $n)" "$([ $rc = 0 ] || echo "rc $rc $(tail -1 $OUT/$n.err)")" | tee -a "$OUT/table.txt"
   python3 -c "
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
@@ -44,6 +45,7 @@ if m:
     same = all(v['plan_at_peak'] == v['run_at_peak'] and v['plan_max'] == v['run_max'] for v in m['roles'].values())
     print(f\"  vram plan {m['plan_arena']} B, allocated {m['run_arena']} B, per role {'equal' if same else 'DIFFERS'}\")
 " "$OUT/$n.jsonl" | tee -a "$OUT/table.txt"
+  done
   for mode in $PEERS; do
     n=hf_${mode}_b$b
     gpumon $n timeout 400 python3 bench/gpu/hf_llama.py --preset $PRESET --mode $mode --batch $b --seq 2048 \
@@ -58,3 +60,19 @@ print(f\"{'hf-' + sys.argv[2]:<22} {sys.argv[3]:>6} {r.get('tokens_per_s', 'nan'
     [ $rc = 0 ] || echo "  rc $rc: $(tail -2 $OUT/$n.err)"
   done
 done
+python3 - "$OUT/table.txt" <<'PY' | tee -a "$OUT/table.txt"
+import sys
+vram, peer = [], {}
+for l in open(sys.argv[1]):
+    f = l.split()
+    try:
+        if f[0] == "vram" and f[1].startswith("("):
+            vram.append((f[1], int(f[2]), float(f[3]), float(f[5])))
+        elif f[0] == "hf-compile":
+            peer[int(f[1])] = (float(f[2]), float(f[4]))
+    except (IndexError, ValueError):
+        pass
+for pol, b, tps, mem in vram:
+    if b in peer:
+        print(f"ratio B={b} vram {pol} / hf-compile: tokens/s {tps / peer[b][0]:.3f}, peak memory {mem / peer[b][1]:.3f}")
+PY
