@@ -22,14 +22,6 @@ struct vr_safetensors {
     size_t mem_size;
 };
 
-static char *dupstr(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
-
 static vr_status grow(vr_safetensors *st)
 {
     if (st->n < st->cap) return VR_OK;
@@ -153,7 +145,7 @@ static vr_status parse_header(vr_safetensors *st, const char *file, const char *
         t.offset = 8 + hlen + (uint64_t)b;
         t.file = st->files[st->nfiles - 1];
         if ((s = grow(st)) != VR_OK) break;
-        t.name = dupstr(name);
+        t.name = strdup(name);
         if (!t.name) {
             s = vr_error(VR_ERR_OOM, "%s: out of host memory", file);
             break;
@@ -183,7 +175,7 @@ static vr_status add_file_name(vr_safetensors *st, const char *path)
     char **f = realloc(st->files, (size_t)(st->nfiles + 1) * sizeof *f);
     if (!f) return vr_error(VR_ERR_OOM, "%s: out of host memory", path);
     st->files = f;
-    if (!(f[st->nfiles] = dupstr(path))) return vr_error(VR_ERR_OOM, "%s: out of host memory", path);
+    if (!(f[st->nfiles] = strdup(path))) return vr_error(VR_ERR_OOM, "%s: out of host memory", path);
     st->nfiles++;
     return VR_OK;
 }

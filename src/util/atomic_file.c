@@ -19,14 +19,6 @@ static _Thread_local int64_t fail_after = -1; /* testing hook, bytes */
 
 void vr_atomic_fail_after(int64_t bytes) { fail_after = bytes; }
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
-
 static void release(vr_atomic_file *af)
 {
     free(af->path);
@@ -107,7 +99,7 @@ vr_status vr_atomic_open(vr_atomic_file *af, const char *path)
     memset(af, 0, sizeof *af);
     if (!path || !*path) return vr_error(VR_ERR_INVALID, "atomic write: empty path");
     size_t cap = strlen(path) + 32;
-    af->path = dup_str(path);
+    af->path = strdup(path);
     af->tmp_path = malloc(cap);
     if (!af->path || !af->tmp_path) {
         release(af);
@@ -156,7 +148,7 @@ vr_status vr_atomic_write(vr_atomic_file *af, const void *buf, size_t n)
 /* fsyncs the directory holding path so the rename itself is durable. */
 static vr_status sync_dir(const char *path)
 {
-    char *dir = dup_str(path);
+    char *dir = strdup(path);
     if (!dir) return vr_error(VR_ERR_OOM, "%s: out of host memory", path);
     char *slash = strrchr(dir, '/');
     if (!slash) strcpy(dir, ".");

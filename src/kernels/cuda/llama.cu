@@ -56,6 +56,21 @@ __device__ __forceinline__ void stf(T *p, const float (&f)[W])
     }
 }
 
+/* p1[0..W) and p2[0..W) (=|+= per acc) y1 and y2: the two halves a rope pair or a swiglu gradient writes. */
+template <int W, typename T>
+__device__ __forceinline__ void store2(T *p1, T *p2, float (&y1)[W], float (&y2)[W], int acc)
+{
+    if (acc) {
+        float o1[W], o2[W];
+        ldf(o1, p1);
+        ldf(o2, p2);
+#pragma unroll
+        for (int k = 0; k < W; k++) y1[k] += o1[k], y2[k] += o2[k];
+    }
+    stf(p1, y1);
+    stf(p2, y2);
+}
+
 /* Calls F<T, W> with W the 16-byte vector width of T when vec, else 1. */
 #define VR_LLAMA_DISPATCH(dt, vec, F, ...)                                                                  \
     ((dt) == VR_CUDA_F32    ? ((vec) ? F<float, 4>(__VA_ARGS__) : F<float, 1>(__VA_ARGS__))                  \
@@ -271,14 +286,7 @@ __global__ void k_rope(T *out, const T *inp, size_t n, int T_, int heads, int nr
                 y2[k] = x2[k] * c + x1[k] * s;
             }
         }
-        if (acc) {
-            ldf(x1, out + off);
-            ldf(x2, out + off + h2);
-#pragma unroll
-            for (int k = 0; k < W; k++) y1[k] += x1[k], y2[k] += x2[k];
-        }
-        stf(out + off, y1);
-        stf(out + off + h2, y2);
+        store2(out + off, out + off + h2, y1, y2, acc);
     }
 }
 
@@ -348,14 +356,7 @@ __global__ void k_swiglu_bwd(T *dinp, const T *dout, const T *inp, size_t n, int
             vg[k] = d[k] * u[k] * s * (1.0f + a[k] * (1.0f - s));
             vu[k] = d[k] * a[k] * s;
         }
-        if (acc) {
-            ldf(a, dx + c);
-            ldf(u, dx + HI + c);
-#pragma unroll
-            for (int k = 0; k < W; k++) vg[k] += a[k], vu[k] += u[k];
-        }
-        stf(dx + c, vg);
-        stf(dx + HI + c, vu);
+        store2(dx + c, dx + HI + c, vg, vu, acc);
     }
 }
 
