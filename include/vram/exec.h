@@ -45,6 +45,7 @@
 #include <stdint.h>
 #include "vram/alloc.h"
 #include "vram/device.h"
+#include "vram/dist.h"
 #include "vram/graph.h"
 #include "vram/plan.h"
 #include "vram/status.h"
@@ -91,6 +92,8 @@ typedef struct vr_exec_config {
     void *on_node_ctx;
     bool device_times;            /* CUDA, node by node: events around every node and copy, so that the last
                                    * step's spans on the GPU can be read (vr_exec_device_span) */
+    vr_comm *comm;                /* a graph of a data-parallel step (vr_step_config.world >= 1): its ranks'
+                                   * communicator (of that size and rank; the caller's: freed by it) */
 } vr_exec_config;
 
 /* Optimizer hyperparameters of one step (torch.optim's meanings). */

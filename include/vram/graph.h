@@ -43,6 +43,8 @@ extern "C" {
 #define VR_NODE_MAX_IN 6
 #define VR_NODE_MAX_OUT 6
 #define VR_NAME_MAX 64
+/* The most data-parallel ranks a step may have (vr_step_config.world). */
+#define VR_MAX_RANKS 4096
 #define VR_MLP_MAX_SIZES 16
 
 /* U8: the codes of 8-bit optimizer state (indices into a 256-entry quantization map). */
@@ -118,6 +120,13 @@ typedef enum vr_op {
                            * previous copy's source: that copy has finished before this node ends, so its
                            * source's bytes may be reused after it) and host -> device (the updated weights).
                            * A device -> host copy in the backward runs on the last micro-batch only */
+    VR_OP_ALLREDUCE,      /* in: x, fence                                     x = the mean of every rank's x, in
+                           * place (data parallel; ZeRO-1). Runs on the last micro-batch only; on CUDA on the
+                           * communication stream. fence: as VR_OP_COPY's (the previous collective's buffer) */
+    VR_OP_REDUCE,         /* in: x, fence                                     rank `root`'s x = the mean of every
+                           * rank's x, in place (ZeRO-2: a gradient to its owner; the others' copy dies here) */
+    VR_OP_BROADCAST,      /* in: x                                            every rank's x = rank `root`'s x, in
+                           * place (ZeRO-1/2: the owner's updated weights to every rank) */
     VR_OP_COUNT
 } vr_op;
 
@@ -163,6 +172,8 @@ typedef struct vr_tensor {
     int optim[2];            /* params: views of the optimizer state (momentum | m, v); -1 none */
     int absmax[2];           /* params with 8-bit state: views of the per-block absmax of optim[0], optim[1] */
     bool frozen;             /* params: no gradient, no optimizer state */
+    int owner;               /* params under ZeRO >= 1: the rank that updates it and holds its master and
+                              * optimizer state (vr_step_config.zero); -1: every rank */
     bool host;               /* lives in (pinned) host memory, not on the device: offloaded master, optimizer
                               * state and the gradients' host copies (always persistent) */
     bool persistent;         /* lives across the whole step: params, master, optim, and the
@@ -203,6 +214,7 @@ typedef struct vr_node {
     int src;                         /* recompute and backward nodes: the forward node they
                                       * re-run / differentiate; -1 otherwise */
     bool host;                       /* runs on the host over host tensors (offloaded sumsq and updates) */
+    int root;                        /* reduce, broadcast: the rank that receives / sends */
 } vr_node;
 
 typedef enum vr_precision { VR_PREC_FP32, VR_PREC_BF16, VR_PREC_FP16 } vr_precision;
@@ -296,6 +308,12 @@ typedef struct vr_step_config {
     float grad_clip;          /* > 0: global-norm clipping (sumsq nodes feed every optimizer node) */
     uint64_t workspace_bytes; /* library workspace held for the step (cuBLAS: 32 MiB), role temp; 0 none */
     vr_kernels kernels;       /* CPU (0) or CUDA scratch formulas (the classifier's chunk of logits) */
+    int world;                /* data-parallel ranks: 0 none; >= 1 the step of rank `rank` of `world`, with
+                               * its collectives (a world of 1 too: it runs them, over one rank) */
+    int rank;                 /* this rank, [0, world) */
+    int zero;                 /* ZeRO stage with world >= 1: 0 gradients all-reduced; 1 + master and optimizer
+                               * state sharded by whole parameters (each updated by its owner, then broadcast);
+                               * 2 + gradients reduced to their owner only (the others free theirs) */
 } vr_step_config;
 
 typedef struct vr_graph {

@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "vram/data.h"
+#include "vram/dist.h"
 #include "vram/exec.h"
 #include "vram/graph.h"
 #include "vram/plan.h"
@@ -77,6 +78,11 @@ typedef struct vr_train_config {
     void (*on_node)(void *ctx, vr_exec *e, int node, uint64_t t0_ns, uint64_t t1_ns);
     void *on_node_ctx;            /* the training executor's per-node hook (vram/exec.h's on_node), e.g.
                                    * vram/prof.h's trace writer; NULL: none */
+    vr_comm *comm;                /* data parallel (step.world >= 1): the ranks' communicator (the caller's).
+                                   * model.B is the micro-batch of one rank: the data's global batch is
+                                   * world x B rows, rank r trains on rows [r B, (r+1) B); the losses reported
+                                   * are the mean over the ranks; a state is saved as one file per rank
+                                   * (PATH.rankR when world > 1) */
 } vr_train_config;
 
 /* Defaults: a GPT "tiny", B 8, adamw lr 1e-3, cosine to 10% after `steps`, seed 1337, cpu, planned. */
@@ -94,7 +100,7 @@ typedef struct vr_train_step_info {
     bool skipped;                 /* fp16: the gradients overflowed, the update was skipped */
     int64_t skipped_total;        /* fp16: skipped steps so far in this run (a resumed run's included) */
     double ms;                    /* wall time */
-    uint64_t tokens;              /* B*T*accum */
+    uint64_t tokens;              /* B*T*accum (x the ranks: the global batch) */
 } vr_train_step_info;
 
 /* Builds graph, plan and executor, loads the data, fills the parameters

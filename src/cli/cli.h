@@ -37,6 +37,22 @@ typedef struct vr_cli_status {
 } vr_cli_status;
 void vr_cli_status_hook(void *ctx, vr_exec *e, int node, uint64_t t0_ns, uint64_t t1_ns);
 void vr_cli_status_path(char *buf, size_t cap);
+/* Data parallel ranks (dist.c): --gpus N launches N ranks of the command, mpirun's are MPI's world. */
+typedef struct vr_cli_dist {
+    vr_comm *comm;       /* this rank's communicator */
+    vr_device *dev;      /* the rank's GPU, held while the communicator lives */
+    int rank;
+    bool launcher;       /* this process started the ranks and waited for them: exit with status */
+    int status;
+    char device[32];     /* "cuda:RANK" */
+} vr_cli_dist;
+/* For a command run with s->world >= 1 (--gpus), under mpirun, or as a rank started by --gpus: the launcher
+ * (d->launcher, the ranks' status in d->status) or a rank with its communicator, s->world and s->rank set and
+ * *device the rank's GPU. Returns 0 then; -1 when not distributed (nothing done); else the exit status of a
+ * one-line error. */
+int vr_cli_dist_setup(const char *cmd, int argc, char **argv, vr_step_config *s, const char **device,
+                      vr_cli_dist *d);
+void vr_cli_dist_end(vr_cli_dist *d);
 int vr_cmd_watch(int argc, char **argv);
 
 /* Subcommands (cmd_<name>.c). */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "vram/dist.h"
 #include "vram/device.h"
 #include "vram/util.h"
 
@@ -236,6 +237,13 @@ int vr_cmd_info(int argc, char **argv)
                    vr_format_size(mem[1].total, a, sizeof a));
         else
             printf("meta     %s\n", host_err[1]);
+        int nv = 0;
+        bool nccl = vr_comm_nccl_available(&nv);
+        printf("dist     mpi: %s; nccl: %s", vr_comm_mpi_built() ? "yes" : "no (built without MPI)",
+               nccl ? "yes" : "no (libnccl.so.2 not found)");
+        if (nccl)
+            printf(" %d.%d.%d", nv / 10000, nv / 100 % 100, nv % 100);
+        printf("\n");
     }
     free(cuda);
     return rc;

@@ -416,12 +416,24 @@ int vr_cmd_train(int argc, char **argv)
     }
     c.on_node = vr_cli_status_hook; /* the status file vram watch reads, and the trace */
     c.on_node_ctx = &status;
+    vr_cli_dist dist;
+    int drc = vr_cli_dist_setup("train", argc, argv, &c.step, &c.device, &dist);
+    if (drc > 0 || (drc == 0 && dist.launcher)) {
+        if (trace)
+            vr_trace_close(trace, false);
+        return drc > 0 ? drc : dist.status;
+    }
+    c.comm = dist.comm;
+    status.device = c.device;
+    if (c.comm && dist.rank > 0) /* rank 0 prints */
+        ro.progress = VR_PROGRESS_QUIET;
     vr_status st = vr_train_run(&c, &ro, stdout, &sum);
     char status_path[96];
     vr_cli_status_path(status_path, sizeof status_path);
     remove(status_path);
     char err[1024];
     snprintf(err, sizeof err, "%s", st ? vr_last_error() : "");
+    vr_cli_dist_end(&dist);
     if (trace) {
         if (st == VR_ERR_OOM)
             vr_trace_instant(trace, "OOM");

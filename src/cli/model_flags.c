@@ -13,7 +13,7 @@ static const char *str_flags[] = {"--model", "--preset", "--sizes", "--act", "--
                                   "--offload", "--hf"};
 static const char *int_flags[] = {"--layers", "--channels", "--heads", "--vocab", "--padded-vocab",
                                   "--max-seq", "--seq", "--batch", "--accum", "--kv-heads", "--head-dim",
-                                  "--intermediate"};
+                                  "--intermediate", "--gpus"};
 #define NSTR ((int)(sizeof str_flags / sizeof *str_flags))
 #define NINT ((int)(sizeof int_flags / sizeof *int_flags))
 
@@ -25,7 +25,7 @@ int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_mode
                                   &f->rms_eps, &f->offload, &f->hf};
     long long *int_dst[NINT] = {&f->layers, &f->channels, &f->heads, &f->vocab, &f->padded_vocab,
                                 &f->max_seq, &f->seq, &f->batch, &f->accum, &f->kv_heads, &f->head_dim,
-                                &f->intermediate};
+                                &f->intermediate, &f->gpus};
     if (!strcmp(a, "--eval")) {
         f->eval = true;
         return 1;
@@ -45,14 +45,20 @@ int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_mode
     for (int k = 0; k < NINT; k++)
         if (!strcmp(a, int_flags[k]))
             ii = k;
-    if (si < 0 && ii < 0 && strcmp(a, "--clip"))
+    if (si < 0 && ii < 0 && strcmp(a, "--clip") && strcmp(a, "--zero"))
         return 0;
     if (*i + 1 >= argc) {
         vr_cli_fail(cmd, 2, "%s needs a value", a);
         return -1;
     }
     const char *v = argv[++*i];
-    if (si >= 0) {
+    if (!strcmp(a, "--zero")) {
+        if (vr_parse_int(v, a, 0, 3, &f->zero) != VR_OK) {
+            vr_cli_fail(cmd, 2, "%s", vr_last_error());
+            return -1;
+        }
+        f->zero_given = true;
+    } else if (si >= 0) {
         *str_dst[si] = v;
     } else if (ii >= 0) {
         if (vr_parse_int(v, a, 1, 1 << 30, int_dst[ii]) != VR_OK) {
@@ -256,6 +262,11 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     s->freeze = o->freeze;
     s->grad_clip = (float)o->clip;
+    s->world = (int)o->gpus;
+    const char *mpi_size = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
+    if (!s->world && mpi_size) /* under mpirun: its world (vr_cli_dist_setup checks it against MPI's own) */
+        s->world = atoi(mpi_size) > 0 ? atoi(mpi_size) : 0;
+    s->zero = o->zero_given ? (int)o->zero : 0;
     if (vr_step_config_check(s))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     return 0;
@@ -294,6 +305,10 @@ void vr_step_flags_usage(FILE *f, const vr_model_defaults *d)
             "  --master fp32|none       bf16: keep an fp32 master copy of the weights, or none (fp32)\n"
             "  --offload none|optim     optim: fp32 master and optimizer state in pinned host memory, the update\n"
             "                           run by the host while the backward goes on (none)\n"
-            "  --clip X                 clip gradients to global norm X\n",
+            "  --clip X                 clip gradients to global norm X\n"
+            "  --gpus N                 data parallel over N GPUs of this host, one process each (mpirun -np N: CPU\n"
+            "                           ranks); --batch is per GPU\n"
+            "  --zero 0|1|2             0: gradients all-reduced; 1: + master and optimizer state sharded over the\n"
+            "                           ranks; 2: + gradients reduced to their owner only (0)\n",
             d->batch, seq, vr_optim_name(d->optim));
 }

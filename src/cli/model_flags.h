@@ -1,7 +1,7 @@
 /* vram command: the model and step flags shared by the commands that build a
  * step graph (plan, train, eval): --model --preset --layers --channels --heads
  * --vocab --padded-vocab --max-seq --sizes --act --seq --batch --accum --optim
- * --recompute --freeze --precision --optim-state --master --clip --eval. */
+ * --recompute --freeze --precision --optim-state --master --clip --eval --gpus --zero. */
 #ifndef VRAM_CLI_MODEL_FLAGS_H
 #define VRAM_CLI_MODEL_FLAGS_H
 
@@ -20,6 +20,9 @@ typedef struct vr_model_flags {
     const char *hf;  /* --hf DIR|config.json: a Llama-family model's shape from its Hugging Face config */
     int tied;        /* llama: 1 --tied, -1 --untied, 0 not given */
     bool qkv_bias;   /* llama: --qkv-bias */
+    long long gpus;  /* --gpus N: data-parallel ranks (0: not given) */
+    long long zero;  /* --zero S */
+    bool zero_given;
 } vr_model_flags;
 
 /* What a command uses when a flag is not given. */

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/cuda_comm.h"
 #include "exec/cuda_copy.h"
 #include "exec/cuda_prof.h"
 #include "kernels/cpu/kernels_cpu.h"
@@ -74,6 +75,7 @@ typedef struct cuda_state {
     vr_cuda_mt_tensor *build; /* host scratch table */
     vr_cuda_prof *prof;       /* cfg.profile: per-node GPU time, NULL otherwise */
     vr_cuda_copies copies;    /* offload: the copy nodes' stream and events */
+    vr_cuda_comms comms;      /* data parallel: the collectives' stream and events */
 } cuda_state;
 
 static const vr_tensor *T_(const vr_exec_args *a, int id) { return &a->g->tensors[id]; }
@@ -311,7 +313,9 @@ static vr_status sumsq(const vr_exec_args *a, const cuda_state *s)
     if (!st && a->last_sumsq) {
         if (!s->clip)
             return vr_error(VR_ERR_INVALID, "cuda: clipping needs the step's workspace");
-        st = vr_cuda_clip_scale(&s->ctx, &s->clip[0], &s->clip[1], skip_flag(a, s), CF(a->out[0]), s->max_norm, 1.0f,
+        st = vr__exec_comm_normsq(a->exec, F(a->out[0]), s->ctx.stream);
+        if (!st)
+            st = vr_cuda_clip_scale(&s->ctx, &s->clip[0], &s->clip[1], skip_flag(a, s), CF(a->out[0]), s->max_norm, 1.0f,
                                 1.0f / loss_scale(a));
     }
     return st;
@@ -387,10 +391,16 @@ static vr_status mt_sumsq(const vr_exec_args *a, cuda_state *s, bool *ran)
         len++;
     }
     vr_status st = mt_table(s, &s->sq, len);
+    bool sharded = vr__exec_norm_sharded(e); /* the factor once the ranks' squared norms are summed */
     if (!st)
         st = vr_cuda_mt_sumsq(&s->ctx, dt0, s->sq.dev, len, len ? s->sq.chunks : 0, s->partials, F(a->out[0]),
-                              clip ? &s->clip[0] : NULL, &s->clip[1], skip_flag(a, s), s->max_norm, 1.0f,
+                              clip && !sharded ? &s->clip[0] : NULL, &s->clip[1], skip_flag(a, s), s->max_norm, 1.0f,
                               1.0f / loss_scale(a));
+    if (!st && clip && sharded)
+        st = vr__exec_comm_normsq(e, F(a->out[0]), s->ctx.stream);
+    if (!st && clip && sharded)
+        st = vr_cuda_clip_scale(&s->ctx, &s->clip[0], &s->clip[1], skip_flag(a, s), CF(a->out[0]), s->max_norm, 1.0f,
+                                1.0f / loss_scale(a));
     *ran = !st;
     return st;
 }
@@ -490,6 +500,9 @@ static vr_status run_kernels(const vr_exec_args *a)
     case VR_OP_ADAM:
     case VR_OP_ADAMW:
     case VR_OP_COPY:
+    case VR_OP_ALLREDUCE:
+    case VR_OP_REDUCE:
+    case VR_OP_BROADCAST:
     case VR_OP_RESHAPE: break;
     default: st = dtype_of(a, n->in[0], &dt); break;
     }
@@ -570,6 +583,10 @@ static vr_status run_kernels(const vr_exec_args *a)
     }
     case VR_OP_COPY:
         return vr__cuda_copy_run(&s->copies, c, a);
+    case VR_OP_ALLREDUCE:
+    case VR_OP_REDUCE:
+    case VR_OP_BROADCAST:
+        return vr__cuda_comm_run(&s->comms, c, a);
     default:
         return vr_error(VR_ERR_UNSUPPORTED, "cuda: no kernel for op %s", vr_op_name(n->op));
     }
@@ -626,6 +643,7 @@ static bool mt_groups(const vr_exec *e, cuda_state *s)
 static void cuda_state_free(cuda_state *s)
 {
     vr__cuda_copies_free(&s->copies);
+    vr__cuda_comms_free(&s->comms);
     free(s->sq.host);
     free(s->opt.host);
     free(s->build);
@@ -680,6 +698,8 @@ static vr_status cuda_init(vr_exec *e)
         st = vr__cuda_prof_new(e->g->n_nodes, e->cfg.profile, &s->prof);
     if (!st)
         st = vr__cuda_copies_init(&s->copies, e);
+    if (!st)
+        st = vr__cuda_comms_init(&s->comms, e);
     if (st) {
         vr_cuda_ctx_destroy(&s->ctx);
         vr_cuda_stream_destroy(s->stream);

@@ -253,6 +253,8 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
         st = pick_backend(e);
     if (!st)
         st = check_shared(e);
+    if (!st)
+        st = vr__exec_comm_check(e);
     if (st) {
         vr_exec_free(e);
         return st;
@@ -280,7 +282,8 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
             e->cfg.loss_scale_window = 2000;
     }
     if (e->cfg.cuda_graph && (e->cfg.memory != VR_MEMORY_PLANNED || e->cfg.poison || e->opt_start >= N ||
-                              (g->step.train && g->step.accum > 1) || plan->host_size))
+                              (g->step.train && g->step.accum > 1) || plan->host_size ||
+                              g->step.world >= 1))
         e->cfg.cuda_graph = false; /* replays need fixed addresses and nothing queued between nodes (nor the
                                     * host's work of an offloaded step) */
     st = make_host_arena(e);

@@ -99,6 +99,15 @@ void vr__host_worker_issued(vr_exec *e, int node);
 vr_status vr__host_worker_join(vr_exec *e);
 void vr__host_worker_cancel(vr_exec *e);
 
+/* Data parallel (comm_node.c): the communicator fits the step (none needed without ranks); whether op is a
+ * collective; runs collective node a (on stream: NCCL's, NULL on the CPU); under ZeRO 2 (norm_sharded)
+ * sums the squared norm over the ranks, in place (otherwise nothing). */
+vr_status vr__exec_comm_check(const vr_exec *e);
+bool vr__exec_is_comm(vr_op op);
+vr_status vr__exec_comm_node(const vr_exec_args *a, void *stream);
+bool vr__exec_norm_sharded(const vr_exec *e);
+vr_status vr__exec_comm_normsq(vr_exec *e, float *normsq, void *stream);
+
 /* The CPU backend (cpu_node.c). */
 const vr_exec_backend *vr__exec_backend_cpu(void);
 

@@ -37,14 +37,14 @@ static vr_status clip_factor(vr_exec *e, int normsq, vr_pass_state *ps)
     return VR_OK;
 }
 
-/* Nodes that do not run in this pass: a copy of the gradients down before the last micro-batch (they are
- * not final yet), the host's updates and copies up of a step whose fp16 gradients overflowed. */
+/* Nodes that do not run in this pass: a copy of the gradients down or a collective over them before the last
+ * micro-batch (they are not final yet), the host's updates and copies up of a step whose fp16 gradients overflowed. */
 static bool not_this_pass(const vr_exec *e, const vr_node *nd, int micro, const vr_pass_state *ps)
 {
     int accum = e->g->step.accum > 1 ? e->g->step.accum : 1;
     if (nd->op == VR_OP_RESHAPE)
         return true;
-    if (nd->op == VR_OP_COPY && nd->phase == VR_PHASE_BACKWARD)
+    if ((nd->op == VR_OP_COPY || vr__exec_is_comm(nd->op)) && nd->phase == VR_PHASE_BACKWARD)
         return micro + 1 < accum;
     return ps->skip && nd->phase == VR_PHASE_OPTIMIZER && nd->op != VR_OP_SUMSQ;
 }
@@ -70,8 +70,12 @@ vr_status vr__exec_run_node(vr_exec *e, int i, int micro, const vr_optim_hparams
             return vr_error(st, "exec: node %d (%s %s): %s", i, vr_op_name(nd->op), nd->name, msg);
         }
     }
-    if (i == e->last_sumsq && (nd->host || !e->be->clip_result))
-        st = clip_factor(e, nd->out[0], ps);
+    if (i == e->last_sumsq && (nd->host || !e->be->clip_result)) {
+        if (vr__exec_norm_sharded(e)) /* host memory here: the CPU backend */
+            st = vr__exec_comm_normsq(e, vr_exec_tensor_ptr(e, nd->out[0]), NULL);
+        if (!st)
+            st = clip_factor(e, nd->out[0], ps);
+    }
     return st;
 }
 

@@ -28,6 +28,14 @@ vr_status vr_step_config_check(const vr_step_config *s)
                         "with master 'none'");
     if (s->accum < 0)
         return vr_error(VR_ERR_INVALID, "--accum: must be >= 1 (got %d)", s->accum);
+    if (s->world < 0 || s->world > VR_MAX_RANKS || (s->world > 0 && (s->rank < 0 || s->rank >= s->world)))
+        return vr_error(VR_ERR_INVALID, "--gpus: %d ranks (rank %d): must be 1..%d", s->world, s->rank, VR_MAX_RANKS);
+    if (s->zero < 0 || s->zero > 2)
+        return vr_error(VR_ERR_INVALID, "--zero: stage %d: must be 0, 1 or 2 (3 is not built yet)", s->zero);
+    if (s->zero && s->world < 1)
+        return vr_error(VR_ERR_INVALID, "--zero: stage %d needs data parallel ranks (--gpus N, or mpirun)", s->zero);
+    if (s->world > 0 && s->offload)
+        return vr_error(VR_ERR_INVALID, "--offload: not yet with several ranks (--gpus/mpirun)");
     return VR_OK;
 }
 

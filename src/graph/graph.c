@@ -191,6 +191,7 @@ int vr_graph_tensor(vr_graph *g, const char *name, vr_dtype dt, vr_role role, in
     t->param_offset = -1;
     t->grad = t->master = t->optim[0] = t->optim[1] = t->absmax[0] = t->absmax[1] = -1;
     t->producer = -1;
+    t->owner = -1;
     t->persistent = role == VR_ROLE_PARAM || role == VR_ROLE_MASTER || role == VR_ROLE_OPTIM;
     return id;
 }

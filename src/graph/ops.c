@@ -38,6 +38,9 @@ static const vr_op_info op_table[VR_OP_COUNT] = {
     [VR_OP_SWIGLU] = {"swiglu", "vr_cpu_swiglu_fwd", {"inp"}, {"out"}},
     [VR_OP_SWIGLU_BWD] = {"swiglu_bwd", "vr_cpu_swiglu_bwd", {"dout", "inp"}, {"dinp"}},
     [VR_OP_COPY] = {"copy", "memcpy", {"src", "fence"}, {"dst"}},
+    [VR_OP_ALLREDUCE] = {"allreduce", "vr_comm_allreduce", {"x", "fence"}, {NULL}},
+    [VR_OP_REDUCE] = {"reduce", "vr_comm_reduce", {"x", "fence"}, {NULL}},
+    [VR_OP_BROADCAST] = {"broadcast", "vr_comm_broadcast", {"x"}, {NULL}},
 };
 
 const vr_op_info *vr_op_get_info(vr_op op)

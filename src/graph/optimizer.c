@@ -19,7 +19,16 @@
  * parameter or its gradient, a copy node sends the gradient down (so the device gradient dies at the next
  * copy, its fence: see VR_OP_COPY); then the host runs the sumsq nodes (in buffer order, as on the device)
  * and, in the order the gradients arrive, one update node per parameter, which reads the host copy and
- * overwrites it with the new weights in the params' dtype, and a copy node sends them back up. */
+ * overwrites it with the new weights in the params' dtype, and a copy node sends them back up.
+ *
+ * Data parallel (vr_step_config.world >= 1): right after the backward's last touch of each parameter, a
+ * collective over its gradient (placed as offload places its copies, with the same fence): an all-reduce
+ * to the mean (ZeRO 0 and 1), or a reduce to the parameter's owner (ZeRO 2; the other ranks' gradient dies
+ * there). Under ZeRO >= 1 each trainable parameter has an owner (whole parameters, contiguous in buffer
+ * order, balanced by elements: assign_owners); only the owner holds its master and optimizer state (the
+ * flat buffers cover the rank's own parameters) and runs its update, after which a broadcast from the owner
+ * brings every rank the new weights. Under ZeRO 2 the sumsq nodes cover the rank's own gradients and the
+ * executor sums the squared norm over the ranks before the clipping factor. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +75,30 @@ static int param_order(vr_graph *g, int n, int *out)
     return no;
 }
 
+/* ZeRO >= 1: each trainable parameter's owner, whole parameters in buffer order: parameter k goes to the
+ * rank whose equal share of the trainable elements holds its middle element. */
+static void assign_owners(vr_graph *g, const vr_step_config *s, const int *order, int no)
+{
+    if (s->world < 1 || s->zero < 1 || g->n_trainable <= 0)
+        return;
+    int64_t off = 0;
+    for (int k = 0; k < no; k++) {
+        vr_tensor *t = &g->tensors[order[k]];
+        if (t->frozen)
+            continue;
+        int64_t n = vr_tensor_numel(t);
+        int64_t r = (off + n / 2) / ((g->n_trainable + s->world - 1) / s->world);
+        t->owner = r < s->world ? (int)r : s->world - 1;
+        off += n;
+    }
+}
+
+/* Whether this rank keeps state for (and updates) parameter tensor t. */
+static bool updates_here(const vr_tensor *t, const vr_step_config *s)
+{
+    return !t->frozen && (t->owner < 0 || t->owner == s->rank);
+}
+
 static int state_count(vr_optim o) { return o == VR_OPTIM_MOMENTUM ? 1 : o == VR_OPTIM_ADAM || o == VR_OPTIM_ADAMW ? 2 : 0; }
 
 /* One flat buffer (none when n is 0). */
@@ -91,11 +124,13 @@ void vr_optimizer_state(vr_graph *g, const vr_step_config *s)
         return;
     }
     int no = param_order(g, np, order);
-    int64_t nq = 0, nblocks = 0, n32 = 0; /* quantized elements, their blocks, f32-state elements */
+    assign_owners(g, s, order, no);
+    int64_t nq = 0, nblocks = 0, n32 = 0, nown = 0; /* quantized elements, their blocks, f32-state elements, all */
     for (int i = 0; i < no; i++) {
         int64_t numel = vr_tensor_numel(&g->tensors[order[i]]);
-        if (g->tensors[order[i]].frozen)
+        if (!updates_here(&g->tensors[order[i]], s))
             continue;
+        nown += numel;
         if (q8 && vr_q8_quantized(numel))
             nq += numel, nblocks += vr_q8_blocks(numel);
         else
@@ -103,9 +138,9 @@ void vr_optimizer_state(vr_graph *g, const vr_step_config *s)
     }
     bool host = s->offload == VR_OFFLOAD_OPTIM;
     if (mixed || host)
-        g->master = flat(g, "master", VR_F32, VR_ROLE_MASTER, g->n_trainable);
+        g->master = flat(g, "master", VR_F32, VR_ROLE_MASTER, nown);
     if (host)
-        g->host_grads = flat(g, "host_grads", g->param_dtype, VR_ROLE_GRAD, g->n_trainable);
+        g->host_grads = flat(g, "host_grads", g->param_dtype, VR_ROLE_GRAD, nown);
     static const char *names[2][2] = {{"optim.momentum", NULL}, {"optim.m", "optim.v"}};
     vr_dtype sdt = s->optim_state == VR_OSTATE_BF16 ? VR_BF16 : VR_F32;
     for (int i = 0; i < n_state; i++) {
@@ -130,7 +165,7 @@ void vr_optimizer_state(vr_graph *g, const vr_step_config *s)
     for (int k = 0; k < no; k++) {
         int p = order[k];
         vr_tensor pt = g->tensors[p];
-        if (pt.frozen)
+        if (!updates_here(&pt, s))
             continue;
         int64_t numel = vr_tensor_numel(&pt);
         bool quant = q8 && vr_q8_quantized(numel);
@@ -179,9 +214,9 @@ static bool node_touches(const vr_node *n, int a, int b)
     return false;
 }
 
-/* Offload: moves the copy nodes [first, n_nodes) (one per entry of after[], in that order) to right after
- * node after[k] each; node ids held by tensors (producer) and the graph follow. */
-static void place_copies(vr_graph *g, int first, const int *after)
+/* Moves the nodes [first, n_nodes) (offload's copies, data parallel's collectives: one per entry of after[],
+ * in that order) to right after node after[k] each; node ids held by tensors (producer) and the graph follow. */
+static void place_after(vr_graph *g, int first, const int *after)
 {
     int N = g->n_nodes;
     int *newid = malloc(sizeof(int) * (size_t)(N + 1));
@@ -208,6 +243,21 @@ static void place_copies(vr_graph *g, int first, const int *after)
         g->loss_node = newid[g->loss_node];
     free(newid);
     free(nodes);
+}
+
+/* The gradients' arrival order: key[k] = {the last node that touches parameter order[i] or its gradient, i},
+ * sorted by that node. */
+static void arrival(const vr_graph *g, const int *order, int no, int (*key)[2])
+{
+    for (int i = 0; i < no; i++) {
+        int p = order[i], last = -1;
+        for (int n = g->n_nodes - 1; n >= 0 && last < 0; n--)
+            if (node_touches(&g->nodes[n], p, g->tensors[p].grad))
+                last = n;
+        key[i][0] = last;
+        key[i][1] = i;
+    }
+    qsort(key, (size_t)no, sizeof *key, by_key);
 }
 
 /* The global norm: for clipping, and under fp16 for the loss scaling's overflow check; sumsq nodes over
@@ -274,25 +324,19 @@ static int copy_node(vr_graph *g, const char *what, const char *pname, vr_phase 
  * followed by its copy up (see the file comment). */
 static void offload_nodes(vr_graph *g, const vr_step_config *s, const int *order, int no)
 {
-    int (*key)[2] = malloc(sizeof *key * (size_t)(no + 1));
-    int *after = malloc(sizeof(int) * (size_t)(no + 1)), *hv = malloc(sizeof(int) * (size_t)(no + 1));
+    int (*key)[2] = calloc((size_t)no + 1, sizeof *key);
+    int *after = calloc((size_t)no + 1, sizeof(int)), *hv = calloc((size_t)no + 1, sizeof(int));
     if (!key || !after || !hv) {
         vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
         goto out;
     }
+    arrival(g, order, no, key);
     for (int i = 0; i < no && !g->err; i++) {
-        int p = order[i], last = -1;
-        vr_tensor pt = g->tensors[p];
-        for (int n = g->n_nodes - 1; n >= 0 && last < 0; n--)
-            if (node_touches(&g->nodes[n], p, pt.grad))
-                last = n;
-        key[i][0] = last;
-        key[i][1] = i;
+        vr_tensor pt = g->tensors[order[i]];
         char name[VR_NAME_MAX];
         snprintf(name, sizeof name, "host_grads.%.48s", pt.name);
         hv[i] = vr_graph_view(g, g->host_grads, name, pt.ndim, pt.shape, g->tensors[pt.master].view_offset);
     }
-    qsort(key, (size_t)no, sizeof *key, by_key); /* arrival order */
     int first = g->n_nodes, fence = -1;
     for (int k = 0; k < no && !g->err; k++) {
         vr_tensor pt = g->tensors[order[key[k][1]]];
@@ -303,7 +347,7 @@ static void offload_nodes(vr_graph *g, const vr_step_config *s, const int *order
         fence = pt.grad;
     }
     if (!g->err)
-        place_copies(g, first, after);
+        place_after(g, first, after);
     int normsq = norm_nodes(g, s, order, hv, no, true);
     for (int k = 0; k < no && !g->err; k++) {
         int i = key[k][1];
@@ -316,6 +360,69 @@ out:
     free(key);
     free(after);
     free(hv);
+}
+
+/* Data parallel: the collectives over the gradients as they arrive, the norm and the updates of this rank's
+ * parameters, and under ZeRO >= 1 the owners' broadcasts of the new weights (see the file comment). */
+static void dist_nodes(vr_graph *g, const vr_step_config *s, const int *order, const int *grads, int no)
+{
+    int (*key)[2] = calloc((size_t)no + 1, sizeof *key);
+    int *after = calloc((size_t)no + 1, sizeof(int)), *own = calloc((size_t)no + 1, sizeof(int));
+    int *owng = calloc((size_t)no + 1, sizeof(int));
+    if (!key || !after || !own || !owng) {
+        vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
+        goto out;
+    }
+    arrival(g, order, no, key);
+    int first = g->n_nodes, fence = -1;
+    for (int k = 0; k < no && !g->err; k++) {
+        int i = key[k][1];
+        const vr_tensor *pt = &g->tensors[order[i]];
+        char name[VR_NAME_MAX];
+        snprintf(name, sizeof name, "%s.%.48s", s->zero == 2 ? "reduce" : "allreduce", pt->name);
+        int root = pt->owner > 0 ? pt->owner : 0;
+        int id = vr_graph_node(g, s->zero == 2 ? VR_OP_REDUCE : VR_OP_ALLREDUCE, VR_PHASE_BACKWARD, name);
+        if (id < 0)
+            break;
+        g->nodes[id].in[0] = grads[i];
+        g->nodes[id].in[1] = fence;
+        g->nodes[id].root = root;
+        g->nodes[id].layer = g->nodes[key[k][0]].layer;
+        after[k] = key[k][0];
+        fence = grads[i];
+    }
+    if (!g->err)
+        place_after(g, first, after);
+    int nown = 0;
+    for (int i = 0; i < no; i++)
+        if (s->zero < 2 || updates_here(&g->tensors[order[i]], s)) {
+            own[nown] = order[i];
+            owng[nown++] = grads[i];
+        }
+    if (!g->err && s->zero == 2 && !nown && (s->grad_clip > 0 || s->precision == VR_PREC_FP16)) {
+        vr_graph_fail(g, VR_ERR_INVALID, "--zero 2: rank %d of %d owns no parameter, so it has no part of the global "
+                      "norm to give; use fewer ranks or ZeRO 1", s->rank, s->world);
+        goto out;
+    }
+    int normsq = norm_nodes(g, s, own, owng, nown, false);
+    for (int i = 0; i < no && !g->err; i++)
+        if (updates_here(&g->tensors[order[i]], s))
+            update_node(g, s, order[i], grads[i], normsq, order[i]);
+    for (int i = 0; i < no && s->zero >= 1 && !g->err; i++) {
+        const vr_tensor *pt = &g->tensors[order[i]];
+        char name[VR_NAME_MAX];
+        snprintf(name, sizeof name, "broadcast.%.48s", pt->name);
+        int id = vr_graph_node(g, VR_OP_BROADCAST, VR_PHASE_OPTIMIZER, name);
+        if (id >= 0) {
+            g->nodes[id].in[0] = order[i];
+            g->nodes[id].root = pt->owner;
+        }
+    }
+out:
+    free(key);
+    free(after);
+    free(own);
+    free(owng);
 }
 
 /* Clipping (sumsq) and one update node per parameter with a gradient, in buffer order. */
@@ -337,6 +444,12 @@ void vr_optimizer_nodes(vr_graph *g, const vr_step_config *s, int n0)
         }
     if (s->offload == VR_OFFLOAD_OPTIM && s->optim != VR_OPTIM_NONE) {
         offload_nodes(g, s, order, no);
+        free(order);
+        free(grads);
+        return;
+    }
+    if (s->world >= 1 && s->optim != VR_OPTIM_NONE) {
+        dist_nodes(g, s, order, grads, no);
         free(order);
         free(grads);
         return;

@@ -30,17 +30,21 @@ vr_train_config vr_train_config_default(void)
 
 /* ------------------------------------------------------------------ create */
 
+/* Ranks sharing each batch (1 without data parallel). */
+static int ranks(const vr_trainer *t) { return t->cfg.step.world > 1 ? t->cfg.step.world : 1; }
+
 static vr_status open_data(vr_trainer *t)
 {
     const vr_train_config *c = &t->cfg;
     const vr_model_config *m = &c->model;
+    int W = ranks(t); /* every rank reads the global batch and trains on its rows (rank_rows) */
     if (m->kind == VR_MODEL_MLP) {
         if (c->data && *c->data && strcmp(c->data, "generated"))
             return vr_error(VR_ERR_INVALID, "--data: an MLP trains on the built-in generated task only (got '%s')",
                             c->data);
-        return vr__mlp_task_init(&t->task, m->mlp.sizes[0], m->mlp.sizes[m->mlp.n_sizes - 1], m->B, c->seed);
+        return vr__mlp_task_init(&t->task, m->mlp.sizes[0], m->mlp.sizes[m->mlp.n_sizes - 1], m->B * W, c->seed);
     }
-    vr_data_config dc = vr_data_config_default(m->B, m->T);
+    vr_data_config dc = vr_data_config_default(m->B * W, m->T);
     dc.kind = vr_data_kind_for(c->data);
     dc.path = c->data;
     dc.vocab = m->kind == VR_MODEL_LLAMA ? m->llama.V : m->gpt.V;
@@ -58,12 +62,14 @@ static vr_status host_batches(vr_trainer *t)
     t->mb = calloc((size_t)t->accum, sizeof(vr_exec_batch));
     if (!t->inputs || !t->targets || !t->mb)
         return vr_error(VR_ERR_OOM, "train: out of host memory");
-    for (int k = 0; k < t->accum; k++) {
-        t->inputs[k] = malloc(vr_tensor_bytes(&g->tensors[g->tokens]));
-        t->targets[k] = malloc(vr_tensor_bytes(&g->tensors[g->targets]));
+    size_t in = (size_t)vr_tensor_bytes(&g->tensors[g->tokens]), tg = (size_t)vr_tensor_bytes(&g->tensors[g->targets]);
+    size_t W = (size_t)ranks(t), r = t->cfg.step.world > 1 ? (size_t)t->cfg.step.rank : 0;
+    for (int k = 0; k < t->accum; k++) { /* the global batch; this rank's rows go to the executor */
+        t->inputs[k] = malloc(in * W);
+        t->targets[k] = malloc(tg * W);
         if (!t->inputs[k] || !t->targets[k])
             return vr_error(VR_ERR_OOM, "train: out of host memory");
-        t->mb[k] = (vr_exec_batch){t->inputs[k], t->targets[k]};
+        t->mb[k] = (vr_exec_batch){(char *)t->inputs[k] + in * r, (const int32_t *)(const void *)((char *)t->targets[k] + tg * r)};
     }
     return VR_OK;
 }
@@ -110,7 +116,8 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
                          .loss_scale = c->loss_scale, .loss_scale_window = c->loss_scale_window,
                          .cuda_graph = c->cuda_graph, .per_node_optimizer = c->per_node_optimizer,
                          .profile = c->profile, .attention_v1 = c->attention_v1,
-                         .on_node = c->on_node, .on_node_ctx = c->on_node_ctx, .device_times = c->device_times};
+                         .on_node = c->on_node, .on_node_ctx = c->on_node_ctx, .device_times = c->device_times,
+                         .comm = c->comm};
     if (!st)
         st = vr_exec_create(t->plan, t->dev, &ec, &t->exec);
     if (!st)
@@ -198,11 +205,17 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
         t->task.next = next0;
         return vr_error(st, "%s", why);
     }
+    if (t->cfg.step.world > 1) { /* the mean over the ranks: the loss of the global batch */
+        double l = res.loss;
+        if ((st = vr_comm_sum_host(t->cfg.comm, &l, 1)))
+            return st;
+        res.loss = l / t->cfg.step.world;
+    }
     t->step++;
     t->skipped += res.skipped;
     if ((st = vr__trainer_memory_sample(t)))
         return st;
-    uint64_t tokens = (uint64_t)t->cfg.model.B * (uint64_t)t->cfg.model.T * (uint64_t)t->accum;
+    uint64_t tokens = (uint64_t)t->cfg.model.B * (uint64_t)t->cfg.model.T * (uint64_t)t->accum * (uint64_t)ranks(t);
     t->tokens_seen += tokens;
     if (info) {
         info->step = t->step;

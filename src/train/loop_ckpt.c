@@ -71,6 +71,11 @@ static vr_status describe(vr_trainer *t, vr_train_state *s, void **bufs)
     vr_state_set_config(s, "precision", t->cfg.step.precision);
     vr_state_set_config(s, "optim_state", t->cfg.step.optim_state);
     vr_state_set_config(s, "no_master", t->cfg.step.no_master);
+    if (t->cfg.step.world > 1) { /* a rank's state: its shard of the master and optimizer state */
+        vr_state_set_config(s, "world", t->cfg.step.world);
+        vr_state_set_config(s, "rank", t->cfg.step.rank);
+        vr_state_set_config(s, "zero", t->cfg.step.zero);
+    }
     if (t->train) { /* the data itself: resuming on other data would silently train on it */
         vr_state_set_config(s, "data_tokens", (int64_t)vr_data_num_tokens(t->train));
         vr_state_set_config(s, "data_crc32", vr_data_fingerprint(t->train));
@@ -98,8 +103,19 @@ static void free_bufs(void **bufs)
         free(bufs[k]);
 }
 
-vr_status vr_trainer_save_state(vr_trainer *t, const char *path)
+/* A rank's own state file: PATH.rankR with several ranks, PATH otherwise. */
+static const char *rank_path(const vr_trainer *t, const char *path, char *buf, size_t cap)
 {
+    if (t->cfg.step.world <= 1)
+        return path;
+    snprintf(buf, cap, "%s.rank%d", path, t->cfg.step.rank);
+    return buf;
+}
+
+vr_status vr_trainer_save_state(vr_trainer *t, const char *path_arg)
+{
+    char pbuf[4096];
+    const char *path = rank_path(t, path_arg, pbuf, sizeof pbuf);
     vr_train_state *s = malloc(sizeof *s);
     void *bufs[STATE_BUFS] = {0};
     if (!s)
@@ -129,8 +145,10 @@ vr_status vr_trainer_save_state(vr_trainer *t, const char *path)
     return st;
 }
 
-static vr_status resume(vr_trainer *t, const char *path)
+static vr_status resume(vr_trainer *t, const char *path_arg)
 {
+    char pbuf[4096];
+    const char *path = rank_path(t, path_arg, pbuf, sizeof pbuf);
     vr_train_state *want = malloc(sizeof *want), *file = malloc(sizeof *file);
     void *bufs[STATE_BUFS] = {0};
     vr_status st = !want || !file ? vr_error(VR_ERR_OOM, "train: out of host memory") : VR_OK;
@@ -230,6 +248,9 @@ vr_status vr__trainer_load_start(vr_trainer *t)
 vr_status vr_trainer_check_save(const vr_trainer *t, const char *path)
 {
     const vr_graph *g = t->g;
+    if (g->step.world > 1 && g->step.zero >= 1 && g->master >= 0 && g->param_dtype != VR_F32)
+        return vr_error(VR_ERR_UNSUPPORTED, "--save: with --zero %d the fp32 master weights are sharded over the ranks "
+                        "and gathering them is not built yet; use --zero 0, fp32, or --save-state", g->step.zero);
     if (g->model.kind == VR_MODEL_MLP)
         return vr_error(VR_ERR_INVALID, "--save: an MLP has no model checkpoint format; save it with --save-state");
     if (g->model.kind == VR_MODEL_GPT)

@@ -211,6 +211,31 @@ extern "C" vr_status vr_cuda_event_wait(void *ev)
     return VR_OK;
 }
 
+extern "C" vr_status vr_cuda_stream_fork(const vr_cuda_ctx *ctx, void *side, void *mark, void *fence)
+{
+    VR_CU_CTX_OK(ctx, "stream_fork");
+    if (!side || !mark) return vr_cu_bad("stream_fork", "NULL pointer");
+    if (fence) VR_CU_CHECK(cudaStreamWaitEvent(VR_STREAM(ctx), (cudaEvent_t)fence, 0), "stream_fork");
+    VR_CU_CHECK(cudaEventRecord((cudaEvent_t)mark, VR_STREAM(ctx)), "stream_fork");
+    VR_CU_CHECK(cudaStreamWaitEvent((cudaStream_t)side, (cudaEvent_t)mark, 0), "stream_fork");
+    return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_stream_record(void *side, void *ev)
+{
+    if (!side || !ev) return vr_cu_bad("stream_record", "NULL pointer");
+    VR_CU_CHECK(cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)side), "stream_record");
+    return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_stream_join(const vr_cuda_ctx *ctx, void *ev)
+{
+    VR_CU_CTX_OK(ctx, "stream_join");
+    if (!ev) return vr_cu_bad("stream_join", "NULL pointer");
+    VR_CU_CHECK(cudaStreamWaitEvent(VR_STREAM(ctx), (cudaEvent_t)ev, 0), "stream_join");
+    return VR_OK;
+}
+
 extern "C" vr_status vr_cuda_stream_wait_host(void *stream)
 {
     VR_CU_CHECK(cudaStreamSynchronize((cudaStream_t)stream), "stream_sync");

@@ -127,6 +127,12 @@ vr_status vr_cuda_copy_down(const vr_cuda_ctx *ctx, void *copy_stream, void *mar
 vr_status vr_cuda_copy_up(void *copy_stream, void *begin, void *end, void *dst, const void *src, size_t bytes);
 vr_status vr_cuda_event_wait(void *ev);
 vr_status vr_cuda_stream_wait_host(void *stream);
+/* Work on a side stream (data parallel's collectives): fork: ctx's stream first waits for `fence` (NULL none),
+ * records `mark`, and the side stream waits for it; join: ctx's stream waits for event `ev` (recorded on the
+ * side stream with vr_cuda_stream_record). */
+vr_status vr_cuda_stream_fork(const vr_cuda_ctx *ctx, void *side, void *mark, void *fence);
+vr_status vr_cuda_stream_record(void *side, void *ev);
+vr_status vr_cuda_stream_join(const vr_cuda_ctx *ctx, void *ev);
 /* The values of vr_cuda_ctx.opt_scalars for a step (host; computed as the optimizers compute them from
  * their arguments, so both paths give the same bits); [4] is the step, the seed of stochastic rounding. */
 #define VR_CUDA_OPT_SCALARS 5

@@ -1,0 +1,44 @@
+/* vram exec — the collectives of a data-parallel step (VR_OP_ALLREDUCE, VR_OP_REDUCE, VR_OP_BROADCAST).
+ *
+ * A node's buffer is its in[0], changed in place through the executor's communicator (vr_exec_config.comm):
+ * gradients are averaged over the ranks (all-reduce to every rank, or reduce to the parameter's owner),
+ * weights are broadcast from their owner. On the CPU the call blocks (MPI); on CUDA it is queued on the
+ * stream the backend gives (NCCL). Under ZeRO 2 each rank's sumsq nodes cover its own gradients only, and
+ * the squared norm is summed over the ranks before the clipping factor (vr__exec_comm_normsq). */
+#include "exec/exec_internal.h"
+
+vr_status vr__exec_comm_check(const vr_exec *e)
+{
+    const vr_graph *g = e->g;
+    if (g->step.world < 1)
+        return VR_OK;
+    if (!e->cfg.comm)
+        return vr_error(VR_ERR_INVALID, "exec: a data-parallel step (%d ranks) needs a communicator", g->step.world);
+    if (vr_comm_size(e->cfg.comm) != g->step.world || vr_comm_rank(e->cfg.comm) != g->step.rank)
+        return vr_error(VR_ERR_INVALID, "exec: the step is rank %d of %d, the communicator rank %d of %d",
+                        g->step.rank, g->step.world, vr_comm_rank(e->cfg.comm), vr_comm_size(e->cfg.comm));
+    return VR_OK;
+}
+
+bool vr__exec_is_comm(vr_op op) { return op == VR_OP_ALLREDUCE || op == VR_OP_REDUCE || op == VR_OP_BROADCAST; }
+
+vr_status vr__exec_comm_node(const vr_exec_args *a, void *stream)
+{
+    const vr_node *n = a->node;
+    const vr_tensor *t = &a->g->tensors[n->in[0]];
+    vr_comm *c = a->exec->cfg.comm;
+    int64_t numel = vr_tensor_numel(t);
+    switch (n->op) {
+    case VR_OP_ALLREDUCE: return vr_comm_allreduce(c, a->in[0], numel, t->dtype, VR_COMM_AVG, stream);
+    case VR_OP_REDUCE: return vr_comm_reduce(c, a->in[0], numel, t->dtype, VR_COMM_AVG, n->root, stream);
+    case VR_OP_BROADCAST: return vr_comm_broadcast(c, a->in[0], numel, t->dtype, n->root, stream);
+    default: return vr_error(VR_ERR_INVALID, "exec: node %s is not a collective", n->name);
+    }
+}
+
+bool vr__exec_norm_sharded(const vr_exec *e) { return e->g->step.world >= 1 && e->g->step.zero == 2; }
+
+vr_status vr__exec_comm_normsq(vr_exec *e, float *normsq, void *stream)
+{
+    return vr__exec_norm_sharded(e) ? vr_comm_allreduce(e->cfg.comm, normsq, 1, VR_F32, VR_COMM_SUM, stream) : VR_OK;
+}
