@@ -9,7 +9,7 @@ for pc in $root/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
   sed -i "s|^prefix=/usr|prefix=$root/usr|; s|=/usr/|=$root/usr/|g" "$pc"
 done
 export PKG_CONFIG_PATH=$root/usr/lib/x86_64-linux-gnu/pkgconfig:${PKG_CONFIG_PATH:-}
-export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}
 export CPATH=$root/usr/include:${CPATH:-}
 # tests with CUDA objects link through nvcc, which does not see pkg-config's -L for the unpacked cmocka
 export LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu:${LIBRARY_PATH:-}

@@ -162,6 +162,61 @@ static int resolve_device(const opts *o, target *t)
     return 0;
 }
 
+/* The most ranks whose plans `vram plan --gpus N` makes one by one (each rank owns other parameters); past it,
+ * ranks 0 and N-1 (whole parameters in buffer order: the last rank holds the tail, the first the embeddings). */
+#define PLAN_RANKS_MAX 64
+
+/* --gpus N: every rank's plan (its own shard of master and optimizer state), as a table or JSON (into root).
+ * Returns 0, or a one-line error's status. */
+static int ranks_report(const vr_model_config *m, const vr_step_config *s0, const vr_plan_config *pc, uint64_t context,
+                        cJSON *root)
+{
+    int N = s0->world;
+    cJSON *arr = root ? cJSON_AddArrayToObject(root, "ranks") : NULL;
+    if (!root)
+        printf("\nranks     %d (ZeRO %d): each rank's plan%s\n%-6s %11s %11s %11s %11s %11s %11s %11s\n", N, s0->zero,
+               N > PLAN_RANKS_MAX ? " (first and last rank)" : "", "rank", "params", "master", "grads", "optim",
+               "acts+temp", "arena", "+ context");
+    for (int r = 0; r < N; r++) {
+        if (N > PLAN_RANKS_MAX && r > 0 && r < N - 1)
+            continue;
+        vr_step_config s = *s0;
+        s.rank = r;
+        vr_graph *g = NULL;
+        vr_plan *p = NULL;
+        if (vr_graph_build(m, &s, &g) || vr_plan_create(g, pc, &p)) {
+            int rc = vr_cli_fail("plan", 1, "rank %d: %s", r, vr_last_error());
+            vr_graph_free(g);
+            return rc;
+        }
+        uint64_t v[7] = {p->max_live[VR_ROLE_PARAM], p->max_live[VR_ROLE_MASTER], p->max_live[VR_ROLE_GRAD],
+                         p->max_live[VR_ROLE_OPTIM], p->at_peak[VR_ROLE_ACT] + p->at_peak[VR_ROLE_TEMP], p->arena_size,
+                         p->arena_size + context};
+        if (arr) {
+            cJSON *o = cJSON_CreateObject(), *roles = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "rank", r);
+            for (int k = 0; k < VR_ROLE_COUNT; k++)
+                cJSON_AddNumberToObject(roles, vr_role_name((vr_role)k), (double)p->max_live[k]);
+            cJSON_AddItemToObject(o, "roles", roles);
+            cJSON_AddNumberToObject(o, "peak", (double)p->peak);
+            cJSON_AddNumberToObject(o, "arena", (double)p->arena_size);
+            cJSON_AddNumberToObject(o, "need", (double)(p->arena_size + context));
+            cJSON_AddItemToArray(arr, o);
+        } else {
+            char b[7][32];
+            for (int k = 0; k < 7; k++)
+                vr_format_size(v[k], b[k], sizeof b[k]);
+            printf("%-6d %11s %11s %11s %11s %11s %11s %11s\n", r, b[0], b[1], b[2], b[3], b[4], b[5], b[6]);
+        }
+        vr_plan_free(p);
+        vr_graph_free(g);
+    }
+    if (!root)
+        printf("          params, master, grads, optim: most bytes live at once; acts+temp at the peak. NCCL's own\n"
+               "          buffers are outside the arena: measured when the ranks start (vram train prints them)\n");
+    return 0;
+}
+
 int vr_cmd_plan(int argc, char **argv)
 {
     opts o = {0};
@@ -219,6 +274,12 @@ int vr_cmd_plan(int argc, char **argv)
         cJSON *h = cJSON_GetObjectItem(root, "host");
         cJSON_AddNumberToObject(h, "capacity", (double)host_cap);
         cJSON_AddBoolToObject(h, "fits", host_fits);
+        if (s.world >= 1 && (rc = ranks_report(&m, &s, &pc, t.context, root))) {
+            cJSON_Delete(root);
+            vr_plan_free(p);
+            vr_graph_free(g);
+            return rc;
+        }
         char *out = cJSON_Print(root);
         printf("%s\n", out);
         free(out);
@@ -243,6 +304,11 @@ int vr_cmd_plan(int argc, char **argv)
                    vr_format_size(fits ? t.capacity - need : need - t.capacity, b, sizeof b));
         else
             printf("capacity  none given (--capacity SIZE to check a fit)\n");
+        if (s.world >= 1 && (rc = ranks_report(&m, &s, &pc, t.context, NULL))) {
+            vr_plan_free(p);
+            vr_graph_free(g);
+            return rc;
+        }
         if (host_cap)
             printf("host cap  %s%s: %s (%s %s)\n", vr_format_size(host_cap, a, sizeof a),
                    o.host_capacity ? "" : " available (MemAvailable)", host_fits ? "fits" : "DOES NOT FIT",

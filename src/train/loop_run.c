@@ -153,6 +153,11 @@ static void print_summary(vr_trainer *t, const vr_train_summary *s, bool json, F
             cJSON_AddNumberToObject(o, "skipped_steps", (double)s->skipped);
         }
         cJSON_AddItemToObject(o, "memory", memory_json(t));
+        if (t->cfg.comm) {
+            cJSON_AddNumberToObject(o, "ranks", vr_comm_size(t->cfg.comm));
+            cJSON_AddStringToObject(o, "comm", vr_comm_engine_name(t->cfg.comm));
+            cJSON_AddNumberToObject(o, "comm_own_bytes", (double)vr_comm_own_bytes(t->cfg.comm));
+        }
         emit_json(out, o);
         return;
     }
@@ -168,6 +173,13 @@ static void print_summary(vr_trainer *t, const vr_train_summary *s, bool json, F
                 (long long)s->skipped, s->skipped == 1 ? "" : "s");
     fprintf(out, "\n\n");
     vr_train_print_memory(t, out);
+    if (t->cfg.comm) {
+        char b[32];
+        fprintf(out, "ranks     %d (%s, ZeRO %d); rank 0's memory above; %s's own device buffers: %s (outside the "
+                "arena, measured as this rank joined)\n", vr_comm_size(t->cfg.comm), vr_comm_engine_name(t->cfg.comm),
+                t->cfg.step.zero, vr_comm_engine_name(t->cfg.comm),
+                vr_format_size(vr_comm_own_bytes(t->cfg.comm), b, sizeof b));
+    }
 }
 
 vr_status vr_train_run(const vr_train_config *c, const vr_train_run_opts *o, FILE *out, vr_train_summary *sum)

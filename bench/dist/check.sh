@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Data parallel on the GPUs of one host (issue #11's checks), from the repo root on the GPU machine:
+#   bash bench/dist/check.sh [VRAM]      (VRAM: a vram built for sm_90, default build-carry/vram)
+# GPT-2 124M, bf16, AdamW, clip 1.0, constant lr: a plain run; --gpus 1 with ZeRO 0/1/2 (an NCCL world of one:
+# losses equal to the plain run's); --gpus N (all GPUs) with ZeRO 0/1/2 at B=16 per GPU (tokens/s, memory per GPU
+# by nvidia-smi every 50 ms above the idle baseline, plan vs allocated per rank); N GPUs at B=16/N vs one GPU at
+# B=16 (the same global batch: the losses agree as bf16 allows). Outputs under $OUT.
+set -uo pipefail
+V=${1:-build-carry/vram}
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+n=$(nvidia-smi -L | wc -l)
+f="--device cuda --preset gpt2 --seq 1024 --precision bf16 --clip 1.0 --lr 6e-4 --lr-schedule constant --warmup 0"
+"$V" info >"$out/info.txt" 2>&1
+nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits >"$out/idle.csv"
+mon() { # mon NAME CMD...: runs CMD with nvidia-smi sampling every 50 ms; prints the peak per GPU above idle
+  local name=$1; shift
+  nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 50 >"$out/$name.smi" &
+  local pid=$!
+  timeout 300 "$@" >"$out/$name.txt" 2>&1; local rc=$?
+  kill $pid; wait $pid 2>/dev/null
+  local peaks
+  peaks=$(awk -F', ' 'NR==FNR { idle[$1] = $2; next } { d = $2 - idle[$1]; if (d > m[$1]) m[$1] = d }
+    END { for (g in m) printf "gpu%s %.2f GiB  ", g, m[g] / 1024 }' "$out/idle.csv" "$out/$name.smi")
+  local tps
+  tps=$(grep -o '[0-9]* tokens/s' "$out/$name.txt" | tail -1)
+  echo "$name: rc $rc, $tps, peak above idle: $peaks"
+  grep -E "DIFFERS|error|rror:" "$out/$name.txt" | head -3
+}
+losses() { grep -o 'step [0-9]*/[0-9]* | loss [0-9.]*' "$1" | awk '{print $NF}' | tr '\n' ' '; }
+mon plain "$V" train $f --batch 16 --steps 20
+for z in 0 1 2; do mon g1z$z "$V" train $f --batch 16 --steps 20 --gpus 1 --zero $z; done
+echo "losses plain: $(losses "$out/plain.txt")"
+for z in 0 1 2; do echo "losses g1z$z: $(losses "$out/g1z$z.txt")"; done
+if [ "$n" -gt 1 ]; then
+  for z in 0 1 2; do mon g${n}z$z "$V" train $f --batch 16 --steps 30 --gpus "$n" --zero $z; done
+  mon g${n}same "$V" train $f --batch $((16 / n)) --steps 20 --gpus "$n"
+  echo "losses plain (B=16, 1 GPU):   $(losses "$out/plain.txt")"
+  echo "losses $n GPUs (B=$((16 / n)) each):   $(losses "$out/g${n}same.txt")"
+  "$V" plan --preset gpt2 --batch 16 --precision bf16 --clip 1.0 --device cuda --gpus "$n" --zero 2 >"$out/plan${n}z2.txt" 2>&1
+fi

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Data parallel on CPU ranks (mpirun, the MPI engine): 2 and 3 ranks (3 does not divide the parameters), ZeRO
+# 0, 1 and 2, fp32, AdamW, clipping and accumulation on: the weights after 6 steps equal one process's with the
+# same global batch (N x B rows) to 1e-6 relative, and so do the losses; a state saved by the ranks (one file
+# per rank) resumes to the same weights as a straight run; the plan per rank shows the sharded state; bad
+# combinations are refused with one line naming the flag. Skipped where this vram has no MPI or no mpirun.
+set -euo pipefail
+vram="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 0; }
+"$vram" info 2>/dev/null | grep -q "mpi: yes" || { echo "SKIP: this vram was built without MPI"; exit 0; }
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+py=/usr/bin/python3
+run() { local n=$1; shift; mpirun -np "$n" "$vram" train "$@"; }
+
+common="--device cpu --preset tiny --batch 2 --seq 32 --lr 5e-4 --lr-schedule constant --warmup 0 --clip 0.5 --accum 2"
+close() { # close A.bin B.bin WHAT: llm.c checkpoints equal to 1e-6 relative (L2 of the difference / L2 of A)
+  $py - "$1" "$2" "$3" <<'PY'
+import sys, numpy as np
+a = np.fromfile(sys.argv[1], dtype=np.float32)[256:]; b = np.fromfile(sys.argv[2], dtype=np.float32)[256:]
+assert a.shape == b.shape, "sizes differ"
+rel = float(np.linalg.norm(a - b) / np.linalg.norm(a))
+print(f"{sys.argv[3]}: relative difference {rel:.2e}, largest {float(np.abs(a - b).max()):.2e}")
+sys.exit(0 if rel < 1e-6 else 1)
+PY
+}
+losses() { grep '"event":"step"' "$1" | sed 's/.*"loss":\([-0-9.e]*\).*/\1/'; }
+
+for n in 2 3; do
+  rows=$((2 * n))
+  "$vram" train ${common/--batch 2/--batch $rows} --steps 6 --save "$tmp/one$n.bin" --json >"$tmp/one$n.json"
+  for z in 0 1 2; do
+    run $n $common --steps 6 --zero $z --save "$tmp/d$n$z.bin" --json >"$tmp/d$n$z.json" 2>"$tmp/err" ||
+      { cat "$tmp/err"; fail "mpirun -np $n --zero $z failed"; }
+    close "$tmp/one$n.bin" "$tmp/d$n$z.bin" "np $n zero $z vs one process" || fail "np $n zero $z: weights differ"
+    paste <(losses "$tmp/one$n.json") <(losses "$tmp/d$n$z.json") | awk -v w="np $n zero $z" '
+      { d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) { print w ": step " NR " loss " $1 " vs " $2; bad = 1 } }
+      END { if (NR != 6) { print w ": " NR " losses"; bad = 1 } exit bad }' || fail "np $n zero $z: losses differ"
+  done
+done
+
+# resume: the ranks' states (one file each) continue to the straight run's weights
+run 2 $common --steps 3 --zero 1 --save-state "$tmp/s3" --quiet
+[ -f "$tmp/s3.rank0" ] && [ -f "$tmp/s3.rank1" ] || fail "no state file per rank"
+run 2 $common --steps 6 --zero 1 --resume "$tmp/s3" --save "$tmp/r6.bin" --quiet
+close "$tmp/d21.bin" "$tmp/r6.bin" "resumed vs straight" || fail "a resumed run differs from the straight run"
+
+# the plan per rank: ZeRO 1 keeps a share of the optimizer state
+"$vram" plan --preset gpt2 --gpus 4 --zero 0 --json >"$tmp/p0.json"
+"$vram" plan --preset gpt2 --gpus 4 --zero 1 --json >"$tmp/p1.json"
+$py - "$tmp/p0.json" "$tmp/p1.json" <<'PY' || fail "plan --zero 1 does not shard the optimizer state"
+import json, sys
+def optim(p):
+    j = json.load(open(p)); return j["ranks"][0]["roles"]["optim"] if "ranks" in j else None
+a, b = optim(sys.argv[1]), optim(sys.argv[2])
+print("optim bytes per rank: zero 0", a, "zero 1", b)
+sys.exit(0 if a and b and b < a / 3 else 1)
+PY
+
+expect() { # expect CODE TEXT args...: exit code CODE, one stderr line containing TEXT
+  local code=$1 text=$2; shift 2
+  set +e; "$vram" "$@" >/dev/null 2>"$tmp/err"; local rc=$?; set -e
+  [ "$rc" = "$code" ] || { cat "$tmp/err"; fail "vram $*: exit $rc, expected $code"; }
+  grep -q -- "$text" "$tmp/err" || { cat "$tmp/err"; fail "vram $*: no '$text' in the error"; }
+  [ "$(grep -c . "$tmp/err")" = 1 ] || { cat "$tmp/err"; fail "vram $*: more than one line"; }
+}
+expect 2 "^vram train: --zero: stage 1 needs data parallel ranks" train --preset tiny --zero 1 --steps 1
+expect 2 "^vram plan: --zero: stage 3: must be 0, 1 or 2 (3 is not built yet)" plan --preset tiny --gpus 2 --zero 3
+expect 2 "^vram train: --gpus: ranks on GPUs need --device cuda" train --preset tiny --gpus 2 --device cpu
+expect 2 "^vram train: --offload: not yet with several ranks" train --preset tiny --gpus 2 --offload optim
+echo "dist: ok"
