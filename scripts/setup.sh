@@ -3,6 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev libcjson-dev libpcre2-dev zlib1g-dev python3 python3-torch
       python3-numpy python3-regex chromium
+      libopenmpi-dev openmpi-bin  # MPI: the communicator's CPU engine, mpirun for its tests
       clang libclang-rt-14-dev libomp-14-dev)  # clang: fuzzers (libFuzzer) and the TSan build (libomp + archer)
 missing=()
 for p in "${pkgs[@]}"; do
