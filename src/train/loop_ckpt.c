@@ -210,6 +210,19 @@ static vr_status resume(vr_trainer *t, const char *path_arg)
         t->skipped = skipped;
         st = vr_exec_set_loss_scale(t->exec, file->loss_scale, (int)good);
     }
+    if (t->cfg.step.world > 1) { /* every rank's file of the same step (a run killed between two ranks' saves) */
+        double lo = st ? -1 : (double)t->step, hi = st ? -1 : -(double)t->step;
+        vr_status cs = vr_comm_min_host(t->cfg.comm, &lo, 1);
+        if (!cs)
+            cs = vr_comm_min_host(t->cfg.comm, &hi, 1);
+        if (!st && cs)
+            st = cs;
+        else if (!st && lo < 0)
+            st = vr_error(VR_ERR_INVALID, "--resume: another rank could not read its state file");
+        else if (!st && lo != -hi)
+            st = vr_error(VR_ERR_FORMAT, "--resume: the ranks' state files are of steps %.0f to %.0f (a run stopped "
+                          "between two ranks' saves); resume from an earlier state", lo, -hi);
+    }
     free_bufs(bufs);
     free(want);
     free(file);

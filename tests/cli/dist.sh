@@ -47,6 +47,24 @@ run 2 $common --steps 3 --zero 1 --save-state "$tmp/s3" --quiet
 run 2 $common --steps 6 --zero 1 --resume "$tmp/s3" --save "$tmp/r6.bin" --quiet
 close "$tmp/d21.bin" "$tmp/r6.bin" "resumed vs straight" || fail "a resumed run differs from the straight run"
 
+# a rank killed mid-run: the others stop within 60 s (mpirun ends the job), and the last state resumes
+run 2 $common --steps 100000 --save-every 5 --save-state "$tmp/k" --quiet >/dev/null 2>&1 &
+job=$!
+for i in $(seq 100); do [ -f "$tmp/k.rank1" ] && break; sleep 0.2; done
+[ -f "$tmp/k.rank1" ] || fail "the ranks saved no state"
+victim=$(pgrep -f "vram train $common --steps 100000" | tail -1)
+kill -9 "$victim"
+t0=$(date +%s)
+for i in $(seq 600); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+kill -0 $job 2>/dev/null && { kill -9 $job; fail "a rank was killed and the job still runs after 60 s"; }
+echo "a killed rank: the job ended in $(( $(date +%s) - t0 )) s"
+wait $job && fail "a job with a killed rank exited 0"
+if ! run 2 $common --steps 12 --resume "$tmp/k" --quiet 2>"$tmp/err"; then
+  # killed between the two ranks' saves: the files are of different steps, which resume must say
+  grep -q -- "--resume: the ranks' state files are of steps" "$tmp/err" || { cat "$tmp/err"; fail "the state of a killed job does not resume"; }
+  echo "the kill fell between two ranks' saves: refused as such"
+fi
+
 # the plan per rank: ZeRO 1 keeps a share of the optimizer state
 "$vram" plan --preset gpt2 --gpus 4 --zero 0 --json >"$tmp/p0.json"
 "$vram" plan --preset gpt2 --gpus 4 --zero 1 --json >"$tmp/p1.json"
