@@ -294,8 +294,9 @@ vr_status vr_trainer_eval(vr_trainer *t, double *val_loss)
         else
             vr__mlp_task_batch(&t->task, 1, (uint64_t)k, t->inputs[0], t->targets[0]);
         vr_exec_result res;
+        vr_exec_batch b = {t->inputs[0], t->targets[0]}; /* the held-out batch (not a rank's training rows) */
         if (!st)
-            st = vr_exec_step(t->eexec, &t->mb[0], NULL, &res);
+            st = vr_exec_step(t->eexec, &b, NULL, &res);
         if (st)
             return st;
         sum += res.loss;
