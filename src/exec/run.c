@@ -145,7 +145,7 @@ void vr__exec_node_args(vr_exec *e, int i, int micro, const vr_optim_hparams *h,
         a->scratch = tensor_ptr(e, nd->scratch);
         a->scratch_bytes = vr_tensor_bytes(&g->tensors[nd->scratch]);
     }
-    if (nd->phase == VR_PHASE_OPTIMIZER && nd->op != VR_OP_SUMSQ) {
+    if (nd->phase == VR_PHASE_OPTIMIZER && nd->op != VR_OP_SUMSQ && nd->out[0] >= 0) { /* updates (not collectives) */
         a->h = h;
         a->grad_scale = grad_scale;
         a->weight_decay = h && g->tensors[nd->out[0]].ndim >= 2 ? h->weight_decay : 0.0f;
