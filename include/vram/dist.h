@@ -39,12 +39,14 @@ vr_status vr_comm_self(vr_comm **out);
  * MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set). */
 bool vr_comm_mpi_built(void);
 bool vr_comm_mpi_launched(void);
+/* The world size the MPI launcher announces (OMPI_COMM_WORLD_SIZE or PMI_SIZE), 0 when it says none. */
+int vr_comm_mpi_launched_size(void);
 /* Initializes MPI (once per process) and returns its world communicator. */
 vr_status vr_comm_mpi(vr_comm **out);
 
 /* Whether libnccl.so.2 can be loaded (and its version, e.g. 22703, into *version when not NULL); when not,
- * vr_last_error() says why. Also looked for: PyTorch's pip copy (.../site-packages/nvidia/nccl/lib), or
- * the file VRAM_NCCL_LIBRARY names, when set. NCCL 2.10 or later (ncclAvg, bf16). */
+ * vr_last_error() says why. Also looked for: PyTorch's pip copy (.../site-packages/nvidia/nccl/lib).
+ * NCCL 2.10 or later (ncclAvg, bf16). */
 bool vr_comm_nccl_available(int *version);
 /* A new NCCL unique id in hex (the root's; pass it to every rank). The calling process serves the
  * bootstrap and must outlive the ranks' initialisation. */

@@ -41,7 +41,6 @@ void vr_cli_status_path(char *buf, size_t cap);
 typedef struct vr_cli_dist {
     vr_comm *comm;       /* this rank's communicator */
     vr_device *dev;      /* the rank's GPU, held while the communicator lives */
-    int rank;
     bool launcher;       /* this process started the ranks and waited for them: exit with status */
     int status;
     char device[32];     /* "cuda:RANK" */

@@ -169,7 +169,7 @@ static int resolve_device(const opts *o, target *t)
 /* --gpus N: every rank's plan (its own shard of master and optimizer state), as a table or JSON (into root).
  * Returns 0, or a one-line error's status. */
 static int ranks_report(const vr_model_config *m, const vr_step_config *s0, const vr_plan_config *pc, uint64_t context,
-                        cJSON *root)
+                        const vr_plan *p0, cJSON *root)
 {
     int N = s0->world;
     cJSON *arr = root ? cJSON_AddArrayToObject(root, "ranks") : NULL;
@@ -183,12 +183,13 @@ static int ranks_report(const vr_model_config *m, const vr_step_config *s0, cons
         vr_step_config s = *s0;
         s.rank = r;
         vr_graph *g = NULL;
-        vr_plan *p = NULL;
-        if (vr_graph_build(m, &s, &g) || vr_plan_create(g, pc, &p)) {
+        vr_plan *own = NULL; /* rank s0->rank's plan is p0, already made */
+        if (r != s0->rank && (vr_graph_build(m, &s, &g) || vr_plan_create(g, pc, &own))) {
             int rc = vr_cli_fail("plan", 1, "rank %d: %s", r, vr_last_error());
             vr_graph_free(g);
             return rc;
         }
+        const vr_plan *p = own ? own : p0;
         uint64_t v[7] = {p->max_live[VR_ROLE_PARAM], p->max_live[VR_ROLE_MASTER], p->max_live[VR_ROLE_GRAD],
                          p->max_live[VR_ROLE_OPTIM], p->at_peak[VR_ROLE_ACT] + p->at_peak[VR_ROLE_TEMP], p->arena_size,
                          p->arena_size + context};
@@ -208,7 +209,7 @@ static int ranks_report(const vr_model_config *m, const vr_step_config *s0, cons
                 vr_format_size(v[k], b[k], sizeof b[k]);
             printf("%-6d %11s %11s %11s %11s %11s %11s %11s\n", r, b[0], b[1], b[2], b[3], b[4], b[5], b[6]);
         }
-        vr_plan_free(p);
+        vr_plan_free(own);
         vr_graph_free(g);
     }
     if (!root)
@@ -274,7 +275,7 @@ int vr_cmd_plan(int argc, char **argv)
         cJSON *h = cJSON_GetObjectItem(root, "host");
         cJSON_AddNumberToObject(h, "capacity", (double)host_cap);
         cJSON_AddBoolToObject(h, "fits", host_fits);
-        if (s.world >= 1 && (rc = ranks_report(&m, &s, &pc, t.context, root))) {
+        if (s.world >= 1 && (rc = ranks_report(&m, &s, &pc, t.context, p, root))) {
             cJSON_Delete(root);
             vr_plan_free(p);
             vr_graph_free(g);
@@ -304,7 +305,7 @@ int vr_cmd_plan(int argc, char **argv)
                    vr_format_size(fits ? t.capacity - need : need - t.capacity, b, sizeof b));
         else
             printf("capacity  none given (--capacity SIZE to check a fit)\n");
-        if (s.world >= 1 && (rc = ranks_report(&m, &s, &pc, t.context, NULL))) {
+        if (s.world >= 1 && (rc = ranks_report(&m, &s, &pc, t.context, p, NULL))) {
             vr_plan_free(p);
             vr_graph_free(g);
             return rc;

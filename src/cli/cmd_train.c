@@ -425,7 +425,7 @@ int vr_cmd_train(int argc, char **argv)
     }
     c.comm = dist.comm;
     status.device = c.device;
-    if (c.comm && dist.rank > 0) /* rank 0 prints */
+    if (c.comm && c.step.rank > 0) /* rank 0 prints */
         ro.progress = VR_PROGRESS_QUIET;
     vr_status st = vr_train_run(&c, &ro, stdout, &sum);
     char status_path[96];

@@ -157,7 +157,6 @@ int vr_cli_dist_setup(const char *cmd, int argc, char **argv, vr_step_config *s,
     }
     s->world = vr_comm_size(d->comm);
     s->rank = vr_comm_rank(d->comm);
-    d->rank = s->rank;
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "vram/dist.h"
 #include "vram/hf_config.h"
 #include "vram/util.h"
 
@@ -263,9 +264,8 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
     s->freeze = o->freeze;
     s->grad_clip = (float)o->clip;
     s->world = (int)o->gpus;
-    const char *mpi_size = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
-    if (!s->world && mpi_size) /* under mpirun: its world (vr_cli_dist_setup checks it against MPI's own) */
-        s->world = atoi(mpi_size) > 0 ? atoi(mpi_size) : 0;
+    if (!s->world) /* under mpirun: its world (vr_cli_dist_setup checks it against MPI's own) */
+        s->world = vr_comm_mpi_launched_size();
     s->zero = o->zero_given ? (int)o->zero : 0;
     if (vr_step_config_check(s))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());

@@ -145,6 +145,13 @@ bool vr_comm_mpi_launched(void)
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }
 
+int vr_comm_mpi_launched_size(void)
+{
+    const char *v = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
+    long n = v ? strtol(v, NULL, 10) : 0;
+    return n > 0 && n <= VR_MAX_RANKS ? (int)n : 0;
+}
+
 /* ---- the self engine: one rank, so the sum, the mean and the root's buffer are this buffer ---- */
 
 static vr_status self_allreduce(vr_comm *c, void *buf, int64_t n, vr_dtype dt, vr_comm_op op, void *stream)

@@ -3,8 +3,7 @@
  * values of NCCL's public API (nccl.h, 2.10 and later: ncclAvg and ncclBfloat16 need 2.10).
  *
  * The library is looked for as libnccl.so.2, then libnccl.so, then inside Python packages (PyTorch's pip
- * wheels carry their own: .../site-packages/nvidia/nccl/lib/libnccl.so.2). VRAM_NCCL_LIBRARY, when set,
- * names the file to load instead.
+ * wheels carry their own: .../site-packages/nvidia/nccl/lib/libnccl.so.2).
  *
  * One rank per process, on the CUDA device current when it joins. Collectives are queued on the caller's
  * stream (asynchronous); host values (sum_host, min_host) go through a small device buffer of the
@@ -88,9 +87,6 @@ static void *try_glob(const char *pattern)
 
 static void *open_nccl(void)
 {
-    const char *env = getenv("VRAM_NCCL_LIBRARY");
-    if (env && *env)
-        return try_open(env);
     void *h = try_open("libnccl.so.2");
     if (!h)
         h = try_open("libnccl.so");
@@ -125,9 +121,8 @@ static void load(void)
 {
     nc.lib = open_nccl();
     if (!nc.lib) {
-        const char *env = getenv("VRAM_NCCL_LIBRARY");
-        snprintf(nc.why, sizeof nc.why, "dist: cannot load NCCL (%s; install libnccl2 or PyTorch's nvidia-nccl wheel)",
-                 env && *env ? env : "libnccl.so.2 not found");
+        snprintf(nc.why, sizeof nc.why, "dist: cannot load NCCL (libnccl.so.2 not found; install libnccl2 or PyTorch's "
+                 "nvidia-nccl wheel)");
         return;
     }
     *(void **)&nc.get_version = sym("ncclGetVersion");

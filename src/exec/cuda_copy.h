@@ -14,14 +14,11 @@
 #ifndef VRAM_EXEC_CUDA_COPY_H
 #define VRAM_EXEC_CUDA_COPY_H
 
-#include "exec/exec_internal.h"
-#include "kernels/cuda/kernels_cuda.h"
+#include "exec/cuda_side.h"
 
 typedef struct vr_cuda_copies {
-    void *stream;   /* NULL: the graph has no copy node */
-    void *mark;     /* the compute stream's position for the next copy down */
-    void **done;    /* [n_nodes]: each copy down's "done" event (NULL for other nodes) */
-    int *prev;      /* [n_nodes]: copy down -> the previous copy down (its fence), -1 */
+    vr_cuda_side side; /* the copy stream: the copies down are its chain of done events; the copies up
+                        * run on it too (side.stream NULL: the graph has no copy node) */
     int n_nodes;
     /* device times (NULL / 0 when off) */
     void *start;    /* the step's start on the compute stream */

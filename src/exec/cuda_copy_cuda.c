@@ -22,44 +22,20 @@ static vr_status times_init(vr_cuda_copies *c, const vr_graph *g)
     return st;
 }
 
+/* A copy down: on the copy stream's chain (an offload graph has one for every copy up). */
+static bool copy_down(const vr_node *n) { return n->op == VR_OP_COPY && n->phase == VR_PHASE_BACKWARD; }
+
 vr_status vr__cuda_copies_init(vr_cuda_copies *c, const vr_exec *e)
 {
-    const vr_graph *g = e->g;
-    int N = g->n_nodes, prev = -1;
-    bool any = false;
-    for (int i = 0; i < N; i++)
-        any = any || g->nodes[i].op == VR_OP_COPY;
-    c->n_nodes = N;
-    vr_status st0 = e->cfg.device_times ? times_init(c, g) : VR_OK;
-    if (!any || st0)
-        return st0;
-    c->done = calloc((size_t)N + 1, sizeof *c->done);
-    c->prev = malloc(sizeof(int) * ((size_t)N + 1));
-    if (!c->done || !c->prev)
-        return vr_error(VR_ERR_OOM, "exec: out of host memory");
-    vr_status st = vr_cuda_copy_stream_create(&c->stream);
-    if (!st)
-        st = vr_cuda_events_create(&c->mark, 1);
-    for (int i = 0; i < N && !st; i++) {
-        c->prev[i] = -1;
-        const vr_node *n = &g->nodes[i];
-        if (n->op != VR_OP_COPY || n->phase != VR_PHASE_BACKWARD)
-            continue;
-        c->prev[i] = prev;
-        prev = i;
-        st = vr_cuda_events_create(&c->done[i], 1);
-    }
-    return st;
+    c->n_nodes = e->g->n_nodes;
+    c->side = (vr_cuda_side){.last = -1};
+    vr_status st = e->cfg.device_times ? times_init(c, e->g) : VR_OK;
+    return st ? st : vr__cuda_side_init(&c->side, e->g, copy_down);
 }
 
 void vr__cuda_copies_free(vr_cuda_copies *c)
 {
-    if (c->stream)
-        vr_cuda_stream_wait_host(c->stream);
-    for (int i = 0; c->done && i < c->n_nodes; i++)
-        vr_cuda_events_destroy(&c->done[i], c->done[i] ? 1 : 0);
-    if (c->mark)
-        vr_cuda_events_destroy(&c->mark, 1);
+    vr__cuda_side_free(&c->side);
     for (int i = 0; c->end && i < c->n_nodes; i++) {
         vr_cuda_events_destroy(&c->end[i], c->end[i] ? 1 : 0);
         vr_cuda_events_destroy(&c->begin[i], c->begin[i] ? 1 : 0);
@@ -68,10 +44,7 @@ void vr__cuda_copies_free(vr_cuda_copies *c)
         vr_cuda_events_destroy(&c->start, 1);
     free(c->end);
     free(c->begin);
-    vr_cuda_stream_destroy(c->stream);
-    free(c->done);
-    free(c->prev);
-    *c = (vr_cuda_copies){0};
+    *c = (vr_cuda_copies){.side.last = -1};
 }
 
 vr_status vr__cuda_copy_run(vr_cuda_copies *c, const vr_cuda_ctx *ctx, const vr_exec_args *a)
@@ -79,13 +52,14 @@ vr_status vr__cuda_copy_run(vr_cuda_copies *c, const vr_cuda_ctx *ctx, const vr_
     const vr_node *n = a->node;
     int i = (int)(n - a->g->nodes);
     size_t bytes = (size_t)vr_tensor_bytes(&a->g->tensors[n->out[0]]);
-    if (!c->stream)
+    vr_cuda_side *s = &c->side;
+    if (!s->stream)
         return vr_error(VR_ERR_INVALID, "cuda: copy node %s without a copy stream", n->name);
     void *begin = c->begin ? c->begin[i] : NULL, *end = c->end ? c->end[i] : NULL;
-    if (!c->done[i]) /* up: the host wrote the source already */
-        return vr_cuda_copy_up(c->stream, begin, end, a->out[0], a->in[0], bytes);
-    void *fence = n->in[1] >= 0 && c->prev[i] >= 0 ? c->done[c->prev[i]] : NULL;
-    return vr_cuda_copy_down(ctx, c->stream, c->mark, fence, begin, c->done[i], a->out[0], a->in[0], bytes);
+    if (!s->done[i]) /* up: the host wrote the source already */
+        return vr_cuda_copy_up(s->stream, begin, end, a->out[0], a->in[0], bytes);
+    return vr_cuda_copy_down(ctx, s->stream, s->mark, vr__cuda_side_fence(s, a->g, i), begin, s->done[i], a->out[0],
+                             a->in[0], bytes);
 }
 
 vr_status vr__cuda_times_before(vr_cuda_copies *c, const vr_cuda_ctx *ctx, int i, int micro)
@@ -112,7 +86,7 @@ bool vr__cuda_times_span(vr_cuda_copies *c, const vr_graph *g, int i, uint64_t *
     for (int k = i - 1; !from && k >= 0; k--) /* a compute node starts where the previous one ended */
         if (c->end[k] && !c->begin[k])
             from = c->end[k];
-    void *to = c->done && c->done[i] ? c->done[i] : c->end[i]; /* a copy down ends at its done event */
+    void *to = c->side.done && c->side.done[i] ? c->side.done[i] : c->end[i]; /* a copy down: its done event */
     float a = 0, b = 0;
     if ((from && vr_cuda_event_ms(c->start, from, &a)) || vr_cuda_event_ms(c->start, to, &b))
         return false;
@@ -124,9 +98,12 @@ bool vr__cuda_times_span(vr_cuda_copies *c, const vr_graph *g, int i, uint64_t *
 
 vr_status vr__cuda_copy_wait(vr_cuda_copies *c, int i)
 {
-    if (i < 0 || i >= c->n_nodes || !c->done || !c->done[i])
+    if (i < 0 || i >= c->n_nodes || !c->side.done || !c->side.done[i])
         return vr_error(VR_ERR_INVALID, "cuda: node %d is not a copy down", i);
-    return vr_cuda_event_wait(c->done[i]);
+    return vr_cuda_event_wait(c->side.done[i]);
 }
 
-vr_status vr__cuda_copies_done(vr_cuda_copies *c) { return c->stream ? vr_cuda_stream_wait_host(c->stream) : VR_OK; }
+vr_status vr__cuda_copies_done(vr_cuda_copies *c)
+{
+    return c->side.stream ? vr_cuda_stream_wait_host(c->side.stream) : VR_OK;
+}

@@ -75,7 +75,7 @@ typedef struct cuda_state {
     vr_cuda_mt_tensor *build; /* host scratch table */
     vr_cuda_prof *prof;       /* cfg.profile: per-node GPU time, NULL otherwise */
     vr_cuda_copies copies;    /* offload: the copy nodes' stream and events */
-    vr_cuda_comms comms;      /* data parallel: the collectives' stream and events */
+    vr_cuda_side comms;       /* data parallel: the collectives' stream and events */
 } cuda_state;
 
 static const vr_tensor *T_(const vr_exec_args *a, int id) { return &a->g->tensors[id]; }
@@ -643,7 +643,7 @@ static bool mt_groups(const vr_exec *e, cuda_state *s)
 static void cuda_state_free(cuda_state *s)
 {
     vr__cuda_copies_free(&s->copies);
-    vr__cuda_comms_free(&s->comms);
+    vr__cuda_side_free(&s->comms);
     free(s->sq.host);
     free(s->opt.host);
     free(s->build);

@@ -71,8 +71,7 @@ vr_status vr__exec_run_node(vr_exec *e, int i, int micro, const vr_optim_hparams
         }
     }
     if (i == e->last_sumsq && (nd->host || !e->be->clip_result)) {
-        if (vr__exec_norm_sharded(e)) /* host memory here: the CPU backend */
-            st = vr__exec_comm_normsq(e, vr_exec_tensor_ptr(e, nd->out[0]), NULL);
+        st = vr__exec_comm_normsq(e, vr_exec_tensor_ptr(e, nd->out[0]), NULL); /* host memory: the CPU backend */
         if (!st)
             st = clip_factor(e, nd->out[0], ps);
     }

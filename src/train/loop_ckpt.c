@@ -211,17 +211,15 @@ static vr_status resume(vr_trainer *t, const char *path_arg)
         st = vr_exec_set_loss_scale(t->exec, file->loss_scale, (int)good);
     }
     if (t->cfg.step.world > 1) { /* every rank's file of the same step (a run killed between two ranks' saves) */
-        double lo = st ? -1 : (double)t->step, hi = st ? -1 : -(double)t->step;
-        vr_status cs = vr_comm_min_host(t->cfg.comm, &lo, 1);
-        if (!cs)
-            cs = vr_comm_min_host(t->cfg.comm, &hi, 1);
+        double v[2] = {st ? -1 : (double)t->step, st ? -1 : -(double)t->step}; /* least step, -(greatest step) */
+        vr_status cs = vr_comm_min_host(t->cfg.comm, v, 2);
         if (!st && cs)
             st = cs;
-        else if (!st && lo < 0)
+        else if (!st && v[0] < 0)
             st = vr_error(VR_ERR_INVALID, "--resume: another rank could not read its state file");
-        else if (!st && lo != -hi)
+        else if (!st && v[0] != -v[1])
             st = vr_error(VR_ERR_FORMAT, "--resume: the ranks' state files are of steps %.0f to %.0f (a run stopped "
-                          "between two ranks' saves); resume from an earlier state", lo, -hi);
+                          "between two ranks' saves); resume from an earlier state", v[0], -v[1]);
     }
     free_bufs(bufs);
     free(want);

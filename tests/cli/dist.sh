@@ -78,13 +78,7 @@ print("optim bytes per rank: zero 0", a, "zero 1", b)
 sys.exit(0 if a and b and b < a / 3 else 1)
 PY
 
-expect() { # expect CODE TEXT args...: exit code CODE, one stderr line containing TEXT
-  local code=$1 text=$2; shift 2
-  set +e; "$vram" "$@" >/dev/null 2>"$tmp/err"; local rc=$?; set -e
-  [ "$rc" = "$code" ] || { cat "$tmp/err"; fail "vram $*: exit $rc, expected $code"; }
-  grep -q -- "$text" "$tmp/err" || { cat "$tmp/err"; fail "vram $*: no '$text' in the error"; }
-  [ "$(grep -c . "$tmp/err")" = 1 ] || { cat "$tmp/err"; fail "vram $*: more than one line"; }
-}
+. "$(dirname "$0")/lib/expect.sh"
 expect 2 "^vram train: --zero: stage 1 needs data parallel ranks" train --preset tiny --zero 1 --steps 1
 expect 2 "^vram plan: --zero: stage 3: must be 0, 1 or 2 (3 is not built yet)" plan --preset tiny --gpus 2 --zero 3
 expect 2 "^vram train: --gpus: ranks on GPUs need --device cuda" train --preset tiny --gpus 2 --device cpu

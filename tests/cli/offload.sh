@@ -42,13 +42,7 @@ grep -q '"offload":[[:space:]]*"optim"' "$tmp/fit.json" || fail "fit searched no
 grep -q "^best .*offloaded to the host" "$tmp/fit.out" || { cat "$tmp/fit.out"; fail "fit --offload optim chose no offloaded row"; }
 grep -q "^          optim .* [0-9.]* [KM]iB$" "$tmp/fit.out" || { cat "$tmp/fit.out"; fail "fit prints no host bytes per role"; }
 
-expect() { # expect CODE TEXT args...: exit code CODE, one stderr line containing TEXT
-  local code=$1 text=$2; shift 2
-  set +e; "$vram" "$@" >/dev/null 2>"$tmp/err"; local rc=$?; set -e
-  [ "$rc" = "$code" ] || { cat "$tmp/err"; fail "vram $*: exit $rc, expected $code"; }
-  grep -q -- "$text" "$tmp/err" || { cat "$tmp/err"; fail "vram $*: no '$text' in the error"; }
-  [ "$(grep -c . "$tmp/err")" = 1 ] || { cat "$tmp/err"; fail "vram $*: more than one line"; }
-}
+. "$(dirname "$0")/lib/expect.sh"
 expect 1 "pins .* of host memory" plan --preset tiny --offload optim --host-capacity 1MiB
 expect 1 "max-host-memory is 1.00 MiB" train --preset tiny --offload optim --max-host-memory 1MiB --steps 1
 expect 2 "^vram train: --offload: 'optim' needs an optimizer" train --preset tiny --offload optim --optim none
