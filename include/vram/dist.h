@@ -77,6 +77,9 @@ vr_status vr_comm_group_end(vr_comm *c);
 /* Host values (loss sums, flags, fingerprints), blocking: v[0..n) = the sum over ranks (min: the least). */
 vr_status vr_comm_sum_host(vr_comm *c, double *v, int n);
 vr_status vr_comm_min_host(vr_comm *c, double *v, int n);
+/* Host floats, blocking: v[0..n) = the sum over ranks (large arrays: the sharded weights gathered for a
+ * checkpoint, each element non-zero on one rank only, so the sum is exact). */
+vr_status vr_comm_sum_host_f32(vr_comm *c, float *v, int64_t n);
 
 /* Ends the communicator (MPI: finalizes MPI, once every communicator is freed). NULL is allowed. */
 void vr_comm_free(vr_comm *c);

@@ -127,6 +127,9 @@ typedef enum vr_op {
                            * rank's x, in place (ZeRO-2: a gradient to its owner; the others' copy dies here) */
     VR_OP_BROADCAST,      /* in: x                                            every rank's x = rank `root`'s x, in
                            * place (ZeRO-1/2: the owner's updated weights to every rank) */
+    VR_OP_GATHER,         /* in: w (the owner's; -1 on the other ranks)       out: every rank's copy of the
+                           * owner's w (ZeRO-3: a sharded parameter brought to every rank just before a node
+                           * reads it; the copy dies after that node). Runs on every micro-batch */
     VR_OP_COUNT
 } vr_op;
 
@@ -313,7 +316,8 @@ typedef struct vr_step_config {
     int rank;                 /* this rank, [0, world) */
     int zero;                 /* ZeRO stage with world >= 1: 0 gradients all-reduced; 1 + master and optimizer
                                * state sharded by whole parameters (each updated by its owner, then broadcast);
-                               * 2 + gradients reduced to their owner only (the others free theirs) */
+                               * 2 + gradients reduced to their owner only (the others free theirs);
+                               * 3 + parameters held by their owner only, gathered before each use (zero3.c) */
 } vr_step_config;
 
 typedef struct vr_graph {

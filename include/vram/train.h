@@ -118,17 +118,19 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info);
 vr_status vr_trainer_eval(vr_trainer *t, double *val_loss);
 
 /* Saves the parameters as the model's checkpoint, atomically: GPT in llm.c's format (a file), Llama as a
- * Hugging Face directory (config.json + model.safetensors, fp32); an MLP has none (use the state). */
+ * Hugging Face directory (config.json + model.safetensors, fp32); an MLP has none (use the state). With ranks
+ * every rank calls it (the weights are gathered: vr_trainer_read_params) and rank 0 writes. */
 vr_status vr_trainer_save_model(vr_trainer *t, const char *path);
 
 /* Checks before the first step that vr_trainer_save_model(path) can write there (a Llama's directory is
- * created). Errors name the path. */
+ * created; on rank 0 only, the one that writes). Errors name the path. */
 vr_status vr_trainer_check_save(const vr_trainer *t, const char *path);
 
 /* Saves the resumable state (params, optimizer state, step, RNG, data position), atomically. */
 vr_status vr_trainer_save_state(vr_trainer *t, const char *path);
 
-/* Copies the n_params parameters (llm.c / flat order) to host memory. */
+/* Copies the n_params parameters (llm.c / flat order) to host memory, fp32 (the master's values where there is
+ * one). Under ZeRO >= 1 with ranks the weights are gathered from their owners: every rank must call it. */
 vr_status vr_trainer_read_params(vr_trainer *t, float *host, int64_t n);
 
 /* The CUDA context (or whatever the process held on the device before the run, NVML) and the most device

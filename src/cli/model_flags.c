@@ -308,7 +308,8 @@ void vr_step_flags_usage(FILE *f, const vr_model_defaults *d)
             "  --clip X                 clip gradients to global norm X\n"
             "  --gpus N                 data parallel over N GPUs of this host, one process each (mpirun -np N: CPU\n"
             "                           ranks); --batch is per GPU\n"
-            "  --zero 0|1|2             0: gradients all-reduced; 1: + master and optimizer state sharded over the\n"
-            "                           ranks; 2: + gradients reduced to their owner only (0)\n",
+            "  --zero 0|1|2|3           0: gradients all-reduced; 1: + master and optimizer state sharded over the\n"
+            "                           ranks; 2: + gradients reduced to their owner only; 3: + weights held by\n"
+            "                           their owner only, gathered before each use (0)\n",
             d->batch, seq, vr_optim_name(d->optim));
 }

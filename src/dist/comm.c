@@ -115,6 +115,14 @@ static vr_status host(vr_comm *c, double *v, int n, bool min)
 vr_status vr_comm_sum_host(vr_comm *c, double *v, int n) { return host(c, v, n, false); }
 vr_status vr_comm_min_host(vr_comm *c, double *v, int n) { return host(c, v, n, true); }
 
+vr_status vr_comm_sum_host_f32(vr_comm *c, float *v, int64_t n)
+{
+    vr_status st = check_common(c, "sum_host_f32", v, n);
+    if (st != VR_OK || n == 0 || !c->ops->host_f32)
+        return st;
+    return c->ops->host_f32(c, v, n);
+}
+
 int vr_comm_rank(const vr_comm *c) { return c ? c->rank : 0; }
 int vr_comm_size(const vr_comm *c) { return c ? c->size : 1; }
 vr_comm_engine vr_comm_engine_of(const vr_comm *c) { return c ? c->engine : VR_COMM_SELF; }

@@ -13,6 +13,7 @@ typedef struct vr_comm_ops {
     vr_status (*group_begin)(vr_comm *c);   /* NULL: a no-op */
     vr_status (*group_end)(vr_comm *c);     /* NULL: a no-op */
     vr_status (*host)(vr_comm *c, double *v, int n, bool min);  /* sum (or min) of host doubles */
+    vr_status (*host_f32)(vr_comm *c, float *v, int64_t n);      /* sum of host floats (NULL: self, a no-op) */
     void (*free)(vr_comm *c);               /* the engine's part; comm.c frees the struct */
 } vr_comm_ops;
 

@@ -134,6 +134,18 @@ static vr_status mpi_host(vr_comm *c, double *v, int n, bool min)
     return VR_OK;
 }
 
+static vr_status mpi_host_f32(vr_comm *c, float *v, int64_t n)
+{
+    (void)c;
+    for (int64_t i = 0; i < n; i += 1 << 30) {
+        int k = (int)(n - i < (1 << 30) ? n - i : (1 << 30));
+        int rc = MPI_Allreduce(MPI_IN_PLACE, v + i, k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail("MPI_Allreduce", rc);
+    }
+    return VR_OK;
+}
+
 /* ---- life ---- */
 
 static void mpi_free(vr_comm *c)
@@ -154,6 +166,7 @@ static const vr_comm_ops mpi_ops = {
     .reduce = mpi_reduce,
     .broadcast = mpi_broadcast,
     .host = mpi_host,
+    .host_f32 = mpi_host_f32,
     .free = mpi_free,
 };
 

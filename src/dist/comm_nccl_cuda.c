@@ -314,6 +314,43 @@ static vr_status nccl_host(vr_comm *c, double *v, int n, bool min)
     return st;
 }
 
+/* Host floats through a staging buffer of at most 32 MiB, allocated for the call and freed after it (a
+ * checkpoint's gather: outside the step, so outside the plan). */
+static vr_status nccl_host_f32(vr_comm *c, float *v, int64_t n)
+{
+    nccl_comm *e = c->impl;
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess)
+        prev = -1;
+    cudaError_t ce = cudaSetDevice(e->device);
+    if (ce != cudaSuccess)
+        return cuda_fail("cudaSetDevice", ce);
+    int64_t cap = n < (8 << 20) ? n : (8 << 20);
+    float *d = NULL;
+    vr_status st = VR_OK;
+    ce = cudaMalloc((void **)&d, (size_t)cap * sizeof *d);
+    if (ce != cudaSuccess)
+        st = cuda_fail("cudaMalloc (the staging buffer of a host gather)", ce);
+    for (int64_t i = 0; i < n && st == VR_OK; i += cap) {
+        size_t k = (size_t)(n - i < cap ? n - i : cap);
+        if ((ce = cudaMemcpy(d, v + i, k * sizeof *d, cudaMemcpyHostToDevice)) != cudaSuccess) {
+            st = cuda_fail("cudaMemcpy (host floats to the device)", ce);
+            break;
+        }
+        ncclResult_t r = nc.all_reduce(d, d, k, ncclFloat32, ncclSum, e->comm, (cudaStream_t)0);
+        if (r != ncclSuccess) {
+            st = nccl_fail("ncclAllReduce (host floats)", r);
+            break;
+        }
+        if ((ce = cudaMemcpy(v + i, d, k * sizeof *d, cudaMemcpyDeviceToHost)) != cudaSuccess)
+            st = cuda_fail("cudaMemcpy (host floats from the device)", ce);
+    }
+    cudaFree(d);
+    if (prev >= 0 && prev != e->device)
+        cudaSetDevice(prev);
+    return st;
+}
+
 /* Destroys the NCCL communicator, or aborts it when it has failed (a dead peer would make destroy wait). */
 static void nccl_free(vr_comm *c)
 {
@@ -346,6 +383,7 @@ static const vr_comm_ops nccl_ops = {
     .group_begin = nccl_group_begin,
     .group_end = nccl_group_end,
     .host = nccl_host,
+    .host_f32 = nccl_host_f32,
     .free = nccl_free,
 };
 

@@ -1,9 +1,11 @@
-/* vram exec — the collectives of a data-parallel step (VR_OP_ALLREDUCE, VR_OP_REDUCE, VR_OP_BROADCAST).
+/* vram exec — the collectives of a data-parallel step (VR_OP_ALLREDUCE, VR_OP_REDUCE, VR_OP_BROADCAST,
+ * VR_OP_GATHER).
  *
  * A node's buffer is its in[0], changed in place through the executor's communicator (vr_exec_config.comm):
  * gradients are averaged over the ranks (all-reduce to every rank, or reduce to the parameter's owner),
- * weights are broadcast from their owner. On the CPU the call blocks (MPI); on CUDA it is queued on the
- * stream the backend gives (NCCL). Under ZeRO 2 each rank's sumsq nodes cover its own gradients only, and
+ * weights are broadcast from their owner. A gather (ZeRO-3) broadcasts into its output, which the backend has
+ * first filled from the parameter on the owner. On the CPU the call blocks (MPI); on CUDA it is queued on the
+ * stream the backend gives (NCCL). Under ZeRO 2 and 3 each rank's sumsq nodes cover its own gradients only, and
  * the squared norm is summed over the ranks before the clipping factor (vr__exec_comm_normsq). */
 #include "exec/exec_internal.h"
 
@@ -20,23 +22,29 @@ vr_status vr__exec_comm_check(const vr_exec *e)
     return VR_OK;
 }
 
-bool vr__exec_is_comm(vr_op op) { return op == VR_OP_ALLREDUCE || op == VR_OP_REDUCE || op == VR_OP_BROADCAST; }
+bool vr__exec_is_comm(vr_op op)
+{
+    return op == VR_OP_ALLREDUCE || op == VR_OP_REDUCE || op == VR_OP_BROADCAST || op == VR_OP_GATHER;
+}
+
+bool vr__exec_is_grad_comm(vr_op op) { return op == VR_OP_ALLREDUCE || op == VR_OP_REDUCE; }
 
 vr_status vr__exec_comm_node(const vr_exec_args *a, void *stream)
 {
     const vr_node *n = a->node;
-    const vr_tensor *t = &a->g->tensors[n->in[0]];
+    const vr_tensor *t = &a->g->tensors[n->op == VR_OP_GATHER ? n->out[0] : n->in[0]];
     vr_comm *c = a->exec->cfg.comm;
     int64_t numel = vr_tensor_numel(t);
     switch (n->op) {
     case VR_OP_ALLREDUCE: return vr_comm_allreduce(c, a->in[0], numel, t->dtype, VR_COMM_AVG, stream);
     case VR_OP_REDUCE: return vr_comm_reduce(c, a->in[0], numel, t->dtype, VR_COMM_AVG, n->root, stream);
     case VR_OP_BROADCAST: return vr_comm_broadcast(c, a->in[0], numel, t->dtype, n->root, stream);
+    case VR_OP_GATHER: return vr_comm_broadcast(c, a->out[0], numel, t->dtype, n->root, stream); /* owner: copied in */
     default: return vr_error(VR_ERR_INVALID, "exec: node %s is not a collective", n->name);
     }
 }
 
-bool vr__exec_norm_sharded(const vr_exec *e) { return e->g->step.world >= 1 && e->g->step.zero == 2; }
+bool vr__exec_norm_sharded(const vr_exec *e) { return e->g->step.world >= 1 && e->g->step.zero >= 2; }
 
 vr_status vr__exec_comm_normsq(vr_exec *e, float *normsq, void *stream)
 {

@@ -2,7 +2,7 @@
 #include "exec/cuda_comm.h"
 
 /* A collective over a gradient (in the backward): on the communication stream. */
-static bool gradient_collective(const vr_node *n) { return vr__exec_is_comm(n->op) && n->phase == VR_PHASE_BACKWARD; }
+static bool gradient_collective(const vr_node *n) { return vr__exec_is_grad_comm(n->op) && n->phase == VR_PHASE_BACKWARD; }
 
 vr_status vr__cuda_comms_init(vr_cuda_side *c, const vr_exec *e) { return vr__cuda_side_init(c, e->g, gradient_collective); }
 

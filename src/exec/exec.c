@@ -387,14 +387,42 @@ static vr_status check_io(vr_exec *e, int t, uint64_t bytes, void **dev_ptr)
     return VR_OK;
 }
 
-/* Is t the parameter buffer of a 16-bit graph and host given as fp32? */
+/* The parameter buffer holds this rank's parameters only (ZeRO-3: graph/zero3.c)? */
+static bool params_sharded(const vr_graph *g) { return vr_tensor_numel(&g->tensors[g->params]) != g->n_params; }
+
+/* Is t the parameter buffer and host the model's flat weights in fp32 (of a 16-bit or a sharded buffer)? */
 static bool params_as_f32(const vr_exec *e, int t, uint64_t bytes)
 {
     const vr_graph *g = e->g;
-    return t == g->params && g->param_dtype != VR_F32 && bytes == (uint64_t)g->n_params * sizeof(float);
+    return t == g->params && (g->param_dtype != VR_F32 || params_sharded(g)) &&
+           bytes == (uint64_t)g->n_params * sizeof(float);
 }
 
-/* The master copy (flat over the trainable params in buffer order) from fp32 values. */
+/* Between the model's flat fp32 weights (param_offset) and the parameter buffer's raw values (view_offset), for
+ * each parameter the buffer holds; flat elements of the others are left alone. */
+static void buffer_to_flat(const vr_graph *g, float *flat, const void *buf)
+{
+    size_t es = vr_dtype_size(g->param_dtype);
+    for (int t = 0; t < g->n_tensors; t++) {
+        const vr_tensor *x = &g->tensors[t];
+        if (x->view_of == g->params && x->param_offset >= 0)
+            vr_convert(VR_F32, flat + x->param_offset, g->param_dtype, (const char *)buf + (size_t)x->view_offset * es,
+                       (size_t)vr_tensor_numel(x));
+    }
+}
+
+static void flat_to_buffer(const vr_graph *g, void *buf, const float *flat)
+{
+    size_t es = vr_dtype_size(g->param_dtype);
+    for (int t = 0; t < g->n_tensors; t++) {
+        const vr_tensor *x = &g->tensors[t];
+        if (x->view_of == g->params && x->param_offset >= 0)
+            vr_convert(g->param_dtype, (char *)buf + (size_t)x->view_offset * es, VR_F32, flat + x->param_offset,
+                       (size_t)vr_tensor_numel(x));
+    }
+}
+
+/* The master copy (flat over the trainable params this rank updates, in buffer order) from fp32 values. */
 static vr_status write_master(vr_exec *e, const float *vals)
 {
     const vr_graph *g = e->g;
@@ -411,36 +439,36 @@ static vr_status write_master(vr_exec *e, const float *vals)
     return VR_OK;
 }
 
-static vr_status write_params16(vr_exec *e, const float *host)
+static vr_status write_params_f32(vr_exec *e, const float *host)
 {
     const vr_graph *g = e->g;
-    size_t n = (size_t)g->n_params;
-    uint16_t *h = malloc(n * sizeof *h + 1);
+    uint64_t bytes = vr_tensor_bytes(&g->tensors[g->params]);
+    void *h = malloc(bytes + 1), *p;
     if (!h)
         return vr_error(VR_ERR_OOM, "exec: out of host memory");
-    vr_convert(g->param_dtype, h, VR_F32, host, n);
-    void *p;
-    vr_status st = check_io(e, g->params, n * 2, &p);
+    flat_to_buffer(g, h, host);
+    vr_status st = check_io(e, g->params, bytes, &p);
     if (!st)
-        st = vr_device_memcpy(e->dev, p, h, n * 2, VR_COPY_HOST_TO_DEVICE);
+        st = copy_io(e, g->params, p, h, bytes, VR_COPY_HOST_TO_DEVICE);
     free(h);
     return st ? st : write_master(e, host);
 }
 
-/* The 16-bit parameters widened to fp32, with the master's values where it has them. */
-static vr_status read_params16(vr_exec *e, float *host)
+/* The parameters this rank holds widened to fp32 (the master's values where it has them); 0 elsewhere. */
+static vr_status read_params_f32(vr_exec *e, float *host)
 {
     const vr_graph *g = e->g;
-    size_t n = (size_t)g->n_params;
-    uint16_t *h = malloc(n * sizeof *h + 1);
+    uint64_t bytes = vr_tensor_bytes(&g->tensors[g->params]);
+    void *h = malloc(bytes + 1), *p;
     if (!h)
         return vr_error(VR_ERR_OOM, "exec: out of host memory");
-    void *p;
-    vr_status st = check_io(e, g->params, n * 2, &p);
+    vr_status st = check_io(e, g->params, bytes, &p);
     if (!st)
-        st = vr_device_memcpy(e->dev, h, p, n * 2, VR_COPY_DEVICE_TO_HOST);
-    if (!st)
-        vr_convert(VR_F32, host, g->param_dtype, h, n);
+        st = copy_io(e, g->params, h, p, bytes, VR_COPY_DEVICE_TO_HOST);
+    if (!st) {
+        memset(host, 0, sizeof(float) * (size_t)g->n_params);
+        buffer_to_flat(g, host, h);
+    }
     free(h);
     for (int t = 0; t < g->n_tensors && !st && g->master >= 0 && e->live[g->master]; t++) {
         const vr_tensor *x = &g->tensors[t];
@@ -453,7 +481,7 @@ static vr_status read_params16(vr_exec *e, float *host)
 vr_status vr_exec_read(vr_exec *e, int t, void *host, uint64_t bytes)
 {
     if (params_as_f32(e, t, bytes))
-        return read_params16(e, host);
+        return read_params_f32(e, host);
     void *p;
     vr_status st = check_io(e, t, bytes, &p);
     return st ? st : copy_io(e, t, host, p, bytes, VR_COPY_DEVICE_TO_HOST);
@@ -462,20 +490,17 @@ vr_status vr_exec_read(vr_exec *e, int t, void *host, uint64_t bytes)
 vr_status vr_exec_write(vr_exec *e, int t, const void *host, uint64_t bytes)
 {
     if (params_as_f32(e, t, bytes))
-        return write_params16(e, host);
+        return write_params_f32(e, host);
     void *p;
     vr_status st = check_io(e, t, bytes, &p);
     if (!st)
         st = copy_io(e, t, p, host, bytes, VR_COPY_HOST_TO_DEVICE);
-    if (!st && t == e->g->params && e->g->param_dtype == VR_F32 && e->g->master >= 0)
-        return write_master(e, host); /* offload: the host's fp32 copy starts from them */
     if (!st && t == e->g->params && e->g->master >= 0 && e->cfg.params_from == NULL) {
-        /* 16-bit values written raw (a resumed state): the master starts from them */
-        size_t n = (size_t)e->g->n_params;
-        float *f = malloc(n * sizeof(float) + 1);
+        /* raw values (fp32 ones under offload, a resumed state's 16-bit ones): the master starts from them */
+        float *f = malloc(sizeof(float) * (size_t)e->g->n_params + 1);
         if (!f)
             return vr_error(VR_ERR_OOM, "exec: out of host memory");
-        vr_convert(VR_F32, f, e->g->param_dtype, host, n);
+        buffer_to_flat(e->g, f, host);
         st = write_master(e, f);
         free(f);
     }

@@ -104,6 +104,8 @@ void vr__host_worker_cancel(vr_exec *e);
  * sums the squared norm over the ranks, in place (otherwise nothing). */
 vr_status vr__exec_comm_check(const vr_exec *e);
 bool vr__exec_is_comm(vr_op op);
+/* A collective over a gradient (all-reduce, reduce): the last micro-batch's only. */
+bool vr__exec_is_grad_comm(vr_op op);
 vr_status vr__exec_comm_node(const vr_exec_args *a, void *stream);
 bool vr__exec_norm_sharded(const vr_exec *e);
 vr_status vr__exec_comm_normsq(vr_exec *e, float *normsq, void *stream);

@@ -44,7 +44,7 @@ static bool not_this_pass(const vr_exec *e, const vr_node *nd, int micro, const 
     int accum = e->g->step.accum > 1 ? e->g->step.accum : 1;
     if (nd->op == VR_OP_RESHAPE)
         return true;
-    if ((nd->op == VR_OP_COPY || vr__exec_is_comm(nd->op)) && nd->phase == VR_PHASE_BACKWARD)
+    if ((nd->op == VR_OP_COPY || vr__exec_is_grad_comm(nd->op)) && nd->phase == VR_PHASE_BACKWARD)
         return micro + 1 < accum;
     return ps->skip && nd->phase == VR_PHASE_OPTIMIZER && nd->op != VR_OP_SUMSQ;
 }

@@ -30,8 +30,8 @@ vr_status vr_step_config_check(const vr_step_config *s)
         return vr_error(VR_ERR_INVALID, "--accum: must be >= 1 (got %d)", s->accum);
     if (s->world < 0 || s->world > VR_MAX_RANKS || (s->world > 0 && (s->rank < 0 || s->rank >= s->world)))
         return vr_error(VR_ERR_INVALID, "--gpus: %d ranks (rank %d): must be 1..%d", s->world, s->rank, VR_MAX_RANKS);
-    if (s->zero < 0 || s->zero > 2)
-        return vr_error(VR_ERR_INVALID, "--zero: stage %d: must be 0, 1 or 2 (3 is not built yet)", s->zero);
+    if (s->zero < 0 || s->zero > 3)
+        return vr_error(VR_ERR_INVALID, "--zero: stage %d: must be 0, 1, 2 or 3", s->zero);
     if (s->zero && s->world < 1)
         return vr_error(VR_ERR_INVALID, "--zero: stage %d needs data parallel ranks (--gpus N, or mpirun)", s->zero);
     if (s->world > 0 && s->offload)
@@ -71,6 +71,8 @@ vr_status vr_graph_build(const vr_model_config *m, const vr_step_config *s, vr_g
         st = vr_graph_backward(g, &sc);
         g->step.freeze = s->freeze ? g->freeze_buf : NULL;
     }
+    if (!st && s->world >= 1 && s->zero == 3)
+        st = vr_graph_zero3(g, s);
     if (!st && s->workspace_bytes) {
         int64_t shape[1] = {(int64_t)((s->workspace_bytes + 3) / 4)};
         int w = vr_graph_tensor(g, "workspace", VR_F32, VR_ROLE_TEMP, 1, shape);

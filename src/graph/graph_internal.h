@@ -36,6 +36,16 @@ void vr_recomp_before(vr_recomp *r, int n);
  * tensors that existed before the backward). */
 void vr_optimizer_state(vr_graph *g, const vr_step_config *s);
 void vr_optimizer_nodes(vr_graph *g, const vr_step_config *s, int n0);
+/* The parameter tensors among the first n, in buffer order (ids into out, capacity n); their count, -1 with
+ * g->err set when they leave a gap in the buffer. */
+int vr_graph_param_order(vr_graph *g, int n, int *out);
+/* ZeRO >= 1: each trainable parameter's owner (tensor.owner), whole parameters balanced by elements. */
+void vr_graph_assign_owners(vr_graph *g, const vr_step_config *s, const int *order, int no);
+/* Moves nodes [first, n_nodes) to right after node after[k] each (after[] sorted; -1: before node 0). */
+void vr_graph_place_after(vr_graph *g, int first, const int *after);
+/* ZeRO-3: the gathers before every read of a parameter this rank does not hold, and the parameter buffer
+ * cut to this rank's parameters (zero3.c). */
+vr_status vr_graph_zero3(vr_graph *g, const vr_step_config *s);
 
 /* The forward tensors the backward of forward node n reads (slot order of the
  * backward op; -1 where not needed), given which inputs need a gradient. */

@@ -24,10 +24,11 @@
  * Data parallel (vr_step_config.world >= 1): right after the backward's last touch of each parameter, a
  * collective over its gradient (placed as offload places its copies, with the same fence): an all-reduce
  * to the mean (ZeRO 0 and 1), or a reduce to the parameter's owner (ZeRO 2; the other ranks' gradient dies
- * there). Under ZeRO >= 1 each trainable parameter has an owner (whole parameters, contiguous in buffer
+ * there; ZeRO 2 and 3). Under ZeRO >= 1 each trainable parameter has an owner (whole parameters, contiguous in buffer
  * order, balanced by elements: assign_owners); only the owner holds its master and optimizer state (the
  * flat buffers cover the rank's own parameters) and runs its update, after which a broadcast from the owner
- * brings every rank the new weights. Under ZeRO 2 the sumsq nodes cover the rank's own gradients and the
+ * brings every rank the new weights (ZeRO 1 and 2; ZeRO 3 gathers them where they are used: zero3.c). Under
+ * ZeRO >= 2 the sumsq nodes cover the rank's own gradients and the
  * executor sums the squared norm over the ranks before the clipping factor. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +46,7 @@ static int by_offset(const void *a, const void *b)
 /* The parameter tensors among the first n (views of the flat buffer with an offset), in buffer order:
  * ids into out (capacity n), their count returned. They must tile the buffer without gaps; a gap is a
  * builder's error (recorded; -1 returned), never parameters silently left out of the step. */
-static int param_order(vr_graph *g, int n, int *out)
+int vr_graph_param_order(vr_graph *g, int n, int *out)
 {
     int64_t (*key)[2] = malloc(sizeof *key * (size_t)(n + 1));
     if (!key)
@@ -77,7 +78,7 @@ static int param_order(vr_graph *g, int n, int *out)
 
 /* ZeRO >= 1: each trainable parameter's owner, whole parameters in buffer order: parameter k goes to the
  * rank whose equal share of the trainable elements holds its middle element. */
-static void assign_owners(vr_graph *g, const vr_step_config *s, const int *order, int no)
+void vr_graph_assign_owners(vr_graph *g, const vr_step_config *s, const int *order, int no)
 {
     if (s->world < 1 || s->zero < 1 || g->n_trainable <= 0)
         return;
@@ -123,8 +124,8 @@ void vr_optimizer_state(vr_graph *g, const vr_step_config *s)
         vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
         return;
     }
-    int no = param_order(g, np, order);
-    assign_owners(g, s, order, no);
+    int no = vr_graph_param_order(g, np, order);
+    vr_graph_assign_owners(g, s, order, no);
     int64_t nq = 0, nblocks = 0, n32 = 0, nown = 0; /* quantized elements, their blocks, f32-state elements, all */
     for (int i = 0; i < no; i++) {
         int64_t numel = vr_tensor_numel(&g->tensors[order[i]]);
@@ -214,9 +215,9 @@ static bool node_touches(const vr_node *n, int a, int b)
     return false;
 }
 
-/* Moves the nodes [first, n_nodes) (offload's copies, data parallel's collectives: one per entry of after[],
- * in that order) to right after node after[k] each; node ids held by tensors (producer) and the graph follow. */
-static void place_after(vr_graph *g, int first, const int *after)
+/* Moves the nodes [first, n_nodes) (offload's copies, data parallel's collectives, ZeRO-3's gathers: one per
+ * entry of after[], in that order) to right after node after[k] each (-1: before node 0); node ids held by tensors (producer) and the graph follow. */
+void vr_graph_place_after(vr_graph *g, int first, const int *after)
 {
     int N = g->n_nodes;
     int *newid = malloc(sizeof(int) * (size_t)(N + 1));
@@ -228,6 +229,8 @@ static void place_after(vr_graph *g, int first, const int *after)
         return;
     }
     int at = 0, c = first;
+    for (; c < N && after[c - first] < 0; c++) /* before the first node */
+        newid[c] = at++;
     for (int i = 0; i < first; i++) {
         newid[i] = at++;
         for (; c < N && after[c - first] == i; c++) /* after[] is sorted */
@@ -347,7 +350,7 @@ static void offload_nodes(vr_graph *g, const vr_step_config *s, const int *order
         fence = pt.grad;
     }
     if (!g->err)
-        place_after(g, first, after);
+        vr_graph_place_after(g, first, after);
     int normsq = norm_nodes(g, s, order, hv, no, true);
     for (int k = 0; k < no && !g->err; k++) {
         int i = key[k][1];
@@ -379,9 +382,9 @@ static void dist_nodes(vr_graph *g, const vr_step_config *s, const int *order, c
         int i = key[k][1];
         const vr_tensor *pt = &g->tensors[order[i]];
         char name[VR_NAME_MAX];
-        snprintf(name, sizeof name, "%s.%.48s", s->zero == 2 ? "reduce" : "allreduce", pt->name);
+        snprintf(name, sizeof name, "%s.%.48s", s->zero >= 2 ? "reduce" : "allreduce", pt->name);
         int root = pt->owner > 0 ? pt->owner : 0;
-        int id = vr_graph_node(g, s->zero == 2 ? VR_OP_REDUCE : VR_OP_ALLREDUCE, VR_PHASE_BACKWARD, name);
+        int id = vr_graph_node(g, s->zero >= 2 ? VR_OP_REDUCE : VR_OP_ALLREDUCE, VR_PHASE_BACKWARD, name);
         if (id < 0)
             break;
         g->nodes[id].in[0] = grads[i];
@@ -392,23 +395,23 @@ static void dist_nodes(vr_graph *g, const vr_step_config *s, const int *order, c
         fence = grads[i];
     }
     if (!g->err)
-        place_after(g, first, after);
+        vr_graph_place_after(g, first, after);
     int nown = 0;
     for (int i = 0; i < no; i++)
         if (s->zero < 2 || updates_here(&g->tensors[order[i]], s)) {
             own[nown] = order[i];
             owng[nown++] = grads[i];
         }
-    if (!g->err && s->zero == 2 && !nown && (s->grad_clip > 0 || s->precision == VR_PREC_FP16)) {
-        vr_graph_fail(g, VR_ERR_INVALID, "--zero 2: rank %d of %d owns no parameter, so it has no part of the global "
-                      "norm to give; use fewer ranks or ZeRO 1", s->rank, s->world);
+    if (!g->err && s->zero >= 2 && !nown && (s->grad_clip > 0 || s->precision == VR_PREC_FP16)) {
+        vr_graph_fail(g, VR_ERR_INVALID, "--zero %d: rank %d of %d owns no parameter, so it has no part of the global "
+                      "norm to give; use fewer ranks or ZeRO 1", s->zero, s->rank, s->world);
         goto out;
     }
     int normsq = norm_nodes(g, s, own, owng, nown, false);
     for (int i = 0; i < no && !g->err; i++)
         if (updates_here(&g->tensors[order[i]], s))
             update_node(g, s, order[i], grads[i], normsq, order[i]);
-    for (int i = 0; i < no && s->zero >= 1 && !g->err; i++) {
+    for (int i = 0; i < no && (s->zero == 1 || s->zero == 2) && !g->err; i++) { /* ZeRO-3 gathers at use */
         const vr_tensor *pt = &g->tensors[order[i]];
         char name[VR_NAME_MAX];
         snprintf(name, sizeof name, "broadcast.%.48s", pt->name);
@@ -436,7 +439,7 @@ void vr_optimizer_nodes(vr_graph *g, const vr_step_config *s, int n0)
         vr_graph_fail(g, VR_ERR_OOM, "autodiff: out of host memory");
         return;
     }
-    int np = param_order(g, n0, order), no = 0;
+    int np = vr_graph_param_order(g, n0, order), no = 0;
     for (int i = 0; i < np; i++)
         if (g->tensors[order[i]].grad >= 0) {
             grads[no] = g->tensors[order[i]].grad;

@@ -259,11 +259,10 @@ vr_status vr__trainer_load_start(vr_trainer *t)
 vr_status vr_trainer_check_save(const vr_trainer *t, const char *path)
 {
     const vr_graph *g = t->g;
-    if (g->step.world > 1 && g->step.zero >= 1 && g->master >= 0 && g->param_dtype != VR_F32)
-        return vr_error(VR_ERR_UNSUPPORTED, "--save: with --zero %d the fp32 master weights are sharded over the ranks "
-                        "and gathering them is not built yet; use --zero 0, fp32, or --save-state", g->step.zero);
     if (g->model.kind == VR_MODEL_MLP)
         return vr_error(VR_ERR_INVALID, "--save: an MLP has no model checkpoint format; save it with --save-state");
+    if (g->step.world > 1 && g->step.rank != 0)
+        return VR_OK; /* rank 0 writes */
     if (g->model.kind == VR_MODEL_GPT)
         return vr_atomic_check_writable(path);
     if (mkdir(path, 0777) && errno != EEXIST)
@@ -283,7 +282,9 @@ vr_status vr_trainer_save_model(vr_trainer *t, const char *path)
     if (!p)
         return vr_error(VR_ERR_OOM, "train: out of host memory");
     st = vr_trainer_read_params(t, p, g->n_params);
-    if (!st && g->model.kind == VR_MODEL_GPT) {
+    if (!st && g->step.world > 1 && g->step.rank != 0) {
+        /* gathered for rank 0, which writes */
+    } else if (!st && g->model.kind == VR_MODEL_GPT) {
         vr_llmc_config lc = vr__llmc_config_of(&g->model.gpt);
         st = vr_llmc_save(path, &lc, p, (size_t)g->n_params);
     } else if (!st) {

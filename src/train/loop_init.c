@@ -22,11 +22,11 @@ static double normal01(vr_rng *r)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-/* Parameter views in buffer order: the next one starting at `offset`, or -1. */
+/* The parameter at `offset` of the model's flat weights (held by this rank or not: ZeRO-3), or -1. */
 static int param_at(const vr_graph *g, int64_t offset)
 {
     for (int t = 0; t < g->n_tensors; t++)
-        if (g->tensors[t].view_of == g->params && g->tensors[t].param_offset == offset)
+        if (g->tensors[t].param_offset == offset)
             return t;
     return -1;
 }

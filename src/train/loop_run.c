@@ -116,8 +116,7 @@ static vr_status saves(vr_trainer *t, const vr_train_run_opts *o)
 {
     vr_status st = VR_OK;
     char what[512];
-    bool first = t->cfg.step.world <= 1 || t->cfg.step.rank == 0; /* the model: rank 0's (the same everywhere) */
-    if (o->save && first && !(st = vr_trainer_save_model(t, o->save)) && o->on_event) {
+    if (o->save && !(st = vr_trainer_save_model(t, o->save)) && o->on_event) { /* every rank: gathered, rank 0 writes */
         snprintf(what, sizeof what, "checkpoint %s", o->save);
         o->on_event(o->on_event_ctx, what);
     }
@@ -198,7 +197,7 @@ vr_status vr_train_run(const vr_train_config *c, const vr_train_run_opts *o, FIL
         if (models[i] && (st = vr_trainer_check_save(t, models[i])))
             goto done;
     bool json = o->progress == VR_PROGRESS_JSON, quiet = o->progress == VR_PROGRESS_QUIET;
-    if (o->save_init && (c->step.world <= 1 || c->step.rank == 0) && (st = vr_trainer_save_model(t, o->save_init)))
+    if (o->save_init && (st = vr_trainer_save_model(t, o->save_init)))
         goto done;
     if (o->eval_every >= 0 && (st = vr__trainer_eval_setup(t)))
         goto done;
