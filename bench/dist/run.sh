@@ -6,8 +6,8 @@
 #
 #   VRAM_BIN   the vram binary (default build-carry/vram; when it is not there: built into build-gpu,
 #              Release, sm_90, as bench/gpu/run.sh does)
-#   N          GPUs (default: all that nvidia-smi lists); runs on 1 and N GPUs, and 2 and 4 too when N >= 8
-#   --xl       GPT-2 XL (L=48 C=1600 NH=25), B=8 per GPU, vram at --zero 0, 1 and 2 (ZeRO 1/2 on more than
+#   N          GPUs (default: all that nvidia-smi lists); runs on 1 and N GPUs, 2 too when N >= 4, 4 when N >= 8
+#   --xl       GPT-2 XL (L=48 C=1600 NH=25), B=8 per GPU, vram at --zero 0, 1, 2 and 3 (ZeRO 1-3 on more than
 #              one GPU only) against DDP and FSDP2; default GPT-2 124M, B=16 per GPU, vram --zero 0
 #   --dry-run  print the commands, run nothing (no GPU needed)
 #
@@ -24,7 +24,7 @@
 # JSON line), .err.txt (stderr), .smi.txt (the samples), dist-[xl-]manifest.txt, dist-[xl-]table.txt,
 # dist-[xl-]summary.json, dist-gpu.txt, dist-baseline.txt, dist-vram-info.txt.
 # Environment: STEPS (30), WARMUP (5: steps left out of the median), TIMEOUT (300 s per run), SYSTEMS
-# ("vram ddp fsdp2"), ZEROS (vram's levels: "0", --xl "0 1 2"), BATCH, SEQ, COMPILE (1; 0: torch eager),
+# ("vram ddp fsdp2"), ZEROS (vram's levels: "0", --xl "0 1 2 3"), BATCH, SEQ, COMPILE (1; 0: torch eager),
 # VRAM_EXTRA / TORCH_EXTRA (more flags for every vram / torch run), TORCHRUN (torchrun), PEAK_TFLOPS (989).
 set -u -o pipefail
 # NVLink multicast stays off on the lent machines (NCCL NVLS, torch symmetric memory, NVSHMEM)
@@ -52,7 +52,7 @@ read -r -a TORCHRUN_CMD <<< "${TORCHRUN:-torchrun}"
 read -r -a VRAM_X <<< "${VRAM_EXTRA:-}"
 read -r -a TORCH_X <<< "${TORCH_EXTRA:-}"
 if [ "$XL" = 1 ]; then
-  PRESET=gpt2-xl L=48 C=1600 H=25 B=${BATCH:-8} ZEROS=${ZEROS:-0 1 2} PFX=xl-
+  PRESET=gpt2-xl L=48 C=1600 H=25 B=${BATCH:-8} ZEROS=${ZEROS:-0 1 2 3} PFX=xl-
 else
   PRESET=gpt2 L=12 C=768 H=12 B=${BATCH:-16} ZEROS=${ZEROS:-0} PFX=
 fi
@@ -67,7 +67,7 @@ if [ -z "$N" ]; then
   fi
 fi
 counts=(1)
-if [ "$N" -ge 8 ]; then counts+=(2 4); fi
+if [ "$N" -ge 8 ]; then counts+=(2 4); elif [ "$N" -ge 4 ]; then counts+=(2); fi
 if [ "$N" -gt 1 ]; then counts+=("$N"); fi
 echo "== data parallel benchmark: $([ "$XL" = 1 ] && echo "GPT-2 XL" || echo "GPT-2 124M"), B=$B per GPU, T=$T, $STEPS steps;" \
   "GPUs: ${counts[*]}; systems: $SYSTEMS; vram --zero: $ZEROS; out: $OUT"

@@ -1,22 +1,53 @@
 /* vram exec — the collectives of a data-parallel step on CUDA (see cuda_comm.h). */
 #include "exec/cuda_comm.h"
 
-/* A collective over a gradient (in the backward): on the communication stream. */
-static bool gradient_collective(const vr_node *n) { return vr__exec_is_grad_comm(n->op) && n->phase == VR_PHASE_BACKWARD; }
+/* A collective over a gradient (in the backward) or a gather: on the communication stream. */
+static bool on_comm_stream(const vr_node *n)
+{
+    return (vr__exec_is_grad_comm(n->op) && n->phase == VR_PHASE_BACKWARD) || n->op == VR_OP_GATHER;
+}
 
-vr_status vr__cuda_comms_init(vr_cuda_side *c, const vr_exec *e) { return vr__cuda_side_init(c, e->g, gradient_collective); }
+vr_status vr__cuda_comms_init(vr_cuda_side *c, const vr_exec *e) { return vr__cuda_side_init(c, e->g, on_comm_stream); }
+
+/* A gather on its owner: the parameter into the copy that the broadcast sends, on the gather's stream. */
+static vr_status gather_source(const vr_cuda_ctx *ctx, void *stream, const vr_exec_args *a)
+{
+    const vr_node *n = a->node;
+    const vr_tensor *o = &a->g->tensors[n->out[0]];
+    if (n->op != VR_OP_GATHER || n->in[0] < 0)
+        return VR_OK;
+    vr_cuda_dtype dt = o->dtype == VR_BF16 ? VR_CUDA_BF16 : o->dtype == VR_F16 ? VR_CUDA_F16 : VR_CUDA_F32;
+    vr_cuda_ctx on = *ctx;
+    on.stream = stream;
+    return vr_cuda_acc(&on, dt, a->out[0], a->in[0], (size_t)vr_tensor_numel(o), 0);
+}
 
 vr_status vr__cuda_comm_run(vr_cuda_side *c, const vr_cuda_ctx *ctx, const vr_exec_args *a)
 {
     int i = (int)(a->node - a->g->nodes);
+    vr_status st;
     if (!c->stream || !c->done[i])
-        return vr__exec_comm_node(a, ctx->stream);
-    vr_status st = vr_cuda_stream_fork(ctx, c->stream, c->mark, vr__cuda_side_fence(c, a->g, i));
+        return (st = gather_source(ctx, ctx->stream, a)) ? st : vr__exec_comm_node(a, ctx->stream);
+    st = vr_cuda_stream_fork(ctx, c->stream, c->mark, vr__cuda_side_fence(c, a->g, i));
+    if (!st)
+        st = gather_source(ctx, c->stream, a);
     if (!st)
         st = vr__exec_comm_node(a, c->stream);
     if (!st)
         st = vr_cuda_stream_record(c->stream, c->done[i]);
     if (!st && i == c->last)
         st = vr_cuda_stream_join(ctx, c->done[i]);
+    return st;
+}
+
+vr_status vr__cuda_comm_wait(const vr_cuda_side *c, const vr_cuda_ctx *ctx, const vr_exec_args *a)
+{
+    vr_status st = VR_OK;
+    for (int k = 0; k < VR_NODE_MAX_IN && c->stream && !st; k++) {
+        int t = a->node->in[k];
+        int p = t >= 0 ? a->g->tensors[t].producer : -1;
+        if (p >= 0 && a->g->nodes[p].op == VR_OP_GATHER && c->done[p])
+            st = vr_cuda_stream_join(ctx, c->done[p]);
+    }
     return st;
 }

@@ -587,14 +587,8 @@ static vr_status run_kernels(const vr_exec_args *a)
     case VR_OP_ALLREDUCE:
     case VR_OP_REDUCE:
     case VR_OP_BROADCAST:
+    case VR_OP_GATHER:
         return vr__cuda_comm_run(&s->comms, c, a);
-    case VR_OP_GATHER: { /* ZeRO-3, on the compute stream: the owner's weights into the copy, then the broadcast */
-        vr_cuda_dtype wdt;
-        if (n->in[0] >= 0 && ((st = dtype_of(a, n->out[0], &wdt)) ||
-                              (st = vr_cuda_acc(c, wdt, a->out[0], a->in[0], (size_t)numel(a, n->out[0]), 0))))
-            return st;
-        return vr__exec_comm_node(a, c->stream);
-    }
     default:
         return vr_error(VR_ERR_UNSUPPORTED, "cuda: no kernel for op %s", vr_op_name(n->op));
     }
@@ -607,6 +601,8 @@ static vr_status cuda_run_node(const vr_exec_args *a)
     vr_status st = vr__cuda_prof_before(s->prof, &s->ctx, i);
     if (!st)
         st = vr__cuda_times_before(&s->copies, &s->ctx, i, a->micro);
+    if (!st)
+        st = vr__cuda_comm_wait(&s->comms, &s->ctx, a);
     if (!st)
         st = run_kernels(a);
     if (!st)

@@ -4,21 +4,22 @@
  * its master and optimizer state: whole parameters, vr_graph_assign_owners). Before every node outside the
  * optimizer that reads such a parameter, a gather node gives every rank a copy of it (the owner sends) in a
  * temporary of the parameter's shape, role params, which dies after that node; the node reads the copy. So a
- * weight is gathered once in the forward, once more in the backward (and in a recompute), and beyond its own
- * share a rank holds only the weights of the node that runs. The parameter buffer then holds this rank's
+ * weight is gathered once in the forward, once more in the backward (and in a recompute). The parameter buffer then holds this rank's
  * parameters (and the frozen ones, which every rank keeps) in buffer order; the other parameter tensors stop
  * being views of it and, read by no node, take no memory. Their param_offset still places every parameter in
  * the model's flat weights (initialisation and checkpoints see all of them).
  *
  * The gathers are the same nodes in the same order on every rank (only their input differs: the parameter on
- * its owner, none elsewhere). They run where their node runs, on the compute stream: no prefetch yet. */
+ * its owner, none elsewhere). Each is placed one layer ahead of its reader (prefetch), so that on a GPU the
+ * next layer's weights arrive while this one computes (exec/cuda_comm.h); the plan counts the copies from
+ * there, so a rank holds its share plus about two layers' weights. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "graph/graph_internal.h"
 
 /* The gathers for node i's reads of sharded parameters (one per parameter, whatever the slots reading it). */
-static void gather_reads(vr_graph *g, const vr_step_config *s, int i, const bool *sharded, int *after, int *na)
+static void gather_reads(vr_graph *g, const vr_step_config *s, int i, const bool *sharded, int *reader, int *na)
 {
     for (int k = 0; k < VR_NODE_MAX_IN && !g->err; k++) {
         int p = g->nodes[i].in[k];
@@ -41,7 +42,25 @@ static void gather_reads(vr_graph *g, const vr_step_config *s, int i, const bool
         for (int j = k; j < VR_NODE_MAX_IN; j++)
             if (g->nodes[i].in[j] == p)
                 g->nodes[i].in[j] = copy;
-        after[(*na)++] = i - 1;
+        reader[(*na)++] = i;
+    }
+}
+
+/* Where the gathers go (reader[u]: the node that reads gather u's copy, non-decreasing; turned into the node
+ * each is placed after): one layer ahead, i.e. K gathers earlier, K the most gathers of one layer's forward:
+ * gather u right after the reader of gather u - K (the first K before the first node), and before its own. */
+static void prefetch(const vr_graph *g, int N, int *reader, int na)
+{
+    int *per = calloc((size_t)N + 1, sizeof(int)), K = 1;
+    for (int u = 0; per && u < na; u++) {
+        const vr_node *r = &g->nodes[reader[u]];
+        if (r->phase == VR_PHASE_FORWARD && r->layer >= 0 && r->layer < N && ++per[r->layer] > K)
+            K = per[r->layer];
+    }
+    free(per);
+    for (int u = na - 1; u >= 0; u--) { /* from the end: reader[u - K] is still a reader */
+        int early = u >= K ? reader[u - K] : -1;
+        reader[u] = early < reader[u] - 1 ? early : reader[u] - 1;
     }
 }
 
@@ -83,6 +102,7 @@ vr_status vr_graph_zero3(vr_graph *g, const vr_step_config *s)
     for (int i = 0; i < N && !g->err; i++)
         if (g->nodes[i].phase != VR_PHASE_OPTIMIZER)
             gather_reads(g, s, i, sharded, after, &na);
+    prefetch(g, N, after, na);
     if (!g->err)
         vr_graph_place_after(g, N, after);
     /* the parameter buffer: this rank's parameters and the frozen ones, in buffer order */

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The largest GPT that vram's ZeRO-3 trains on the GPUs of one host, from the repo root on the GPU machine:
+#   bash bench/dist/big.sh [VRAM] [N]     (VRAM: default build-carry/vram; N: GPUs, default all)
+# For each shape in SHAPES ("L:C:NH" list; default the 6.7B GPT-3 shape with heads of 64: 32:4096:64), bf16
+# weights with an fp32 master and AdamW state, B=1 per GPU (BATCH), T=2048 (SEQ), recompute block, clip 1.0:
+# `vram plan --gpus N --zero 3` (every rank's bytes), then `vram train --gpus N --zero 3` for STEPS (8) steps
+# under nvidia-smi sampling (every 50 ms, peak per GPU above the idle baseline); prints tokens/s, MFU (6N +
+# 6LCT flops per token over 989 TFLOP/s per GPU), the plan's arena and rank 0's allocated arena, and the
+# peaks. Outputs under $OUT: big-<shape>.plan.txt, .train.txt, .smi.
+set -uo pipefail
+V=${1:-build-carry/vram}
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
+n=${2:-$(nvidia-smi -L | wc -l)}
+B=${BATCH:-1} T=${SEQ:-2048} STEPS=${STEPS:-8}
+nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits >"$out/big-idle.csv"
+for shape in ${SHAPES:-32:4096:64}; do
+  IFS=: read -r L C H <<<"$shape"
+  tag=big-L${L}C${C}
+  f=(--device cuda --layers "$L" --channels "$C" --heads "$H" --batch "$B" --seq "$T" --precision bf16 --optim adamw
+     --recompute block --clip 1.0 --gpus "$n" --zero 3)
+  "$V" plan "${f[@]}" >"$out/$tag.plan.txt" 2>&1
+  nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 50 >"$out/$tag.smi" &
+  mon=$!
+  timeout 480 "$V" train "${f[@]}" --lr 1e-4 --warmup 0 --lr-schedule constant --eval-every -1 --steps "$STEPS" \
+    >"$out/$tag.train.txt" 2>&1
+  rc=$?
+  kill $mon; wait $mon 2>/dev/null
+  params=$(grep -o '[0-9]* params' "$out/$tag.plan.txt" | head -1 | cut -d' ' -f1)
+  ms=$(grep -o '[0-9.]* ms/step' "$out/$tag.train.txt" | tail -1 | cut -d' ' -f1)
+  tps=$(grep -o '[0-9]* tokens/s' "$out/$tag.train.txt" | tail -1 | cut -d' ' -f1)
+  peaks=$(awk -F', ' 'NR==FNR { idle[$1] = $2; next } { d = $2 - idle[$1]; if (d > m[$1]) m[$1] = d }
+    END { for (g in m) printf "gpu%s %.2f GiB  ", g, m[g] / 1024 }' "$out/big-idle.csv" "$out/$tag.smi")
+  mfu=$(awk -v p="${params:-0}" -v L="$L" -v C="$C" -v T="$T" -v t="${tps:-0}" -v n="$n" \
+    'BEGIN { printf "%.1f", 100 * t * (6 * p + 6 * L * C * T) / (n * 989e12) }')
+  echo "$tag ($params params) on $n GPUs, ZeRO 3, B=$B/GPU T=$T: rc $rc, ${ms:-?} ms/step, ${tps:-?} tokens/s," \
+    "MFU ${mfu}%; peak above idle: $peaks"
+  grep -E "^rank|^[0-9]+ +[0-9.]+ [GMK]iB" "$out/$tag.plan.txt" | head -$((n + 1))
+  grep -E "^arena|^device|allocated|rror" "$out/$tag.train.txt" | head -6
+done
