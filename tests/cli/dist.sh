@@ -96,7 +96,7 @@ PY
 
 . "$(dirname "$0")/lib/expect.sh"
 expect 2 "^vram train: --zero: stage 1 needs data parallel ranks" train --preset tiny --zero 1 --steps 1
-expect 2 "^vram plan: --zero: stage 4: must be 0, 1, 2 or 3" plan --preset tiny --gpus 2 --zero 4
+expect 2 "^vram plan: --zero: 4 is out of range \[0, 3\]" plan --preset tiny --gpus 2 --zero 4
 expect 2 "^vram train: --gpus: ranks on GPUs need --device cuda" train --preset tiny --gpus 2 --device cpu
 expect 2 "^vram train: --offload: not yet with several ranks" train --preset tiny --gpus 2 --offload optim
 echo "dist: ok"
