@@ -31,6 +31,12 @@ static int param_at(const vr_graph *g, int64_t offset)
     return -1;
 }
 
+/* Draws of the RNG per element of an initialisation (normal: two uniforms, Box-Muller). */
+static uint64_t draws_per(vr_init init) { return init == VR_INIT_NORMAL ? 2 : init == VR_INIT_UNIFORM ? 1 : 0; }
+
+/* One sequence of draws in element order over every parameter, as if drawn one by one; splitmix64 jumps to
+ * any point (its state advances by a constant per draw), so chunks of a tensor are drawn in parallel and the
+ * values do not depend on the thread count. */
 void vr_train_init_params(const vr_graph *g, uint64_t seed, float *params)
 {
     vr_rng r = vr_rng_seed(seed);
@@ -44,14 +50,25 @@ void vr_train_init_params(const vr_graph *g, uint64_t seed, float *params)
         float *p = params + off;
         if (g->model.kind == VR_MODEL_GPT && !strcmp(x->name, "wte"))
             n = (int64_t)g->model.gpt.V * g->model.gpt.C; /* padded rows stay 0 */
-        for (int64_t i = 0; i < n; i++) {
-            switch (x->init) {
-            case VR_INIT_ONES: p[i] = 1.0f; break;
-            case VR_INIT_NORMAL: p[i] = (float)(normal01(&r) * x->init_scale); break;
-            case VR_INIT_UNIFORM: p[i] = (float)((2.0 * uniform01(&r) - 1.0) * x->init_scale); break;
-            default: p[i] = 0.0f; break;
+        const uint64_t per = draws_per(x->init);
+        const vr_rng base = r;
+        const vr_init init = x->init;
+        const double scale = x->init_scale;
+        const int64_t chunk = 1 << 16;
+#pragma omp parallel for schedule(static) if (n > 4 * chunk)
+        for (int64_t c = 0; c < n; c += chunk) {
+            vr_rng cr = vr_rng_jump(base, (uint64_t)c * per);
+            int64_t end = c + chunk < n ? c + chunk : n;
+            for (int64_t i = c; i < end; i++) {
+                switch (init) {
+                case VR_INIT_ONES: p[i] = 1.0f; break;
+                case VR_INIT_NORMAL: p[i] = (float)(normal01(&cr) * scale); break;
+                case VR_INIT_UNIFORM: p[i] = (float)((2.0 * uniform01(&cr) - 1.0) * scale); break;
+                default: p[i] = 0.0f; break;
+                }
             }
         }
+        r = vr_rng_jump(base, (uint64_t)n * per);
         off += vr_tensor_numel(x);
     }
 }
