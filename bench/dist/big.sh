@@ -2,7 +2,7 @@
 # The largest GPT that vram's ZeRO-3 trains on the GPUs of one host, from the repo root on the GPU machine:
 #   bash bench/dist/big.sh [VRAM] [N]     (VRAM: default build-carry/vram; N: GPUs, default all)
 # For each shape in SHAPES ("L:C:NH" list; default the 6.7B GPT-3 shape with heads of 64: 32:4096:64), bf16
-# weights with an fp32 master and AdamW state, B=1 per GPU (BATCH), T=2048 (SEQ), recompute block, clip 1.0:
+# weights with an fp32 master and AdamW state, GPT-2 vocabulary (50257), B=1 per GPU (BATCH), T=2048 (SEQ), recompute block, clip 1.0:
 # `vram plan --gpus N --zero 3` (every rank's bytes), then `vram train --gpus N --zero 3` for STEPS (8) steps
 # under nvidia-smi sampling (every 50 ms, peak per GPU above the idle baseline); prints tokens/s, MFU (6N +
 # 6LCT flops per token over 989 TFLOP/s per GPU), the plan's arena and rank 0's allocated arena, and the
@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits >"$out/bi
 for shape in ${SHAPES:-32:4096:64}; do
   IFS=: read -r L C H <<<"$shape"
   tag=big-L${L}C${C}
-  f=(--device cuda --layers "$L" --channels "$C" --heads "$H" --batch "$B" --seq "$T" --precision bf16 --optim adamw
+  f=(--device cuda --layers "$L" --channels "$C" --heads "$H" --vocab 50257 --batch "$B" --seq "$T" --precision bf16 --optim adamw
      --recompute block --clip 1.0 --gpus "$n" --zero 3)
   "$V" plan "${f[@]}" >"$out/$tag.plan.txt" 2>&1
   nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 50 >"$out/$tag.smi" &
