@@ -34,10 +34,12 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 #define VR_MAX_DIMS 4
 #define VR_NODE_MAX_IN 6
@@ -514,6 +516,7 @@ int vr_graph_count_phase(const vr_graph *g, vr_phase p);
 /* Writes one line per node: index, phase, op, name, and each slot's tensor with its shape. */
 void vr_graph_print(const vr_graph *g, FILE *f);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif
