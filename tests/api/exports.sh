@@ -13,6 +13,13 @@ fail() { echo "FAIL: $*"; exit 1; }
 [ -f "$lib" ] || fail "no library at $lib"
 syms=$(nm -D --defined-only "$lib" | awk '{print $3}' | sed 's/@.*//' | sort -u)
 [ -n "$syms" ] || fail "$lib exports nothing"
+# AddressSanitizer builds add an ODR indicator (__odr_asan.NAME) beside each exported variable NAME:
+# part of that variable, not API of its own.
+odr=$(grep '^__odr_asan[._]' <<<"$syms" || true)
+syms=$(grep -v '^__odr_asan[._]' <<<"$syms" || true)
+for o in $odr; do
+    grep -qx "${o#__odr_asan?}" <<<"$syms" || fail "$o is exported without the variable it indicates"
+done
 bad=$(grep -v '^vr_' <<<"$syms" || true)
 if [ -n "$bad" ]; then
     echo "FAIL: $(wc -l <<<"$bad") exported symbols of $lib do not start with vr_:"
