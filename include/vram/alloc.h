@@ -25,10 +25,12 @@
 #include <stdint.h>
 #include "vram/device.h"
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 typedef struct vr_alloc vr_alloc;
 
@@ -150,6 +152,7 @@ vr_status vr_alloc_write_chrome_trace(vr_alloc *a, const char *path);
 /* The snapshot as a JSON string (caller frees). */
 char *vr_alloc_snapshot_json(vr_alloc *a);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -11,10 +11,12 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 typedef struct vr_atomic_file {
     FILE *f;          /* the temporary file, NULL once closed */
@@ -50,6 +52,7 @@ vr_status vr_atomic_write_file(const char *path, const void *buf, size_t n);
  * `bytes` bytes have been written to one file; negative turns it off. */
 void vr_atomic_fail_after(int64_t bytes);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

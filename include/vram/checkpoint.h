@@ -14,10 +14,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 #define VR_LLMC_MAGIC 20240326
 #define VR_LLMC_VERSION_FP32 3
@@ -62,6 +64,7 @@ vr_status vr_llmc_load(const char *path, const vr_llmc_config *model, float *par
 /* Saves n = vr_llmc_num_params(cfg) fp32 parameters with cfg's header, atomically. */
 vr_status vr_llmc_save(const char *path, const vr_llmc_config *cfg, const float *params, size_t n);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

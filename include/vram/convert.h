@@ -6,14 +6,17 @@
 
 #include <stddef.h>
 #include "vram/graph.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 /* Converts n elements between VR_F32 / VR_BF16 / VR_F16; dst == src only when to == from. */
 void vr_convert(vr_dtype to, void *dst, vr_dtype from, const void *src, size_t n);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

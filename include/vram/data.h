@@ -16,10 +16,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 #define VR_TOKENS_MAGIC 20240520
 #define VR_TOKENS_VERSION 1      /* uint16 tokens (llm.c) */
@@ -122,6 +124,7 @@ vr_status vr_tokens_write32(const char *path, const int32_t *tokens, uint64_t n)
  * printable ASCII and '\n' only. */
 void vr_corpus_generate(uint64_t seed, uint8_t *out, size_t n);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

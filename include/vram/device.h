@@ -32,10 +32,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 /* Capacity of "meta" when the spec names none: one 80 GiB H100/A100. */
 #define VR_META_DEFAULT_CAPACITY ((uint64_t)80 << 30)
@@ -266,6 +268,7 @@ vr_status vr_gpu_count(int *n);
 /* One sample of GPU index. */
 vr_status vr_gpu_sample_get(int index, vr_gpu_sample *out);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

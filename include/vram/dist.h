@@ -22,7 +22,9 @@
 
 #include "vram/graph.h"
 #include "vram/status.h"
+#include "vram/export.h"
 
+VR_API_BEGIN
 typedef struct vr_comm vr_comm;
 
 typedef enum vr_comm_engine { VR_COMM_SELF, VR_COMM_MPI, VR_COMM_NCCL } vr_comm_engine;
@@ -83,5 +85,6 @@ vr_status vr_comm_sum_host_f32(vr_comm *c, float *v, int64_t n);
 
 /* Ends the communicator (MPI: finalizes MPI, once every communicator is freed). NULL is allowed. */
 void vr_comm_free(vr_comm *c);
+VR_API_END
 
 #endif

@@ -49,10 +49,12 @@
 #include "vram/graph.h"
 #include "vram/plan.h"
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 typedef struct vr_exec vr_exec;
 
@@ -217,6 +219,7 @@ const vr_plan *vr_exec_plan(const vr_exec *e);
 vr_device *vr_exec_device(const vr_exec *e);
 const char *vr_exec_backend_name(const vr_exec *e);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -39,10 +39,12 @@
 #include <stdio.h>
 #include "vram/graph.h"
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 #define VR_FIT_MAX_BATCH (1 << 20) /* the search stops here (reported as capped) */
 #define VR_FIT_MAX_ROWS 108        /* 3 precisions × 3 recompute policies × 3 state formats × 2 masters × 2
@@ -170,6 +172,7 @@ void *vr_fit_json(const vr_fit_result *r);
  * fits}, "next": {...}} (caller deletes); NULL when out of memory. */
 void *vr_fit_batch_json(const vr_fit_batch *b);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

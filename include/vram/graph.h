@@ -34,10 +34,12 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 #define VR_MAX_DIMS 4
 #define VR_NODE_MAX_IN 6
@@ -455,7 +457,14 @@ int vr_graph_param(vr_graph *g, const char *name, int ndim, const int64_t *shape
  * what autodiff differentiates. Builders call it last. */
 vr_status vr_graph_set_loss(vr_graph *g, int losses);
 
-/* A new node (slots all -1); returns its id or -1. Builders fill the slots. */
+/* Declares the step's inputs, the tensors vr_exec_batch fills (g->tokens, g->targets): `inputs` any
+ * tensor of role VR_ROLE_INPUT, `targets` one of dtype VR_I32 (class ids, -1 ignores a row). For a
+ * model built tensor by tensor; the builders declare theirs. VR_ERR_INVALID naming the tensor. */
+vr_status vr_graph_set_inputs(vr_graph *g, int inputs, int targets);
+
+/* A new node (slots all -1); returns its id or -1. Builders fill the slots. An op outside the
+ * enum is VR_ERR_INVALID; autodiff refuses (VR_ERR_UNSUPPORTED) a forward node of an op it has no
+ * backward rule for, naming it. */
 int vr_graph_node(vr_graph *g, vr_op op, vr_phase phase, const char *name);
 
 /* Forward op builders: each checks shapes (VR_ERR_INVALID naming the node and
@@ -514,6 +523,7 @@ int vr_graph_count_phase(const vr_graph *g, vr_phase p);
 /* Writes one line per node: index, phase, op, name, and each slot's tensor with its shape. */
 void vr_graph_print(const vr_graph *g, FILE *f);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

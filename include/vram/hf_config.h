@@ -9,10 +9,12 @@
 
 #include "vram/safetensors.h"
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 typedef struct vr_hf_config {
     char model_type[32];         /* "llama", "qwen2", "mistral" */
@@ -87,6 +89,7 @@ vr_status vr_hf_load_llama(const char *path, const vr_llama_config *c, float *pa
  * atomically; creates dir. transformers' from_pretrained(dir) loads it. */
 vr_status vr_hf_save_llama(const char *dir, const vr_llama_config *c, const float *params, vr_dtype dtype);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

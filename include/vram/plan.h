@@ -35,10 +35,12 @@
 #include <stdio.h>
 #include "vram/graph.h"
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 #define VR_PLAN_ALIGN 256
 
@@ -148,6 +150,7 @@ void vr_plan_print(const vr_plan *p, FILE *f, bool timeline);
 /* The same as JSON (caller frees): {"roles": {...}, "peak": ..., "arena": ..., "timeline": [...]}. */
 char *vr_plan_json(const vr_plan *p, bool timeline);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -16,10 +16,12 @@
 #include "vram/fit.h"
 #include "vram/plan.h"
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 /* What a measured run adds to the report (vram report --run): per node of the plan's graph. */
 typedef struct vr_report_run {
@@ -73,6 +75,7 @@ vr_status vr_trace_close(vr_trace *t, bool commit);
 extern const char vr_report_page_head[];
 extern const char vr_report_page_tail[];
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

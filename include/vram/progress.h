@@ -12,10 +12,12 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 typedef enum vr_progress_mode {
     VR_PROGRESS_AUTO,  /* BAR when the stream is a terminal, else LINES */
@@ -72,6 +74,7 @@ void vr_progress_close(vr_progress *p);
 /* Formats seconds as "45s", "12m03s" or "3h07m". Returns buf. */
 char *vr_format_duration(double seconds, char *buf, size_t cap);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -18,10 +18,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "vram/alloc.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 typedef struct vr_replay_options {
     const char *policy;            /* allocator policy (NULL = "pytorch") */
@@ -60,6 +62,7 @@ typedef struct vr_replay_result {
  * error: it is counted in ooms. */
 vr_status vr_replay_file(const char *path, const vr_replay_options *opt, vr_replay_result *out);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -14,10 +14,12 @@
 #include "vram/convert.h"
 #include "vram/graph.h"
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 #define VR_ST_MAX_DIMS 8
 #define VR_ST_MAX_HEADER (100u * 1024 * 1024) /* bytes of JSON header accepted */
@@ -77,6 +79,7 @@ typedef struct vr_st_write_tensor {
 vr_status vr_st_write(const char *path, const vr_st_write_tensor *tensors, int n,
                       const char *const *meta_keys, const char *const *meta_values, int n_meta);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

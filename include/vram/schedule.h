@@ -10,10 +10,12 @@
 
 #include <stdint.h>
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 typedef enum vr_lr_kind {
     VR_LR_CONSTANT,
@@ -40,6 +42,7 @@ vr_status vr_lr_parse_kind(const char *text, const char *what, vr_lr_kind *out);
 /* The name of a kind ("constant", "cosine"). */
 const char *vr_lr_kind_name(vr_lr_kind kind);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

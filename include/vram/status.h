@@ -6,9 +6,12 @@
 #ifndef VRAM_STATUS_H
 #define VRAM_STATUS_H
 
+#include "vram/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 typedef enum vr_status {
     VR_OK = 0,
@@ -33,6 +36,7 @@ void vr_clear_error(void);
 /* A short constant name for a status ("ok", "out of memory", ...). */
 const char *vr_status_name(vr_status s);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

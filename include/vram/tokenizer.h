@@ -10,10 +10,12 @@
 #include <stdint.h>
 
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 typedef struct vr_tokenizer vr_tokenizer;
 
@@ -36,6 +38,7 @@ int vr_tokenizer_token_id(const vr_tokenizer *tk, const char *token);
  * Fails naming the tokenizer file when a piece has no token (no byte fallback). */
 vr_status vr_tokenizer_encode(const vr_tokenizer *tk, const char *text, size_t len, int32_t **ids, size_t *n);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -34,10 +34,12 @@
 #include "vram/progress.h"
 #include "vram/schedule.h"
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 typedef struct vr_train_config {
     vr_model_config model;        /* the model and the micro-batch (B rows of T tokens) */
@@ -185,6 +187,7 @@ vr_status vr_train_run(const vr_train_config *c, const vr_train_run_opts *o, FIL
 /* Prints the planned-vs-measured table of a trainer's executor. */
 void vr_train_print_memory(vr_trainer *t, FILE *out);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -17,10 +17,12 @@
 #include <stdint.h>
 #include "vram/data.h"
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 #define VR_STATE_VERSION 1
 #define VR_STATE_NAME_MAX 24  /* names, including the terminating NUL */
@@ -79,6 +81,7 @@ vr_status vr_state_config_match(const char *path, const vr_train_state *file, co
  * written and must not be used. */
 vr_status vr_state_load(const char *path, vr_train_state *s);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

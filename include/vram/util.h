@@ -6,10 +6,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "vram/status.h"
+#include "vram/export.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+VR_API_BEGIN
 
 #define VR_KiB ((uint64_t)1 << 10)
 #define VR_MiB ((uint64_t)1 << 20)
@@ -34,6 +36,7 @@ bool vr_add_i64(int64_t a, int64_t b, int64_t *out);
 /* Monotonic wall clock in nanoseconds. */
 uint64_t vr_now_ns(void);
 
+VR_API_END
 #ifdef __cplusplus
 }
 #endif

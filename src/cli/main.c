@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "vram/version.h"
 
 static int cmd_help(int argc, char **argv);
 
@@ -63,7 +64,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
         return cmd_help(0, NULL);
     if (!strcmp(argv[1], "--version")) {
-        printf("vram 0.1.0\n");
+        printf("vram %s\n", vr_version());
         return 0;
     }
     for (int i = 0; i < ncommands; i++)

@@ -299,14 +299,7 @@ static void backward_op(ad *a, int n)
 {
     vr_graph *g = a->g;
     vr_node f = g->nodes[n];
-    bool in_ng[VR_NODE_MAX_IN];
-    for (int k = 0; k < VR_NODE_MAX_IN; k++)
-        in_ng[k] = ng(a, f.in[k]);
-    int reads[VR_NODE_MAX_IN];
-    vr_backward_reads(g, n, in_ng, reads);
-    for (int k = 0; k < VR_NODE_MAX_IN; k++) /* may emit recompute nodes */
-        reads[k] = vr_recomp_get(a->rc, reads[k]);
-
+    /* The ops with a backward rule; 0 (= VR_OP_EMBEDDING, itself differentiable) marks the others. */
     static const vr_op bwd_of[VR_OP_COUNT] = {
         [VR_OP_EMBEDDING] = VR_OP_EMBEDDING_BWD, [VR_OP_LAYERNORM] = VR_OP_LAYERNORM_BWD,
         [VR_OP_MATMUL] = VR_OP_MATMUL_BWD,       [VR_OP_ATTENTION] = VR_OP_ATTENTION_BWD,
@@ -315,6 +308,19 @@ static void backward_op(ad *a, int n)
         [VR_OP_RMSNORM] = VR_OP_RMSNORM_BWD,     [VR_OP_ROPE] = VR_OP_ROPE_BWD,
         [VR_OP_SWIGLU] = VR_OP_SWIGLU_BWD,
     };
+    if ((unsigned)f.op >= VR_OP_COUNT || bwd_of[f.op] == VR_OP_EMBEDDING) {
+        vr_graph_fail(g, VR_ERR_UNSUPPORTED, "backward: forward node %s is a %s, an op autodiff has no backward "
+                      "rule for", f.name, vr_op_name(f.op));
+        return;
+    }
+    bool in_ng[VR_NODE_MAX_IN];
+    for (int k = 0; k < VR_NODE_MAX_IN; k++)
+        in_ng[k] = ng(a, f.in[k]);
+    int reads[VR_NODE_MAX_IN];
+    vr_backward_reads(g, n, in_ng, reads);
+    for (int k = 0; k < VR_NODE_MAX_IN; k++) /* may emit recompute nodes */
+        reads[k] = vr_recomp_get(a->rc, reads[k]);
+
     int id = bwd_node(a, bwd_of[f.op], n);
     if (id < 0)
         return;

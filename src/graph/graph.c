@@ -231,6 +231,9 @@ int vr_graph_node(vr_graph *g, vr_op op, vr_phase phase, const char *name)
 {
     if (g->err)
         return -1;
+    if ((unsigned)op >= VR_OP_COUNT)
+        return vr_graph_fail(g, VR_ERR_INVALID, "node %s: op %d is not one of the %d ops (vr_op)", name ? name : "",
+                             (int)op, VR_OP_COUNT);
     if (g->n_nodes == g->cap_nodes) {
         int cap = g->cap_nodes ? 2 * g->cap_nodes : 256;
         vr_node *n = realloc(g->nodes, (size_t)cap * sizeof *n);
@@ -266,6 +269,28 @@ vr_status vr_graph_set_loss(vr_graph *g, int losses)
     g->tensors[losses].output = true;
     g->n_forward = g->n_nodes;
     g->n_trainable = g->params >= 0 ? g->n_params : 0;
+    return VR_OK;
+}
+
+/* One input tensor of a step for vr_graph_set_inputs (its storage, role inputs, of dtype dt unless dt < 0). */
+static bool is_input(const vr_graph *g, int t, int dt)
+{
+    return t >= 0 && t < g->n_tensors && g->tensors[t].role == VR_ROLE_INPUT && g->tensors[t].view_of < 0 &&
+           (dt < 0 || (int)g->tensors[t].dtype == dt);
+}
+
+vr_status vr_graph_set_inputs(vr_graph *g, int inputs, int targets)
+{
+    if (g->err)
+        return g->err;
+    if (!is_input(g, inputs, -1))
+        return vr_graph_fail(g, VR_ERR_INVALID, "inputs: tensor %d is not an input (a tensor of role inputs, not a "
+                             "view)", inputs), g->err;
+    if (!is_input(g, targets, VR_I32) || targets == inputs)
+        return vr_graph_fail(g, VR_ERR_INVALID, "targets: tensor %d is not a second input of dtype i32", targets),
+               g->err;
+    g->tokens = inputs;
+    g->targets = targets;
     return VR_OK;
 }
 
