@@ -47,6 +47,8 @@ VR_API_BEGIN
 #define VR_NAME_MAX 64
 /* The most data-parallel ranks a step may have (vr_step_config.world). */
 #define VR_MAX_RANKS 4096
+/* Data parallel: gradients are communicated in buckets of about this many bytes (PyTorch DDP's 25 MiB). */
+#define VR_DIST_BUCKET_BYTES ((int64_t)25 << 20)
 #define VR_MLP_MAX_SIZES 16
 
 /* U8: the codes of 8-bit optimizer state (indices into a 256-entry quantization map). */
