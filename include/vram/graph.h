@@ -131,9 +131,10 @@ typedef enum vr_op {
                            * rank's x, in place (ZeRO-2: a gradient to its owner; the others' copy dies here) */
     VR_OP_BROADCAST,      /* in: x                                            every rank's x = rank `root`'s x, in
                            * place (ZeRO-1/2: the owner's updated weights to every rank) */
-    VR_OP_GATHER,         /* in: w (the owner's; -1 on the other ranks)       out: every rank's copy of the
-                           * owner's w (ZeRO-3: a sharded parameter brought to every rank just before a node
-                           * reads it; the copy dies after that node). Runs on every micro-batch */
+    VR_OP_GATHER,         /* in: w0..w5 (the owner's; -1 on the other ranks)  out: every rank's copy of the
+                           * owner's w0, w1, ... one after the other (ZeRO-3: sharded parameters brought to
+                           * every rank a layer before the nodes that read them, through views of the copy,
+                           * which dies after the last). Runs on every micro-batch */
     VR_OP_COUNT
 } vr_op;
 

@@ -9,17 +9,26 @@ static bool on_comm_stream(const vr_node *n)
 
 vr_status vr__cuda_comms_init(vr_cuda_side *c, const vr_exec *e) { return vr__cuda_side_init(c, e->g, on_comm_stream); }
 
-/* A gather on its owner: the parameter into the copy that the broadcast sends, on the gather's stream. */
+/* A gather on its owner: the parameters, one after the other, into the copy that the broadcast sends, on the
+ * gather's stream. */
 static vr_status gather_source(const vr_cuda_ctx *ctx, void *stream, const vr_exec_args *a)
 {
     const vr_node *n = a->node;
     const vr_tensor *o = &a->g->tensors[n->out[0]];
-    if (n->op != VR_OP_GATHER || n->in[0] < 0)
+    if (n->op != VR_OP_GATHER)
         return VR_OK;
     vr_cuda_dtype dt = o->dtype == VR_BF16 ? VR_CUDA_BF16 : o->dtype == VR_F16 ? VR_CUDA_F16 : VR_CUDA_F32;
     vr_cuda_ctx on = *ctx;
     on.stream = stream;
-    return vr_cuda_acc(&on, dt, a->out[0], a->in[0], (size_t)vr_tensor_numel(o), 0);
+    size_t off = 0;
+    vr_status st = VR_OK;
+    for (int k = 0; k < VR_NODE_MAX_IN && !st; k++)
+        if (n->in[k] >= 0) {
+            size_t m = (size_t)vr_tensor_numel(&a->g->tensors[n->in[k]]);
+            st = vr_cuda_acc(&on, dt, (char *)a->out[0] + off * vr_cuda_dtype_size(dt), a->in[k], m, 0);
+            off += m;
+        }
+    return st;
 }
 
 vr_status vr__cuda_comm_run(vr_cuda_side *c, const vr_cuda_ctx *ctx, const vr_exec_args *a)

@@ -41,7 +41,7 @@ static const vr_op_info op_table[VR_OP_COUNT] = {
     [VR_OP_ALLREDUCE] = {"allreduce", "vr_comm_allreduce", {"x", "fence"}, {NULL}},
     [VR_OP_REDUCE] = {"reduce", "vr_comm_reduce", {"x", "fence"}, {NULL}},
     [VR_OP_BROADCAST] = {"broadcast", "vr_comm_broadcast", {"x"}, {NULL}},
-    [VR_OP_GATHER] = {"gather", "vr_comm_broadcast", {"w"}, {"out"}},
+    [VR_OP_GATHER] = {"gather", "vr_comm_broadcast", {"w0", "w1", "w2", "w3", "w4", "w5"}, {"out"}},
 };
 
 const vr_op_info *vr_op_get_info(vr_op op)

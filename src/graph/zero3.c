@@ -18,49 +18,96 @@
 
 #include "graph/graph_internal.h"
 
-/* The gathers for node i's reads of sharded parameters (one per parameter, whatever the slots reading it). */
-static void gather_reads(vr_graph *g, const vr_step_config *s, int i, const bool *sharded, int *reader, int *na)
+typedef struct use {
+    int reader, param; /* node reader reads sharded parameter param (one entry per parameter a node reads) */
+} use;
+
+/* The reads of sharded parameters by the nodes outside the optimizer, in node order; their count. */
+static int find_uses(const vr_graph *g, const bool *sharded, use *u)
 {
-    for (int k = 0; k < VR_NODE_MAX_IN && !g->err; k++) {
-        int p = g->nodes[i].in[k];
-        if (p < 0 || !sharded[p])
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const vr_node *nd = &g->nodes[i];
+        if (nd->phase == VR_PHASE_OPTIMIZER)
             continue;
-        vr_tensor pt = g->tensors[p]; /* vr_graph_tensor may move g->tensors */
-        char name[VR_NAME_MAX];
-        snprintf(name, sizeof name, "gathered.%.48s", pt.name);
-        int copy = vr_graph_tensor(g, name, pt.dtype, VR_ROLE_PARAM, pt.ndim, pt.shape);
-        snprintf(name, sizeof name, "gather.%.48s", pt.name);
-        int id = vr_graph_node(g, VR_OP_GATHER, g->nodes[i].phase, name);
-        if (copy < 0 || id < 0)
-            return;
-        g->tensors[copy].persistent = false;
-        g->nodes[id].in[0] = pt.owner == s->rank ? p : -1;
-        g->nodes[id].out[0] = copy;
-        g->nodes[id].root = pt.owner;
-        g->nodes[id].layer = g->nodes[i].layer;
-        g->tensors[copy].producer = id;
-        for (int j = k; j < VR_NODE_MAX_IN; j++)
-            if (g->nodes[i].in[j] == p)
-                g->nodes[i].in[j] = copy;
-        reader[(*na)++] = i;
+        for (int k = 0; k < VR_NODE_MAX_IN; k++) {
+            int p = nd->in[k], seen = 0;
+            for (int j = 0; j < k; j++)
+                seen |= nd->in[j] == p;
+            if (p >= 0 && sharded[p] && !seen)
+                u[n++] = (use){i, p};
+        }
     }
+    return n;
 }
 
-/* Where the gathers go (reader[u]: the node that reads gather u's copy, non-decreasing; turned into the node
- * each is placed after): one layer ahead, i.e. K gathers earlier, K the most gathers of one layer's forward:
- * gather u right after the reader of gather u - K (the first K before the first node), and before its own. */
-static void prefetch(const vr_graph *g, int N, int *reader, int na)
+/* K: the most reads of one layer's forward (the prefetch distance: one layer). */
+static int layer_reads(const vr_graph *g, const use *u, int nu)
 {
-    int *per = calloc((size_t)N + 1, sizeof(int)), K = 1;
-    for (int u = 0; per && u < na; u++) {
-        const vr_node *r = &g->nodes[reader[u]];
-        if (r->phase == VR_PHASE_FORWARD && r->layer >= 0 && r->layer < N && ++per[r->layer] > K)
+    int *per = calloc((size_t)g->n_nodes + 1, sizeof(int)), K = 1;
+    for (int k = 0; per && k < nu; k++) {
+        const vr_node *r = &g->nodes[u[k].reader];
+        if (r->phase == VR_PHASE_FORWARD && r->layer >= 0 && r->layer < g->n_nodes && ++per[r->layer] > K)
             K = per[r->layer];
     }
     free(per);
-    for (int u = na - 1; u >= 0; u--) { /* from the end: reader[u - K] is still a reader */
-        int early = u >= K ? reader[u - K] : -1;
-        reader[u] = early < reader[u] - 1 ? early : reader[u] - 1;
+    return K;
+}
+
+/* One gather for the reads u[a..b) (one owner, one dtype): a flat copy of their parameters in that order,
+ * each reader rewired to its parameter's view of it; placed after node `at`. */
+static void gather_chunk(vr_graph *g, const vr_step_config *s, const use *u, int a, int b, int at, int *after,
+                         int *na)
+{
+    vr_tensor p0 = g->tensors[u[a].param];
+    int64_t n = 0;
+    for (int k = a; k < b; k++)
+        n += vr_tensor_numel(&g->tensors[u[k].param]);
+    char name[VR_NAME_MAX];
+    snprintf(name, sizeof name, "gathered.%.48s%s", p0.name, b - a > 1 ? "+" : "");
+    int64_t shape[1] = {n};
+    int flat = vr_graph_tensor(g, name, p0.dtype, VR_ROLE_PARAM, 1, shape);
+    snprintf(name, sizeof name, "gather.%.48s%s", p0.name, b - a > 1 ? "+" : "");
+    int id = vr_graph_node(g, VR_OP_GATHER, g->nodes[u[a].reader].phase, name);
+    if (flat < 0 || id < 0)
+        return;
+    g->tensors[flat].persistent = false;
+    g->tensors[flat].producer = id;
+    g->nodes[id].out[0] = flat;
+    g->nodes[id].root = p0.owner;
+    g->nodes[id].layer = g->nodes[u[a].reader].layer;
+    int64_t off = 0;
+    for (int k = a; k < b && !g->err; k++) {
+        vr_tensor pt = g->tensors[u[k].param]; /* vr_graph_view may move g->tensors */
+        g->nodes[id].in[k - a] = pt.owner == s->rank ? u[k].param : -1;
+        snprintf(name, sizeof name, "gathered.%.48s", pt.name);
+        int v = vr_graph_view(g, flat, name, pt.ndim, pt.shape, off);
+        if (v < 0)
+            return;
+        off += vr_tensor_numel(&pt);
+        vr_node *r = &g->nodes[u[k].reader];
+        for (int j = 0; j < VR_NODE_MAX_IN; j++)
+            if (r->in[j] == u[k].param)
+                r->in[j] = v;
+    }
+    after[(*na)++] = at;
+}
+
+/* The gathers: consecutive reads of one owner and dtype, up to VR_NODE_MAX_IN parameters, share one (fewer,
+ * larger broadcasts); each is placed one layer ahead of its first reader (after the reader K reads earlier,
+ * the first K before node 0) and before it. */
+static void gathers(vr_graph *g, const vr_step_config *s, const use *u, int nu, int *after, int *na)
+{
+    int K = layer_reads(g, u, nu);
+    for (int a = 0, b; a < nu && !g->err; a = b) {
+        const vr_tensor *pa = &g->tensors[u[a].param];
+        for (b = a + 1; b < nu && b - a < VR_NODE_MAX_IN; b++) {
+            const vr_tensor *pb = &g->tensors[u[b].param];
+            if (pb->owner != pa->owner || pb->dtype != pa->dtype)
+                break;
+        }
+        int early = a >= K ? u[a - K].reader : -1;
+        gather_chunk(g, s, u, a, b, early < u[a].reader - 1 ? early : u[a].reader - 1, after, na);
     }
 }
 
@@ -72,6 +119,7 @@ vr_status vr_graph_zero3(vr_graph *g, const vr_step_config *s)
     int *order = malloc(sizeof(int) * (size_t)(T + 1));
     bool *sharded = calloc((size_t)T + 1, sizeof(bool));
     int *after = NULL;
+    use *uses = NULL;
     if (!order || !sharded) {
         vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
         goto out;
@@ -80,13 +128,10 @@ vr_status vr_graph_zero3(vr_graph *g, const vr_step_config *s)
     if (no < 0)
         goto out;
     vr_graph_assign_owners(g, s, order, no);
-    int reads = 0;
     for (int k = 0; k < no; k++)
         sharded[order[k]] = g->tensors[order[k]].owner >= 0;
     for (int i = 0; i < N; i++) {
         const vr_node *n = &g->nodes[i];
-        for (int k = 0; k < VR_NODE_MAX_IN; k++)
-            reads += n->in[k] >= 0 && sharded[n->in[k]] && n->phase != VR_PHASE_OPTIMIZER;
         for (int k = 0; k < VR_NODE_MAX_OUT; k++)
             if (n->out[k] >= 0 && sharded[n->out[k]] && n->phase != VR_PHASE_OPTIMIZER) {
                 vr_graph_fail(g, VR_ERR_INVALID, "zero: stage 3: node %s writes parameter %s outside the optimizer",
@@ -94,15 +139,14 @@ vr_status vr_graph_zero3(vr_graph *g, const vr_step_config *s)
                 goto out;
             }
     }
-    if (!(after = malloc(sizeof(int) * (size_t)(reads + 1)))) {
+    uses = malloc(sizeof(use) * ((size_t)N * VR_NODE_MAX_IN + 1));
+    after = malloc(sizeof(int) * ((size_t)N * VR_NODE_MAX_IN + 1));
+    if (!uses || !after) {
         vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
         goto out;
     }
     int na = 0;
-    for (int i = 0; i < N && !g->err; i++)
-        if (g->nodes[i].phase != VR_PHASE_OPTIMIZER)
-            gather_reads(g, s, i, sharded, after, &na);
-    prefetch(g, N, after, na);
+    gathers(g, s, uses, find_uses(g, sharded, uses), after, &na);
     if (!g->err)
         vr_graph_place_after(g, N, after);
     /* the parameter buffer: this rank's parameters and the frozen ones, in buffer order */
@@ -127,5 +171,6 @@ out:
     free(order);
     free(sharded);
     free(after);
+    free(uses);
     return g->err;
 }
