@@ -156,8 +156,9 @@ def main():
             continue
         sc = f"{r['scaling']:7.3f}" if r["scaling"] is not None else f"{'-':>7s}"
         own = f"{res['own_memory'] / GiB:7.2f}" if res.get("own_memory") else f"{'?':>7s}"
+        loss = lambda x: f"{x:.3f}" if x is not None else "?"  # a run that ended early (nan loss) has no last
         print(f"{r['system']:9s} {r['gpus']:4d} {res['median_ms']:8.1f} {res['tokens_per_s']:11.0f} {sc} "
-              f"{100 * r['mfu']:5.1f}% {pks} {own} {res['loss_first']:7.3f}->{res['loss_last']:.3f}  {each}")
+              f"{100 * r['mfu']:5.1f}% {pks} {own} {loss(res['loss_first']):>7s}->{loss(res['loss_last'])}  {each}")
 
     print("\nvram / torch, same GPU count (tokens/s ratio, peak memory per GPU ratio; > 1 tokens/s and < 1 memory "
           "favour vram)")

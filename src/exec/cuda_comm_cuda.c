@@ -54,7 +54,7 @@ vr_status vr__cuda_comm_wait(const vr_cuda_side *c, const vr_cuda_ctx *ctx, cons
     vr_status st = VR_OK;
     for (int k = 0; k < VR_NODE_MAX_IN && c->stream && !st; k++) {
         int t = a->node->in[k];
-        int p = t >= 0 ? a->g->tensors[t].producer : -1;
+        int p = t >= 0 ? a->g->tensors[vr_graph_storage(a->g, t)].producer : -1; /* the reads are views of the copy */
         if (p >= 0 && a->g->nodes[p].op == VR_OP_GATHER && c->done[p])
             st = vr_cuda_stream_join(ctx, c->done[p]);
     }

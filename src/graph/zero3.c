@@ -84,6 +84,7 @@ static void gather_chunk(vr_graph *g, const vr_step_config *s, const use *u, int
         int v = vr_graph_view(g, flat, name, pt.ndim, pt.shape, off);
         if (v < 0)
             return;
+        g->tensors[v].producer = id;
         off += vr_tensor_numel(&pt);
         vr_node *r = &g->nodes[u[k].reader];
         for (int j = 0; j < VR_NODE_MAX_IN; j++)
