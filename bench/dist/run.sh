@@ -23,7 +23,7 @@
 # Outputs in ${OUT:-/tmp/out}: dist-[xl-]<system>-n<n>.json (the run's stdout: vram's JSON Lines, torch's
 # JSON line), .err.txt (stderr), .smi.txt (the samples), dist-[xl-]manifest.txt, dist-[xl-]table.txt,
 # dist-[xl-]summary.json, dist-gpu.txt, dist-baseline.txt, dist-vram-info.txt.
-# Environment: STEPS (30), WARMUP (5: steps left out of the median), TIMEOUT (300 s per run), SYSTEMS
+# Environment: COUNTS (the GPU counts to run, e.g. "2"; default as N says), STEPS (30), WARMUP (5: steps left out of the median), TIMEOUT (300 s per run), SYSTEMS
 # ("vram ddp fsdp2"), ZEROS (vram's levels: "0", --xl "0 1 2 3"), BATCH, SEQ, COMPILE (1; 0: torch eager),
 # VRAM_EXTRA / TORCH_EXTRA (more flags for every vram / torch run), TORCHRUN (torchrun), PEAK_TFLOPS (989).
 set -u -o pipefail
@@ -69,6 +69,7 @@ fi
 counts=(1)
 if [ "$N" -ge 8 ]; then counts+=(2 4); elif [ "$N" -ge 4 ]; then counts+=(2); fi
 if [ "$N" -gt 1 ]; then counts+=("$N"); fi
+if [ -n "${COUNTS:-}" ]; then read -r -a counts <<< "$COUNTS"; fi
 echo "== data parallel benchmark: $([ "$XL" = 1 ] && echo "GPT-2 XL" || echo "GPT-2 124M"), B=$B per GPU, T=$T, $STEPS steps;" \
   "GPUs: ${counts[*]}; systems: $SYSTEMS; vram --zero: $ZEROS; out: $OUT"
 
