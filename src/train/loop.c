@@ -97,6 +97,8 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
         st = vr_error(VR_ERR_INVALID, "--warmup/--lr: %s", why);
     }
     if (!st)
+        st = vr__trainer_check_ranks(t);
+    if (!st)
         st = vr_device_open(c->device ? c->device : "cpu", &t->dev);
     if (!st && vr_device_kind_of(t->dev) == VR_DEVICE_CUDA) { /* the CUDA kernels' scratch and cuBLAS workspace */
         t->cfg.step.kernels = VR_KERNELS_CUDA;

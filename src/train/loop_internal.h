@@ -71,6 +71,8 @@ vr_status vr__trainer_eval_setup(vr_trainer *t);
 
 /* Fills the parameters (seeded init, --init, or --resume) and the data position. */
 vr_status vr__trainer_load_start(vr_trainer *t);
+/* Data parallel: every rank was given the same settings (a collective; VR_ERR_INVALID on every rank if not). */
+vr_status vr__trainer_check_ranks(const vr_trainer *t);
 
 /* The llm.c config of a GPT model. */
 vr_llmc_config vr__llmc_config_of(const vr_gpt_config *c);

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Data parallel on CPU ranks (mpirun, the MPI engine): 2 and 3 ranks (3 does not divide the parameters), ZeRO
-# 0, 1, 2 and 3 (the checkpoint gathered from the ranks' shards), fp32, AdamW, clipping and accumulation on: the weights after 6 steps equal one process's with the
-# same global batch (N x B rows) to 1e-6 relative, and so do the losses; a state saved by the ranks (one file
-# per rank) resumes to the same weights as a straight run; the plan per rank shows the sharded state; bad
-# combinations are refused with one line naming the flag. Skipped where this vram has no MPI or no mpirun.
+# 0, 1, 2 and 3 (the checkpoint gathered from the ranks' shards), fp32, AdamW, clipping and accumulation on:
+# the weights after 6 steps equal one process's with the same global batch (N x B rows) to 1e-6 relative, and
+# so do the losses; a state saved by the ranks (one file per rank) resumes to the same weights as a straight
+# run; the plan per rank shows the sharded state; ranks given different flags are refused; bad combinations
+# are refused with one line naming the flag. Skipped where this vram has no MPI or no mpirun.
 set -euo pipefail
 vram="$1"
 tmp=$(mktemp -d)
@@ -93,6 +94,13 @@ a, b = params(sys.argv[1]), params(sys.argv[2])
 print("params bytes per rank (most): zero 0", a, "zero 3", b)
 sys.exit(0 if b < 0.5 * a else 1)
 PY
+
+# ranks started with different flags (mpirun's MPMD form): refused on every rank before anything is allocated
+c1="train --device cpu --preset tiny --batch 2 --seq 32 --steps 2 --quiet"
+if out=$(ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" mpirun -np 1 "$vram" $c1 --lr 1e-3 : -np 1 "$vram" $c1 --lr 2e-3 2>&1); then
+  fail "ranks with different --lr ran"
+fi
+grep -q "^vram train: ranks: the 2 ranks were started with different settings" <<<"$out" || { echo "$out"; fail "ranks with different flags: no clear error"; }
 
 . "$(dirname "$0")/lib/expect.sh"
 expect 2 "^vram train: --zero: stage 1 needs data parallel ranks" train --preset tiny --zero 1 --steps 1
