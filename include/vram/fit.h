@@ -28,8 +28,10 @@
  *     host's update speed and the copies their bytes / the link's speed; the
  *     gradients' copies down overlap the backward, and the host's updates and
  *     the copies up overlap the last micro-batch's backward: the step costs
- *     max(0, host + copies up - that backward) more than its device nodes.
- * It ignores overlap, kernel efficiency by shape, and communication. It ranks
+ *     max(0, host + copies up - that backward) more than its device nodes;
+ *   - with ranks, each collective moves its buffer's bytes at the link's speed between GPUs
+ *     (comm_gbs), an all-reduce twice: (W-1)/W x bytes (x 2) per collective, none of it hidden.
+ * It ignores overlap and kernel efficiency by shape. It ranks
  * configurations; it does not predict a wall clock to better than ~2×. */
 #ifndef VRAM_FIT_H
 #define VRAM_FIT_H
@@ -47,8 +49,9 @@ extern "C" {
 VR_API_BEGIN
 
 #define VR_FIT_MAX_BATCH (1 << 20) /* the search stops here (reported as capped) */
-#define VR_FIT_MAX_ROWS 108        /* 3 precisions × 3 recompute policies × 3 state formats × 2 masters × 2
-                                    * placements of the master and state (device, host) */
+#define VR_FIT_MAX_ROWS 216        /* 3 precisions × 3 recompute policies × 3 state formats × 2 masters × 2
+                                    * placements of the master and state (device, host), or with ranks (no
+                                    * offload) × 4 ZeRO stages */
 #define VR_FIT_SAME_SPEED 0.02     /* rows within 2% of the fastest's tokens/s count as equally fast: the best
                                     * is then the most exact of them (fp32 state before bf16 before 8-bit, an
                                     * fp32 master before none), then the one on the device */
@@ -57,7 +60,7 @@ VR_API_BEGIN
 typedef struct vr_fit_point {
     int B;                 /* micro-batch rows (0: not planned) */
     uint64_t peak;         /* plan's peak: most raw bytes live during one node */
-    uint64_t need;         /* plan's arena: the bytes the step allocates */
+    uint64_t need;         /* plan's arena: the bytes the step allocates (with ranks: the largest rank's) */
     uint64_t host;         /* plan's host arena (offload): pinned host bytes, 0 none */
     bool fits;             /* need <= capacity */
 } vr_fit_point;
@@ -85,11 +88,12 @@ typedef struct vr_fit_cost_model {
     double launch_us;      /* fixed cost per kernel node, µs */
     double host_elems_per_s; /* offload: parameters the host updates per second (AdamW, fp32 state) */
     double link_gbs;       /* offload: host <-> device copy speed, GB/s */
+    double comm_gbs;       /* data parallel: a collective's bus speed between GPUs, GB/s */
 } vr_fit_cost_model;
 
 /* H100 SXM effective figures: fp32 (tf32) 150, bf16 400, fp16 400 TFLOP/s;
  * 2500 GB/s; 5 µs per kernel; offload as measured on the lent H100 host (16 cores): the host updates
- * 2.2e9 parameters/s, the link copies 50 GB/s. */
+ * 2.2e9 parameters/s, the link copies 50 GB/s; NVLink collectives 300 GB/s. */
 vr_fit_cost_model vr_fit_cost_h100(void);
 
 /* The cost of one optimizer step of graph g (whose step.accum micro-batches it counts). */
@@ -99,6 +103,7 @@ typedef struct vr_fit_cost {
     int64_t launches;      /* kernels launched per optimizer step */
     double host_seconds;   /* offload: the host's nodes */
     double copy_seconds;   /* offload: the copies (down and up) */
+    double comm_seconds;   /* data parallel: the collectives */
     double seconds;        /* flops / throughput + bytes / bandwidth + launches × launch (+ offload's part
                             * that the backward does not hide) */
 } vr_fit_cost;
@@ -121,6 +126,7 @@ typedef struct vr_fit_options {
                                 * has state (fp32 only otherwise) */
     unsigned masters;          /* bit 0: fp32 master, bit 1: none (bf16 only); 0: both */
     unsigned offloads;         /* bit (1u << vr_offload) per placement; 0: both when training with an optimizer */
+    unsigned zeros;            /* with ranks (step.world > 1): bit (1u << stage) per ZeRO stage; 0: all four */
     uint64_t host_capacity;    /* host bytes an offloaded row may pin (0: no limit) */
     vr_fit_cost_model cost;    /* throughput figures (all 0: vr_fit_cost_h100) */
 } vr_fit_options;
@@ -132,6 +138,7 @@ typedef struct vr_fit_row {
     vr_optim_state optim_state;
     bool no_master;
     vr_offload offload;
+    int zero;                  /* ZeRO stage (with ranks) */
     int micro, accum;          /* micro-batch rows and micro-batches per step; micro 0: none fits */
     bool fits;
     vr_fit_point point;        /* the plan at micro (at 1 when none fits) */

@@ -337,10 +337,25 @@ static void print_roles(const vr_model_config *model, const vr_step_config *s0, 
     s.no_master = w->no_master;
     s.offload = w->offload;
     s.accum = w->accum;
+    s.zero = s.world > 0 ? w->zero : 0;
     vr_graph *g = NULL;
     vr_plan *p = NULL;
     char a[32], b[32];
-    if (!vr_graph_build(&m, &s, &g) && !vr_plan_create(g, NULL, &p)) {
+    for (int r = 0; r < (s.world > 1 ? s.world : 1); r++) { /* with ranks: the largest rank's */
+        vr_graph *gr = NULL;
+        vr_plan *pr = NULL;
+        s.rank = r;
+        if (!vr_graph_build(&m, &s, &gr) && !vr_plan_create(gr, NULL, &pr) && (!p || pr->arena_size > p->arena_size)) {
+            vr_plan_free(p);
+            vr_graph_free(g);
+            p = pr, g = gr, pr = NULL, gr = NULL;
+        }
+        vr_plan_free(pr);
+        vr_graph_free(gr);
+    }
+    if (p) {
+        if (s.world > 1)
+            printf("bytes of rank %d (the largest of the %d ranks' arenas)\n", p->graph->step.rank, s.world);
         printf("bytes     %-8s %14s %14s\n", "role", "device (peak)", "host");
         for (int r = 0; r < VR_ROLE_COUNT; r++)
             printf("          %-8s %14s %14s\n", vr_role_name((vr_role)r), vr_format_size(p->at_peak[r], a, sizeof a),
@@ -391,11 +406,14 @@ static int report(const opts *o, const target *t, uint64_t step_cap, const vr_st
         printf("\n");
         vr_fit_print(r, stdout);
         if (best) {
-            printf("\nbest      %s, recompute %s, %s optimizer state%s%s, micro-batch %d x accum %d: need %s, "
+            char zs[48] = "";
+            if (s->world > 1)
+                snprintf(zs, sizeof zs, ", ZeRO %d over %d ranks", best->zero, s->world);
+            printf("\nbest      %s, recompute %s, %s optimizer state%s%s%s, micro-batch %d x accum %d: need %s, "
                    "est. %.2f ms/step, %.0f tokens/s\n", vr_precision_name(best->precision),
                    vr_recompute_name(best->recompute), vr_optim_state_name(best->optim_state),
                    best->no_master ? ", no master weights" : "",
-                   best->offload ? ", master and state offloaded to the host" : "",
+                   best->offload ? ", master and state offloaded to the host" : "", zs,
                    best->micro, best->accum, vr_format_size(best->point.need, a, sizeof a),
                    best->cost.seconds * 1e3, best->tokens_per_s);
             print_roles(&r->model, s, best);
@@ -442,6 +460,8 @@ int vr_cmd_fit(int argc, char **argv)
         fo.recomputes = 1u << s.recompute;
     if (o.m.offload)
         fo.offloads = 1u << s.offload;
+    if (o.m.zero_given)
+        fo.zeros = 1u << s.zero;
     fo.host_capacity = o.host_capacity ? o.host_capacity : vr_host_mem_available();
     vr_fit_batch b;
     vr_fit_result *r = calloc(1, sizeof *r);

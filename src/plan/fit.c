@@ -6,9 +6,9 @@
 #include "vram/fit.h"
 #include "vram/plan.h"
 
-/* Builds and plans the step at micro-batch B; fills pt (and *cost when cm is given). */
-static vr_status probe(const vr_model_config *m, const vr_step_config *s, int B, uint64_t capacity,
-                       vr_fit_point *pt, const vr_fit_cost_model *cm, vr_fit_cost *cost, int *plans)
+/* Builds and plans the step (of rank s->rank) at micro-batch B; fills pt (and *cost when cm is given). */
+static vr_status probe_rank(const vr_model_config *m, const vr_step_config *s, int B, uint64_t capacity,
+                            vr_fit_point *pt, const vr_fit_cost_model *cm, vr_fit_cost *cost, int *plans)
 {
     vr_model_config mm = *m;
     mm.B = B;
@@ -27,6 +27,24 @@ static vr_status probe(const vr_model_config *m, const vr_step_config *s, int B,
     }
     vr_plan_free(p);
     vr_graph_free(g);
+    return st;
+}
+
+/* probe_rank for rank 0, and with ranks the largest rank's plan (rank 0's cost). */
+static vr_status probe(const vr_model_config *m, const vr_step_config *s, int B, uint64_t capacity,
+                       vr_fit_point *pt, const vr_fit_cost_model *cm, vr_fit_cost *cost, int *plans)
+{
+    vr_step_config s0 = *s;
+    s0.rank = 0;
+    vr_status st = probe_rank(m, &s0, B, capacity, pt, cm, cost, plans);
+    for (int r = 1; !st && s->world > 1 && r < s->world; r++) {
+        vr_fit_point q;
+        s0.rank = r;
+        if ((st = probe_rank(m, &s0, B, capacity, &q, NULL, NULL, plans)))
+            break;
+        if (q.need > pt->need)
+            *pt = q;
+    }
     return st;
 }
 
@@ -85,6 +103,7 @@ static vr_status search_row(const vr_model_config *m, vr_step_config s, const vr
     row->optim_state = s.optim_state;
     row->no_master = s.no_master;
     row->offload = s.offload;
+    row->zero = s.world > 1 ? s.zero : 0;
     int G = o->global_batch;
     vr_fit_batch b;
     s.accum = G ? 1 : s.accum > 1 ? s.accum : 1;
@@ -164,16 +183,22 @@ vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const
         opt->masters = 1u;
     if (!opt->offloads)
         opt->offloads = 3u;
-    if (!s->train || s->optim == VR_OPTIM_NONE)
+    if (!s->train || s->optim == VR_OPTIM_NONE || s->world > 0) /* offload does not run with ranks yet */
         opt->offloads = 1u;
+    if (!opt->zeros)
+        opt->zeros = s->world > 1 && s->train && s->optim != VR_OPTIM_NONE ? 15u : 1u << (s->world > 0 ? s->zero : 0);
     static const vr_recompute order[3] = {VR_RECOMPUTE_NONE, VR_RECOMPUTE_SELECTIVE, VR_RECOMPUTE_BLOCK};
-    for (int c = 0; c < 3 * 3 * 3 * 2 * 2; c++) {
-        int p = c / 36, r = c / 12 % 3, os = c / 4 % 3, nm = c / 2 % 2, off = c % 2;
+    for (int c = 0; c < 3 * 3 * 3 * 2 * 2 * 4; c++) {
+        int p = c / 144, r = c / 48 % 3, os = c / 16 % 3, nm = c / 8 % 2, off = c / 4 % 2, z = c % 4;
         if (!(opt->precisions & 1u << p) || !(opt->recomputes & 1u << order[r]) || !(opt->optim_states & 1u << os) ||
-            !(opt->masters & 1u << nm) || (nm && p != VR_PREC_BF16) || !(opt->offloads & 1u << off) || (nm && off))
+            !(opt->masters & 1u << nm) || (nm && p != VR_PREC_BF16) || !(opt->offloads & 1u << off) || (nm && off) ||
+            !(opt->zeros & 1u << z))
             continue;
+        if (out->n_rows == VR_FIT_MAX_ROWS)
+            return vr_error(VR_ERR_INVALID, "fit: more than %d configurations to try", VR_FIT_MAX_ROWS);
         {
             vr_step_config ss = *s;
+            ss.zero = s->world > 0 ? z : 0;
             ss.precision = (vr_precision)p;
             ss.recompute = order[r];
             ss.optim_state = (vr_optim_state)os;

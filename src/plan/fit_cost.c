@@ -5,7 +5,7 @@
 vr_fit_cost_model vr_fit_cost_h100(void)
 {
     return (vr_fit_cost_model){.tflops = {150.0, 400.0, 400.0}, .bandwidth_gbs = 2500.0, .launch_us = 5.0,
-                               .host_elems_per_s = 2.2e9, .link_gbs = 50.0};
+                               .host_elems_per_s = 2.2e9, .link_gbs = 50.0, .comm_gbs = 300.0};
 }
 
 static double numel(const vr_graph *g, int id) { return id >= 0 ? (double)vr_tensor_numel(&g->tensors[id]) : 0; }
@@ -62,6 +62,7 @@ vr_fit_cost vr_fit_step_cost(const vr_graph *g, const vr_fit_cost_model *cm)
     double bw = cm->bandwidth_gbs > 0 ? cm->bandwidth_gbs : 1.0;
     double host = cm->host_elems_per_s > 0 ? cm->host_elems_per_s : 1e9;
     double link = cm->link_gbs > 0 ? cm->link_gbs : 25.0;
+    double comm = cm->comm_gbs > 0 ? cm->comm_gbs : 100.0;
     double bwd = 0, up = 0; /* one micro-batch's backward on the device; the copies up */
     for (int i = 0; i < g->n_nodes; i++) {
         const vr_node *n = &g->nodes[i];
@@ -69,6 +70,13 @@ vr_fit_cost vr_fit_step_cost(const vr_graph *g, const vr_fit_cost_model *cm)
             continue; /* a view: no kernel */
         if (n->host) {
             c.host_seconds += numel(g, n->in[0]) / host;
+            continue;
+        }
+        if (n->op == VR_OP_ALLREDUCE || n->op == VR_OP_REDUCE || n->op == VR_OP_BROADCAST || n->op == VR_OP_GATHER) {
+            int w = g->step.world > 1 ? g->step.world : 1;
+            int buf = n->op == VR_OP_GATHER ? n->out[0] : n->in[0];
+            double b = (double)vr_tensor_bytes(&g->tensors[buf]) * (w - 1) / w * (n->op == VR_OP_ALLREDUCE ? 2 : 1);
+            c.comm_seconds += (n->op == VR_OP_GATHER ? accum : 1) * b / (comm * 1e9);
             continue;
         }
         if (n->op == VR_OP_COPY) {
@@ -86,7 +94,7 @@ vr_fit_cost vr_fit_step_cost(const vr_graph *g, const vr_fit_cost_model *cm)
         c.launches += times;
         bwd += n->phase == VR_PHASE_BACKWARD || n->phase == VR_PHASE_RECOMPUTE ? s : 0;
     }
-    c.seconds = c.flops / (tf * 1e12) + c.bytes / (bw * 1e9) + (double)c.launches * cm->launch_us * 1e-6;
+    c.seconds = c.flops / (tf * 1e12) + c.bytes / (bw * 1e9) + (double)c.launches * cm->launch_us * 1e-6 + c.comm_seconds;
     double hidden = c.host_seconds + up - bwd;
     if (c.host_seconds > 0 && hidden > 0)
         c.seconds += hidden;

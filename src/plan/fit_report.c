@@ -36,9 +36,13 @@ void vr_fit_print(const vr_fit_result *r, FILE *f)
             vr_format_size(o->capacity, cap, sizeof cap), r->plans);
     if (o->global_batch)
         fprintf(f, ": %d rows per step", o->global_batch);
-    fprintf(f, "\n\n%4s  %-9s %-9s %-5s %-6s %-7s %13s %12s %11s %11s %11s %-4s %11s %14s %10s\n", "rank",
-            "precision", "recompute", "state", "master", "offload", "micro x accum", "tokens/step", "peak", "need",
-            "host", "fits", "FLOP/step", "est. step", "tokens/s");
+    bool ranks = r->step.world > 1;
+    if (ranks)
+        fprintf(f, "\n%d ranks: each row's need is its largest rank's arena; collectives at %.4g GB/s; micro-batch and "
+                "tokens per rank", r->step.world, o->cost.comm_gbs);
+    fprintf(f, "\n\n%4s  %-9s %-9s %-5s %-6s %-7s%s %13s %12s %11s %11s %11s %-4s %11s %14s %10s\n", "rank",
+            "precision", "recompute", "state", "master", "offload", ranks ? " zero" : "", "micro x accum",
+            "tokens/step", "peak", "need", "host", "fits", "FLOP/step", "est. step", "tokens/s");
     for (int i = 0; i < r->n_rows; i++) {
         const vr_fit_row *w = &r->rows[i];
         char mb[32], pk[32], nd[32], hs[32] = "-", tm[32] = "-", tps[32] = "-", tf[32] = "-", tok[32] = "-";
@@ -54,10 +58,13 @@ void vr_fit_print(const vr_fit_result *r, FILE *f)
             flops_text(w->cost.flops, tf, sizeof tf);
             snprintf(tok, sizeof tok, "%lld", (long long)w->tokens);
         }
-        fprintf(f, "%3d%c  %-9s %-9s %-5s %-6s %-7s %13s %12s %11s %11s %11s %-4s %11s %14s %10s\n", i + 1,
+        char z[16] = "";
+        if (ranks)
+            snprintf(z, sizeof z, " %4d", w->zero);
+        fprintf(f, "%3d%c  %-9s %-9s %-5s %-6s %-7s%s %13s %12s %11s %11s %11s %-4s %11s %14s %10s\n", i + 1,
                 i == r->best ? '*' : ' ', vr_precision_name(w->precision), vr_recompute_name(w->recompute),
                 vr_optim_state_name(w->optim_state), w->precision == VR_PREC_FP32 ? "-" : w->no_master ? "none" : "fp32",
-                vr_offload_name(w->offload), mb, tok, vr_format_size(w->point.peak, pk, sizeof pk),
+                vr_offload_name(w->offload), z, mb, tok, vr_format_size(w->point.peak, pk, sizeof pk),
                 vr_format_size(w->point.need, nd, sizeof nd), hs, w->fits ? "yes" : "no", tf, tm, tps);
     }
 }
@@ -105,6 +112,8 @@ void *vr_fit_json(const vr_fit_result *r)
         cJSON_AddStringToObject(j, "optim_state", vr_optim_state_name(w->optim_state));
         cJSON_AddStringToObject(j, "master", w->precision == VR_PREC_FP32 ? "-" : w->no_master ? "none" : "fp32");
         cJSON_AddStringToObject(j, "offload", vr_offload_name(w->offload));
+        cJSON_AddNumberToObject(j, "zero", w->zero);
+        cJSON_AddNumberToObject(j, "comm_seconds", w->cost.comm_seconds);
         cJSON_AddNumberToObject(j, "host", (double)w->point.host);
         cJSON_AddNumberToObject(j, "host_seconds", w->cost.host_seconds);
         cJSON_AddNumberToObject(j, "copy_seconds", w->cost.copy_seconds);
