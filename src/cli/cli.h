@@ -13,8 +13,23 @@ typedef struct vr_cli_command {
     vr_cli_fn run;
 } vr_cli_command;
 
-/* Prints "vram <cmd>: <message>" to stderr and returns the exit status. */
+/* Prints "vram <cmd>: <message>" to stderr, the library's field names in it shown as their flags
+ * (vr_cli_map_fields), and returns the exit status (errors.c). */
 int vr_cli_fail(const char *cmd, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* A configuration field as the library names it in its messages ("vr_llama_config.NKV") and the flag that
+ * sets it ("--kv-heads"). */
+typedef struct vr_cli_field_flag {
+    const char *field;
+    const char *flag;
+} vr_cli_field_flag;
+
+/* The table of them (*n entries). */
+const vr_cli_field_flag *vr_cli_field_flags(int *n);
+
+/* msg with every field of the table that stands as a whole name replaced by its flag, into out (cap bytes,
+ * cut short to fit). Returns the length of the whole result. */
+size_t vr_cli_map_fields(const char *msg, char *out, size_t cap);
 
 /* For the commands that run kernels (train, eval): sets OMP_WAIT_POLICY=passive
  * when unset and re-executes the binary (threads.c). Call first in main. */

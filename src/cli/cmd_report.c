@@ -133,7 +133,7 @@ static vr_fit_result *what_if(const vr_model_config *m, const vr_step_config *s,
     vr_step_config s1 = *s;
     s1.accum = 1;
     if (vr_fit_search(m, &s1, &fo, r) != VR_OK) {
-        fprintf(stderr, "vram report: what-if table left out: %s\n", vr_last_error());
+        vr_cli_fail("report", 0, "what-if table left out: %s", vr_last_error());
         free(r);
         return NULL;
     }

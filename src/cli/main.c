@@ -1,5 +1,4 @@
 /* vram — entry point: dispatches to the subcommands listed below. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,31 +19,6 @@ static const vr_cli_command commands[] = {
     {"eval", "mean held-out loss of a checkpoint with the no-grad graph", vr_cmd_eval},
 };
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
-
-/* The library names the fields of its configurations; a message that starts with one is shown with the
- * flag that sets it. */
-static const char *field_flags[][2] = {
-    {"optim_state", "--optim-state"},
-    {"master", "--master"},
-    {"offload", "--offload"},
-};
-
-int vr_cli_fail(const char *cmd, int status, const char *fmt, ...)
-{
-    char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    const char *text = msg, *flag = NULL;
-    for (size_t i = 0; i < sizeof field_flags / sizeof *field_flags; i++) {
-        size_t n = strlen(field_flags[i][0]);
-        if (!strncmp(msg, field_flags[i][0], n) && msg[n] == ':')
-            flag = field_flags[i][1], text = msg + n;
-    }
-    fprintf(stderr, "vram %s: %s%s\n", cmd, flag ? flag : "", text);
-    return status;
-}
 
 static int cmd_help(int argc, char **argv)
 {
