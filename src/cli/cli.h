@@ -4,14 +4,28 @@
 
 #include <stddef.h>
 
+#include "cli/flags.h"
+
 /* Each returns the process exit status (0 ok, 1 failure, 2 usage error). */
 typedef int (*vr_cli_fn)(int argc, char **argv);
 
+/* A subcommand: cmd_<name>.c defines one (vr_cli_<name>), commands.c lists them. */
 typedef struct vr_cli_command {
     const char *name;
-    const char *summary;
-    vr_cli_fn run;
+    const char *summary;    /* its line in 'vram help' */
+    vr_cli_fn run;          /* run(argc, argv): argv[0] is the name */
+    const char *synopsis;   /* what --help shows after "usage: vram <name> " (NULL: "[options]") */
+    const char *about;      /* the paragraph under it, or NULL */
+    void (*flags)(vr_flagset *fs, void *opts); /* its flag table over its options struct (flags.h) */
+    size_t opts_size;       /* that struct's size: the table can be built over zeroed bytes (tests) */
 } vr_cli_command;
+
+/* The subcommands (cmd_<name>.c). */
+extern const vr_cli_command vr_cli_info;
+
+/* Every subcommand, in the order 'vram help' lists them. */
+extern const vr_cli_command *const vr_cli_commands[];
+extern const int vr_cli_ncommands;
 
 /* Prints "vram <cmd>: <message>" to stderr, the library's field names in it shown as their flags
  * (vr_cli_map_fields), and returns the exit status (errors.c). */
@@ -71,7 +85,6 @@ int vr_cmd_watch(int argc, char **argv);
 
 /* Subcommands (cmd_<name>.c). */
 int vr_cmd_replay(int argc, char **argv);
-int vr_cmd_info(int argc, char **argv);
 int vr_cmd_plan(int argc, char **argv);
 int vr_cmd_fit(int argc, char **argv);
 int vr_cmd_train(int argc, char **argv);

@@ -1,5 +1,4 @@
-/* The command's errors: the library's field names shown as the flags that set them (src/cli/errors.c).
- * errors.c is compiled into this test (the command's sources are not a library). */
+/* The command's errors: the library's field names shown as the flags that set them (src/cli/errors.c). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -10,7 +9,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "cli/errors.c"
+#include "cli/cli.h"
 #include "vram/alloc.h"
 #include "vram/graph.h"
 #include "vram/train.h"

@@ -1,0 +1,45 @@
+/* vram command — the list of subcommands, and 'vram help'. */
+#include <stdio.h>
+
+#include "cli/cli.h"
+
+static int cmd_help(int argc, char **argv);
+
+static const vr_cli_command help = {"help", "show this help", cmd_help, NULL, NULL, NULL, 0};
+static const vr_cli_command replay = {"replay",
+                                      "replay an allocator trace through a policy and compare with PyTorch",
+                                      vr_cmd_replay, NULL, NULL, NULL, 0};
+static const vr_cli_command plan = {
+    "plan", "where every byte of a training step goes, before it runs (bytes per role, peak, fit)", vr_cmd_plan,
+    NULL, NULL, NULL, 0};
+static const vr_cli_command fit = {"fit",
+                                   "the largest batch that fits a device, and the fastest configuration that fits",
+                                   vr_cmd_fit, NULL, NULL, NULL, 0};
+static const vr_cli_command train = {
+    "train", "train a model (a small GPT on a built-in corpus by default) in the memory the plan says", vr_cmd_train,
+    NULL, NULL, NULL, 0};
+static const vr_cli_command tokenize = {"tokenize",
+                                        "encode a text file into a token file with a Hugging Face tokenizer.json",
+                                        vr_cmd_tokenize, NULL, NULL, NULL, 0};
+static const vr_cli_command report = {
+    "report", "a self-contained HTML page of where a step's memory goes (roles over time, peak, what-if)",
+    vr_cmd_report, NULL, NULL, NULL, 0};
+static const vr_cli_command watch = {
+    "watch", "live view of every GPU (memory, processes, utilisation) and of running vram trainings", vr_cmd_watch,
+    NULL, NULL, NULL, 0};
+static const vr_cli_command eval = {"eval", "mean held-out loss of a checkpoint with the no-grad graph", vr_cmd_eval,
+                                    NULL, NULL, NULL, 0};
+
+const vr_cli_command *const vr_cli_commands[] = {&help, &vr_cli_info, &replay, &plan, &fit, &train, &tokenize, &report,
+                                                 &watch, &eval};
+const int vr_cli_ncommands = (int)(sizeof vr_cli_commands / sizeof *vr_cli_commands);
+
+static int cmd_help(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    printf("usage: vram <command> [options]   (vram <command> --help for its options)\n\ncommands:\n");
+    for (int i = 0; i < vr_cli_ncommands; i++)
+        printf("  %-10s %s\n", vr_cli_commands[i]->name, vr_cli_commands[i]->summary);
+    return 0;
+}
