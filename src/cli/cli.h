@@ -22,6 +22,7 @@ typedef struct vr_cli_command {
 
 /* The subcommands (cmd_<name>.c). */
 extern const vr_cli_command vr_cli_info;
+extern const vr_cli_command vr_cli_watch;
 
 /* Every subcommand, in the order 'vram help' lists them. */
 extern const vr_cli_command *const vr_cli_commands[];
@@ -81,7 +82,6 @@ typedef struct vr_cli_dist {
 int vr_cli_dist_setup(const char *cmd, int argc, char **argv, vr_step_config *s, const char **device,
                       vr_cli_dist *d);
 void vr_cli_dist_end(vr_cli_dist *d);
-int vr_cmd_watch(int argc, char **argv);
 
 /* Subcommands (cmd_<name>.c). */
 int vr_cmd_replay(int argc, char **argv);
