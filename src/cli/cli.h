@@ -23,6 +23,7 @@ typedef struct vr_cli_command {
 /* The subcommands (cmd_<name>.c). */
 extern const vr_cli_command vr_cli_info;
 extern const vr_cli_command vr_cli_watch;
+extern const vr_cli_command vr_cli_tokenize;
 
 /* Every subcommand, in the order 'vram help' lists them. */
 extern const vr_cli_command *const vr_cli_commands[];
@@ -89,7 +90,6 @@ int vr_cmd_plan(int argc, char **argv);
 int vr_cmd_fit(int argc, char **argv);
 int vr_cmd_train(int argc, char **argv);
 int vr_cmd_eval(int argc, char **argv);
-int vr_cmd_tokenize(int argc, char **argv);
 int vr_cmd_report(int argc, char **argv);
 
 #endif

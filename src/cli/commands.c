@@ -18,16 +18,13 @@ static const vr_cli_command fit = {"fit",
 static const vr_cli_command train = {
     "train", "train a model (a small GPT on a built-in corpus by default) in the memory the plan says", vr_cmd_train,
     NULL, NULL, NULL, 0};
-static const vr_cli_command tokenize = {"tokenize",
-                                        "encode a text file into a token file with a Hugging Face tokenizer.json",
-                                        vr_cmd_tokenize, NULL, NULL, NULL, 0};
 static const vr_cli_command report = {
     "report", "a self-contained HTML page of where a step's memory goes (roles over time, peak, what-if)",
     vr_cmd_report, NULL, NULL, NULL, 0};
 static const vr_cli_command eval = {"eval", "mean held-out loss of a checkpoint with the no-grad graph", vr_cmd_eval,
                                     NULL, NULL, NULL, 0};
 
-const vr_cli_command *const vr_cli_commands[] = {&help, &vr_cli_info, &replay, &plan, &fit, &train, &tokenize, &report,
+const vr_cli_command *const vr_cli_commands[] = {&help, &vr_cli_info, &replay, &plan, &fit, &train, &vr_cli_tokenize, &report,
                                                  &vr_cli_watch, &eval};
 const int vr_cli_ncommands = (int)(sizeof vr_cli_commands / sizeof *vr_cli_commands);
 
