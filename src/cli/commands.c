@@ -6,9 +6,6 @@
 static int cmd_help(int argc, char **argv);
 
 static const vr_cli_command help = {"help", "show this help", cmd_help, NULL, NULL, NULL, 0};
-static const vr_cli_command replay = {"replay",
-                                      "replay an allocator trace through a policy and compare with PyTorch",
-                                      vr_cmd_replay, NULL, NULL, NULL, 0};
 static const vr_cli_command plan = {
     "plan", "where every byte of a training step goes, before it runs (bytes per role, peak, fit)", vr_cmd_plan,
     NULL, NULL, NULL, 0};
@@ -24,7 +21,7 @@ static const vr_cli_command report = {
 static const vr_cli_command eval = {"eval", "mean held-out loss of a checkpoint with the no-grad graph", vr_cmd_eval,
                                     NULL, NULL, NULL, 0};
 
-const vr_cli_command *const vr_cli_commands[] = {&help, &vr_cli_info, &replay, &plan, &fit, &train, &vr_cli_tokenize, &report,
+const vr_cli_command *const vr_cli_commands[] = {&help, &vr_cli_info, &vr_cli_replay, &plan, &fit, &train, &vr_cli_tokenize, &report,
                                                  &vr_cli_watch, &eval};
 const int vr_cli_ncommands = (int)(sizeof vr_cli_commands / sizeof *vr_cli_commands);
 
