@@ -25,6 +25,7 @@ extern const vr_cli_command vr_cli_info;
 extern const vr_cli_command vr_cli_watch;
 extern const vr_cli_command vr_cli_tokenize;
 extern const vr_cli_command vr_cli_replay;
+extern const vr_cli_command vr_cli_eval;
 
 /* Every subcommand, in the order 'vram help' lists them. */
 extern const vr_cli_command *const vr_cli_commands[];
@@ -89,7 +90,6 @@ void vr_cli_dist_end(vr_cli_dist *d);
 int vr_cmd_plan(int argc, char **argv);
 int vr_cmd_fit(int argc, char **argv);
 int vr_cmd_train(int argc, char **argv);
-int vr_cmd_eval(int argc, char **argv);
 int vr_cmd_report(int argc, char **argv);
 
 #endif

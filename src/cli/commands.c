@@ -18,11 +18,8 @@ static const vr_cli_command train = {
 static const vr_cli_command report = {
     "report", "a self-contained HTML page of where a step's memory goes (roles over time, peak, what-if)",
     vr_cmd_report, NULL, NULL, NULL, 0};
-static const vr_cli_command eval = {"eval", "mean held-out loss of a checkpoint with the no-grad graph", vr_cmd_eval,
-                                    NULL, NULL, NULL, 0};
-
 const vr_cli_command *const vr_cli_commands[] = {&help, &vr_cli_info, &vr_cli_replay, &plan, &fit, &train, &vr_cli_tokenize, &report,
-                                                 &vr_cli_watch, &eval};
+                                                 &vr_cli_watch, &vr_cli_eval};
 const int vr_cli_ncommands = (int)(sizeof vr_cli_commands / sizeof *vr_cli_commands);
 
 static int cmd_help(int argc, char **argv)
