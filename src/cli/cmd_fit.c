@@ -27,7 +27,8 @@
 
 #define CONTEXT_ESTIMATE (527 * VR_MiB) /* DESIGN.md: PyTorch's context on an H100 */
 
-static const vr_model_defaults fit_defaults = {"gpt2", "mnist", 1, 0, VR_OPTIM_ADAMW};
+static const vr_model_defaults fit_defaults = {.gpt_preset = "gpt2", .mlp_preset = "mnist", .batch = 1,
+                                               .optim = VR_OPTIM_ADAMW, .eval = true};
 
 static void usage(FILE *f)
 {

@@ -28,7 +28,8 @@
 #define DEFAULT_CAPACITY (80 * VR_GiB)
 #define CUDA_WORKSPACE (32 * VR_MiB) /* as vram plan: cuBLAS's workspace in PyTorch */
 
-static const vr_model_defaults report_defaults = {"gpt2", "mnist", 8, 0, VR_OPTIM_ADAMW};
+static const vr_model_defaults report_defaults = {.gpt_preset = "gpt2", .mlp_preset = "mnist", .batch = 8,
+                                                  .optim = VR_OPTIM_ADAMW, .eval = true};
 
 static void usage(FILE *f)
 {

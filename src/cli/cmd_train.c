@@ -23,7 +23,8 @@
 #include "vram/util.h"
 
 /* The default run: see the comment at the top. */
-static const vr_model_defaults train_defaults = {"tiny", "tiny", 16, 64, VR_OPTIM_ADAMW};
+static const vr_model_defaults train_defaults = {.gpt_preset = "tiny", .mlp_preset = "tiny", .batch = 16, .seq = 64,
+                                                 .optim = VR_OPTIM_ADAMW};
 #define DEFAULT_STEPS 1000
 #define DEFAULT_LR 3e-3
 

@@ -6,9 +6,6 @@
 static int cmd_help(int argc, char **argv);
 
 static const vr_cli_command help = {"help", "show this help", cmd_help, NULL, NULL, NULL, 0};
-static const vr_cli_command plan = {
-    "plan", "where every byte of a training step goes, before it runs (bytes per role, peak, fit)", vr_cmd_plan,
-    NULL, NULL, NULL, 0};
 static const vr_cli_command fit = {"fit",
                                    "the largest batch that fits a device, and the fastest configuration that fits",
                                    vr_cmd_fit, NULL, NULL, NULL, 0};
@@ -18,7 +15,7 @@ static const vr_cli_command train = {
 static const vr_cli_command report = {
     "report", "a self-contained HTML page of where a step's memory goes (roles over time, peak, what-if)",
     vr_cmd_report, NULL, NULL, NULL, 0};
-const vr_cli_command *const vr_cli_commands[] = {&help, &vr_cli_info, &vr_cli_replay, &plan, &fit, &train, &vr_cli_tokenize, &report,
+const vr_cli_command *const vr_cli_commands[] = {&help, &vr_cli_info, &vr_cli_replay, &vr_cli_plan, &fit, &train, &vr_cli_tokenize, &report,
                                                  &vr_cli_watch, &vr_cli_eval};
 const int vr_cli_ncommands = (int)(sizeof vr_cli_commands / sizeof *vr_cli_commands);
 

@@ -217,7 +217,7 @@ void vr_flags_usage(FILE *out, const vr_cli_command *cmd, const vr_flagset *fs)
         snprintf(left, sizeof left, "%s%s%s%s%s", f->alias ? f->alias : "", f->alias ? ", " : "", f->name,
                  mv ? " " : "", mv ? mv : "");
         const char *help = f->help ? f->help : "";
-        int pad = (int)strlen(left) < HELP_COLUMN ? HELP_COLUMN - (int)strlen(left) : 2;
+        int pad = (int)strlen(left) + 2 <= HELP_COLUMN ? HELP_COLUMN - (int)strlen(left) : 2;
         fprintf(out, "  %s", left);
         for (const char *line = help; *help;) {
             const char *nl = strchr(line, '\n');
