@@ -27,6 +27,7 @@ extern const vr_cli_command vr_cli_tokenize;
 extern const vr_cli_command vr_cli_replay;
 extern const vr_cli_command vr_cli_eval;
 extern const vr_cli_command vr_cli_plan;
+extern const vr_cli_command vr_cli_fit;
 
 /* Every subcommand, in the order 'vram help' lists them. */
 extern const vr_cli_command *const vr_cli_commands[];
@@ -88,7 +89,6 @@ int vr_cli_dist_setup(const char *cmd, int argc, char **argv, vr_step_config *s,
 void vr_cli_dist_end(vr_cli_dist *d);
 
 /* Subcommands (cmd_<name>.c). */
-int vr_cmd_fit(int argc, char **argv);
 int vr_cmd_train(int argc, char **argv);
 int vr_cmd_report(int argc, char **argv);
 
