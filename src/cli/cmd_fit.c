@@ -64,10 +64,10 @@ static void fit_flags(vr_flagset *fs, void *p)
         {"--launch-us", VR_FLAG_DOUBLE, &o->launch_us, "US", .min = 0, .max = 1e12, .given = &o->has_launch_us,
          .help = "fixed cost per kernel, microseconds (5; cpu: 1)"},
         {"--host-capacity", VR_FLAG_SIZE, &o->host_capacity, "SIZE",
-         .help = "host memory offloaded rows may pin (default: what the host has available)\n"
-                 "(--offload none|optim pins the placement; both are searched otherwise. On cpu and cuda the\n"
-                 "host's update speed and the copy link are measured once, with an offloaded step of a\n"
-                 "38M-parameter MLP)"},
+         .help = "host memory offloaded rows may pin (default: what the host has available)"},
+        VR_FLAG_HEADING_TEXT("  (--offload none|optim pins the placement; both are searched otherwise. On cpu and cuda "
+                             "the host's\n   update speed and the copy link are measured once, with an offloaded "
+                             "step of a 38M-parameter MLP)"),
         {"--json", VR_FLAG_SWITCH, &o->json, NULL, .help = "machine-readable output"},
     };
     VR_FLAGS_ADD(fs, t);
