@@ -28,6 +28,7 @@ extern const vr_cli_command vr_cli_replay;
 extern const vr_cli_command vr_cli_eval;
 extern const vr_cli_command vr_cli_plan;
 extern const vr_cli_command vr_cli_fit;
+extern const vr_cli_command vr_cli_report;
 
 /* Every subcommand, in the order 'vram help' lists them. */
 extern const vr_cli_command *const vr_cli_commands[];
@@ -90,6 +91,5 @@ void vr_cli_dist_end(vr_cli_dist *d);
 
 /* Subcommands (cmd_<name>.c). */
 int vr_cmd_train(int argc, char **argv);
-int vr_cmd_report(int argc, char **argv);
 
 #endif

@@ -9,10 +9,7 @@ static const vr_cli_command help = {"help", "show this help", cmd_help, NULL, NU
 static const vr_cli_command train = {
     "train", "train a model (a small GPT on a built-in corpus by default) in the memory the plan says", vr_cmd_train,
     NULL, NULL, NULL, 0};
-static const vr_cli_command report = {
-    "report", "a self-contained HTML page of where a step's memory goes (roles over time, peak, what-if)",
-    vr_cmd_report, NULL, NULL, NULL, 0};
-const vr_cli_command *const vr_cli_commands[] = {&help, &vr_cli_info, &vr_cli_replay, &vr_cli_plan, &vr_cli_fit, &train, &vr_cli_tokenize, &report,
+const vr_cli_command *const vr_cli_commands[] = {&help, &vr_cli_info, &vr_cli_replay, &vr_cli_plan, &vr_cli_fit, &train, &vr_cli_tokenize, &vr_cli_report,
                                                  &vr_cli_watch, &vr_cli_eval};
 const int vr_cli_ncommands = (int)(sizeof vr_cli_commands / sizeof *vr_cli_commands);
 
