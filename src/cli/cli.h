@@ -1,4 +1,4 @@
-/* vram command: one function per subcommand, each in its own file. */
+/* vram command: one vr_cli_command per subcommand, each in its own file (cmd_<name>.c). */
 #ifndef VRAM_CLI_H
 #define VRAM_CLI_H
 
@@ -21,14 +21,8 @@ typedef struct vr_cli_command {
 } vr_cli_command;
 
 /* The subcommands (cmd_<name>.c). */
-extern const vr_cli_command vr_cli_info;
-extern const vr_cli_command vr_cli_watch;
-extern const vr_cli_command vr_cli_tokenize;
-extern const vr_cli_command vr_cli_replay;
-extern const vr_cli_command vr_cli_eval;
-extern const vr_cli_command vr_cli_plan;
-extern const vr_cli_command vr_cli_fit;
-extern const vr_cli_command vr_cli_report;
+extern const vr_cli_command vr_cli_info, vr_cli_replay, vr_cli_plan, vr_cli_fit, vr_cli_train, vr_cli_tokenize,
+    vr_cli_report, vr_cli_watch, vr_cli_eval;
 
 /* Every subcommand, in the order 'vram help' lists them. */
 extern const vr_cli_command *const vr_cli_commands[];
@@ -90,6 +84,5 @@ int vr_cli_dist_setup(const char *cmd, int argc, char **argv, vr_step_config *s,
 void vr_cli_dist_end(vr_cli_dist *d);
 
 /* Subcommands (cmd_<name>.c). */
-int vr_cmd_train(int argc, char **argv);
 
 #endif

@@ -6,11 +6,10 @@
 static int cmd_help(int argc, char **argv);
 
 static const vr_cli_command help = {"help", "show this help", cmd_help, NULL, NULL, NULL, 0};
-static const vr_cli_command train = {
-    "train", "train a model (a small GPT on a built-in corpus by default) in the memory the plan says", vr_cmd_train,
-    NULL, NULL, NULL, 0};
-const vr_cli_command *const vr_cli_commands[] = {&help, &vr_cli_info, &vr_cli_replay, &vr_cli_plan, &vr_cli_fit, &train, &vr_cli_tokenize, &vr_cli_report,
-                                                 &vr_cli_watch, &vr_cli_eval};
+
+const vr_cli_command *const vr_cli_commands[] = {&help,        &vr_cli_info,     &vr_cli_replay, &vr_cli_plan,
+                                                 &vr_cli_fit,  &vr_cli_train,    &vr_cli_tokenize,
+                                                 &vr_cli_report, &vr_cli_watch,  &vr_cli_eval};
 const int vr_cli_ncommands = (int)(sizeof vr_cli_commands / sizeof *vr_cli_commands);
 
 static int cmd_help(int argc, char **argv)

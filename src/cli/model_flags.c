@@ -1,4 +1,4 @@
-/* vram command: parsing the model and step flags (see model_flags.h). */
+/* vram command: the model and step flags, their table fragment and the configs they fill (see model_flags.h). */
 #include "cli/model_flags.h"
 
 #include <float.h>
@@ -9,74 +9,6 @@
 #include "vram/dist.h"
 #include "vram/hf_config.h"
 #include "vram/util.h"
-
-static const char *str_flags[] = {"--model", "--preset", "--sizes", "--act", "--optim", "--recompute", "--freeze",
-                                  "--precision", "--optim-state", "--master", "--offload", "--hf"};
-static const char *int_flags[] = {"--layers", "--channels", "--heads", "--vocab", "--padded-vocab",
-                                  "--max-seq", "--seq", "--batch", "--accum", "--kv-heads", "--head-dim",
-                                  "--intermediate", "--gpus"};
-#define NSTR ((int)(sizeof str_flags / sizeof *str_flags))
-#define NINT ((int)(sizeof int_flags / sizeof *int_flags))
-
-int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_model_flags *f)
-{
-    const char *a = argv[*i];
-    const char **str_dst[NSTR] = {&f->model, &f->preset, &f->sizes, &f->act, &f->optim, &f->recompute,
-                                  &f->freeze, &f->precision, &f->optim_state, &f->master, &f->offload, &f->hf};
-    long long *int_dst[NINT] = {&f->layers, &f->channels, &f->heads, &f->vocab, &f->padded_vocab,
-                                &f->max_seq, &f->seq, &f->batch, &f->accum, &f->kv_heads, &f->head_dim,
-                                &f->intermediate, &f->gpus};
-    if (!strcmp(a, "--eval")) {
-        f->eval = true;
-        return 1;
-    }
-    if (!strcmp(a, "--tied") || !strcmp(a, "--untied")) {
-        f->tied = a[2] == 't' ? 1 : -1;
-        return 1;
-    }
-    if (!strcmp(a, "--qkv-bias")) {
-        f->qkv_bias = true;
-        return 1;
-    }
-    int si = -1, ii = -1;
-    for (int k = 0; k < NSTR; k++)
-        if (!strcmp(a, str_flags[k]))
-            si = k;
-    for (int k = 0; k < NINT; k++)
-        if (!strcmp(a, int_flags[k]))
-            ii = k;
-    if (si < 0 && ii < 0 && strcmp(a, "--clip") && strcmp(a, "--zero") && strcmp(a, "--rope-theta") &&
-        strcmp(a, "--rms-eps"))
-        return 0;
-    if (*i + 1 >= argc) {
-        vr_cli_fail(cmd, 2, "%s needs a value", a);
-        return -1;
-    }
-    const char *v = argv[++*i];
-    if (!strcmp(a, "--zero")) {
-        if (vr_parse_int(v, a, 0, 3, &f->zero) != VR_OK) {
-            vr_cli_fail(cmd, 2, "%s", vr_last_error());
-            return -1;
-        }
-        f->zero_given = true;
-    } else if (si >= 0) {
-        *str_dst[si] = v;
-    } else if (ii >= 0) {
-        if (vr_parse_int(v, a, 1, 1 << 30, int_dst[ii]) != VR_OK) {
-            vr_cli_fail(cmd, 2, "%s", vr_last_error());
-            return -1;
-        }
-    } else {
-        char *end;
-        double *d = !strcmp(a, "--clip") ? &f->clip : !strcmp(a, "--rope-theta") ? &f->rope_theta : &f->rms_eps;
-        *d = strtod(v, &end);
-        if (end == v || *end || !(*d > 0)) {
-            vr_cli_fail(cmd, 2, "%s: '%s' is not a positive number", a, v);
-            return -1;
-        }
-    }
-    return 1;
-}
 
 bool vr_model_flags_shape_given(const vr_model_flags *f)
 {
@@ -196,14 +128,8 @@ static int configure_mlp(const char *cmd, const vr_model_flags *o, const vr_mode
     }
     if (o->vocab)
         m->mlp.sizes[m->mlp.n_sizes - 1] = (int)o->vocab;
-    if (o->act) {
-        if (!strcmp(o->act, "relu"))
-            m->mlp.act = VR_OP_RELU;
-        else if (!strcmp(o->act, "gelu"))
-            m->mlp.act = VR_OP_GELU;
-        else
-            return vr_cli_fail(cmd, 2, "--act: '%s' is not one of relu|gelu", o->act);
-    }
+    if (o->act) /* relu|gelu (the table's choices) */
+        m->mlp.act = !strcmp(o->act, "gelu") ? VR_OP_GELU : VR_OP_RELU;
     m->T = 1;
     return 0;
 }
@@ -217,9 +143,7 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
         return vr_cli_fail(cmd, 2, "--hf: a Hugging Face config describes a Llama-family model, not --model %s",
                            o->model);
     bool llama = o->hf || (o->model && !strcmp(o->model, "llama"));
-    bool gpt = !llama && (!o->model || !strcmp(o->model, "gpt"));
-    if (!gpt && !llama && strcmp(o->model, "mlp"))
-        return vr_cli_fail(cmd, 2, "--model: '%s' is not one of gpt|llama|mlp", o->model);
+    bool gpt = !llama && (!o->model || !strcmp(o->model, "gpt")); /* else mlp: gpt|llama|mlp are the choices */
     if (!llama && (o->kv_heads || o->head_dim || o->intermediate || o->rope_theta || o->rms_eps || o->tied ||
                    o->qkv_bias))
         return vr_cli_fail(cmd, 2, "--kv-heads, --head-dim, --intermediate, --rope-theta, --rms-eps, --tied, "
@@ -239,8 +163,6 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     if (o->optim_state && vr_optim_state_parse(o->optim_state, "--optim-state", &s->optim_state))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
-    if (o->master && strcmp(o->master, "fp32") && strcmp(o->master, "none"))
-        return vr_cli_fail(cmd, 2, "--master: '%s' is not one of fp32|none", o->master);
     s->no_master = o->master && !strcmp(o->master, "none");
     if (o->offload && vr_offload_parse(o->offload, "--offload", &s->offload))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
@@ -348,45 +270,4 @@ void vr_model_flags_add(vr_flagset *fs, vr_model_flags *f, const vr_model_defaul
         };
         VR_FLAGS_ADD(fs, eval);
     }
-}
-
-void vr_model_flags_usage(FILE *f, const vr_model_defaults *d)
-{
-    fprintf(f,
-            "model\n"
-            "  --model gpt|llama|mlp    model family (gpt)\n"
-            "  --preset NAME            gpt: %s (%s); mlp: %s (%s); llama: %s (tiny)\n"
-            "  --hf DIR|config.json     llama: the shape of a Hugging Face model (llama, qwen2, mistral) from its config\n"
-            "  --kv-heads N --head-dim N --intermediate N --rope-theta X --rms-eps X --tied|--untied --qkv-bias\n"
-            "                           (llama; also --layers --channels --heads --vocab --max-seq)\n"
-            "  --layers N --channels N --heads N --vocab N --padded-vocab N --max-seq N   (gpt)\n"
-            "  --sizes A,B,...,Z --act relu|gelu                                          (mlp)\n"
-            "  --layers N --channels N (mlp: hidden layers and width) --vocab N (mlp: classes)\n",
-            vr_gpt_preset_names(), d->gpt_preset, vr_mlp_preset_names(), d->mlp_preset, vr_llama_preset_names());
-}
-
-void vr_step_flags_usage(FILE *f, const vr_model_defaults *d)
-{
-    char seq[32] = "the preset's";
-    if (d->seq)
-        snprintf(seq, sizeof seq, "%d", d->seq);
-    fprintf(f,
-            "  --batch N                micro-batch rows (%d)\n"
-            "  --seq N                  sequence length (%s)\n"
-            "  --accum N                micro-batches per optimizer step (1)\n"
-            "  --optim sgd|momentum|adam|adamw|none   (%s)\n"
-            "  --recompute none|block|selective       activation checkpointing (none)\n"
-            "  --freeze GLOBS           comma-separated globs over parameter names ('h.*.attn*,wte')\n"
-            "  --precision fp32|bf16|fp16             (fp32)\n"
-            "  --optim-state fp32|bf16|8bit           Adam/momentum state: fp32, bf16 (stochastic rounding) or\n"
-            "                                         8-bit block-wise (tensors under 4096 elements stay fp32) (fp32)\n"
-            "  --master fp32|none       bf16: keep an fp32 master copy of the weights, or none (fp32)\n"
-            "  --offload none|optim     optim: fp32 master and optimizer state in pinned host memory, the update\n"
-            "                           run by the host while the backward goes on (none)\n"
-            "  --clip X                 clip gradients to global norm X\n"
-            "  --gpus N                 data parallel over N GPUs of this host, one process each (mpirun -np N: CPU\n"
-            "                           ranks); --batch is per GPU\n"
-            "  --zero 0|1|2             0: gradients all-reduced; 1: + master and optimizer state sharded over the\n"
-            "                           ranks; 2: + gradients reduced to their owner only (0)\n",
-            d->batch, seq, vr_optim_name(d->optim));
 }

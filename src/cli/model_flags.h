@@ -43,11 +43,6 @@ typedef struct vr_model_defaults {
  * their help. */
 void vr_model_flags_add(vr_flagset *fs, vr_model_flags *f, const vr_model_defaults *d);
 
-/* If argv[*i] is one of the flags above, consumes it and its value (advancing *i)
- * and returns 1; returns 0 when it is not one of them; prints a one-line error
- * "vram <cmd>: ..." naming the flag and returns -1 for a missing or bad value. */
-int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_model_flags *f);
-
 /* Fills the model and step configs from the flags and defaults. Returns 0, or
  * prints a one-line error naming the flag and returns 2. */
 int vr_model_flags_configure(const char *cmd, const vr_model_flags *f, const vr_model_defaults *d,
@@ -59,9 +54,5 @@ void vr_model_flags_hf_from_init(vr_model_flags *f, const char *init);
 
 /* True when any flag that sets the model's shape was given. */
 bool vr_model_flags_shape_given(const vr_model_flags *f);
-
-/* The help lines for the model flags (indent 2) / the step flags. */
-void vr_model_flags_usage(FILE *f, const vr_model_defaults *d);
-void vr_step_flags_usage(FILE *f, const vr_model_defaults *d);
 
 #endif
