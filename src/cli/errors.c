@@ -6,7 +6,8 @@
  * ("--kv-heads: 3 does not divide the 8 heads"): field_flags below is the one table of them, and every
  * error the command prints goes through vr_cli_fail, which rewrites them. A name is replaced only as a whole
  * word (not inside a longer identifier, path or dotted name), so file names and tensor names in a message
- * are left alone; a field without a flag keeps its C name. */
+ * are left alone; a field without a flag keeps its C name. A bool field that a flag's value sets shows as
+ * both ("vr_step_config.no_master": "--master none"). */
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -47,7 +48,7 @@ static const vr_cli_field_flag field_flags[] = {
     {"vr_step_config.recompute", "--recompute"},
     {"vr_step_config.precision", "--precision"},
     {"vr_step_config.optim_state", "--optim-state"},
-    {"vr_step_config.no_master", "--master"},
+    {"vr_step_config.no_master", "--master none"}, /* a bool: true is --master none */
     {"vr_step_config.offload", "--offload"},
     {"vr_step_config.freeze", "--freeze"},
     {"vr_step_config.grad_clip", "--clip"},

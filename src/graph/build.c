@@ -17,7 +17,7 @@ vr_status vr_step_config_check(const vr_step_config *s)
                         "(momentum, adam, adamw); %s has none", vr_optim_state_name(s->optim_state),
                         vr_optim_name(s->optim));
     if (s->no_master && s->precision != VR_PREC_BF16)
-        return vr_error(VR_ERR_INVALID, "vr_step_config.no_master: no master copy needs bf16 precision (%s %s)",
+        return vr_error(VR_ERR_INVALID, "vr_step_config.no_master: needs bf16 precision (%s %s)",
                         vr_precision_name(s->precision),
                         s->precision == VR_PREC_FP32 ? "weights are their own fp32 master"
                                                      : "weights lose small updates without an fp32 master");

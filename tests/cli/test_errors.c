@@ -124,7 +124,7 @@ static void the_table_names_real_fields_and_flags(void **state)
             real |= !strcmp(t[i].field, functions[k]);
         if (!real)
             fail_msg("%s is neither a member of a public configuration nor a public function", t[i].field);
-        assert_true(!strncmp(t[i].flag, "--", 2) && strlen(t[i].flag) > 2 && !strchr(t[i].flag, ' '));
+        assert_true(!strncmp(t[i].flag, "--", 2) && strlen(t[i].flag) > 2); /* "--flag" or "--flag value" */
         for (int j = 0; j < i; j++)
             if (!strcmp(t[i].field, t[j].field))
                 fail_msg("%s twice", t[i].field);
@@ -150,6 +150,11 @@ static void library_errors_as_the_command_shows_them(void **state)
     vr_step_config s = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .zero = 1};
     assert_int_equal(vr_step_config_check(&s), VR_ERR_INVALID);
     assert_string_equal(mapped(vr_last_error()), "--zero: stage 1 needs data parallel ranks (--gpus N, or mpirun)");
+
+    s = (vr_step_config){.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .no_master = true};
+    assert_int_equal(vr_step_config_check(&s), VR_ERR_INVALID);
+    assert_string_equal(mapped(vr_last_error()),
+                        "--master none: needs bf16 precision (fp32 weights are their own fp32 master)");
 
     vr_train_config tc = vr_train_config_default();
     tc.steps = 0;
