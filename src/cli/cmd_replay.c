@@ -120,8 +120,8 @@ static void replay_flags(vr_flagset *fs, void *p)
          .help = "write a Chrome/Perfetto trace (allocated/reserved counters)"},
         {"--check", VR_FLAG_SWITCH, &o->r.check, NULL,
          .help = "verify every allocator invariant after each operation (slow)"},
-        {"--repeat", VR_FLAG_INT, &o->repeat, "N", .help = "replay N times on fresh allocators, report the fastest ns/op",
-         .lo = 1, .hi = 1000000},
+        {"--repeat", VR_FLAG_INT, &o->repeat, "N", .lo = 1, .hi = 1000000,
+         .help = "replay N times on fresh allocators, report the fastest ns/op"},
         VR_FLAG_HEADING_TEXT("\nratio = peak reserved / peak allocated (1.000 = no bytes cached at the peak)."),
     };
     VR_FLAGS_ADD(fs, t);

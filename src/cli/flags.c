@@ -185,7 +185,8 @@ int vr_flags_parse(const vr_cli_command *cmd, void *opts, int argc, char **argv,
                 *(int *)f->dst = (int)f->lo;
         } else if (!eq && i + 1 >= argc) {
             const char *mv = f->metavar ? f->metavar : f->choices;
-            rc = vr_cli_fail(cmd->name, 2, "%s: needs a value%s%s%s", name, mv ? " (" : "", mv ? mv : "", mv ? ")" : "");
+            rc = vr_cli_fail(cmd->name, 2, "%s: needs a value%s%s%s", name, mv ? " (" : "", mv ? mv : "",
+                             mv ? ")" : "");
         } else {
             rc = set_value(cmd->name, f, name, eq ? eq + 1 : argv[++i]);
         }

@@ -166,8 +166,8 @@ static void refusals_name_the_flag(void **state)
         const char *pos[1];
         int rc = parse(&o, pos, 1, NULL, cases[i].args[0], cases[i].args[1], cases[i].args[2], NULL);
         if (rc != 2 || strcmp(err, cases[i].line))
-            fail_msg("%s %s: exit %d, stderr '%s', not '%s'", cases[i].args[0], cases[i].args[1] ? cases[i].args[1] : "",
-                     rc, err, cases[i].line);
+            fail_msg("%s %s: exit %d, stderr '%s', not '%s'", cases[i].args[0],
+                     cases[i].args[1] ? cases[i].args[1] : "", rc, err, cases[i].line);
     }
     /* --bytes with a value that is not a size names the flag */
     opts o = {0};
