@@ -13,14 +13,10 @@ LIBS="-L$CU/lib64 -Wl,-rpath,$CU/lib64 -L/tmp/sysroot/usr/lib/x86_64-linux-gnu -
 gcc $FL $SRC tests/device/test_cuda.c $LIBS -lcmocka -o /tmp/test_cuda || exit 1
 for t in test_meta test_cpu test_events; do gcc $FL $SRC tests/device/$t.c $LIBS -lcmocka -o /tmp/$t || exit 1; done
 cat > /tmp/info_main.c <<'C'
-#include <stdarg.h>
-#include <stdio.h>
 #include "cli/cli.h"
-int vr_cli_fail(const char *cmd, int status, const char *fmt, ...)
-{ va_list ap; fprintf(stderr, "vram %s: ", cmd); va_start(ap, fmt); vfprintf(stderr, fmt, ap); va_end(ap); fputc('\n', stderr); return status; }
-int main(int argc, char **argv) { return vr_cmd_info(argc - 1, argv + 1); }
+int main(int argc, char **argv) { return vr_cli_info.run(argc - 1, argv + 1); }
 C
-gcc $FL $SRC src/cli/cmd_info.c /tmp/info_main.c $LIBS -lcjson -o /tmp/vram || exit 1
+gcc $FL $SRC src/cli/cmd_info.c src/cli/flags.c src/cli/errors.c /tmp/info_main.c $LIBS -lcjson -o /tmp/vram || exit 1
 set +x
 /tmp/vram info; echo "rc=$?"
 /tmp/vram info --json | tee ${OUT:-/tmp}/info.json | python3 -c 'import json,sys; print("json ok", json.load(sys.stdin)["cuda"])'

@@ -133,7 +133,7 @@ vr_status vr_alloc_create(vr_device *dev, const vr_alloc_config *config, vr_allo
         return vr_error(VR_ERR_INVALID, "allocator: memory fraction %g is not within [0, 1]", cfg.memory_fraction);
     if (pol->needs_vm && vr_device_vm_granularity(dev) == 0)
         return vr_error(VR_ERR_UNSUPPORTED, "allocator: policy '%s' needs virtual memory, which %s does not have "
-                        "(use it on meta or cuda, or --policy pytorch)", pol->name, vr_device_name(dev));
+                        "(use it on meta or cuda, or vr_alloc_config.policy pytorch)", pol->name, vr_device_name(dev));
 
     vr_alloc *a = calloc(1, sizeof *a);
     if (!a)

@@ -57,9 +57,9 @@ vr_status vra_oom_error(vr_alloc *a, const vra_request *req)
     size_t n = 0;
     bool fragmented = unused >= req->size || (reserved && unused * 10 >= reserved);
     if (fragmented && !strcmp(a->policy->name, "pytorch"))
-        n += (size_t)snprintf(tips + n, sizeof tips - n, "--policy expandable to reduce fragmentation, ");
+        n += (size_t)snprintf(tips + n, sizeof tips - n, "vr_alloc_config.policy expandable to reduce fragmentation, ");
     if (capped)
-        n += (size_t)snprintf(tips + n, sizeof tips - n, "a larger --capacity or memory fraction, ");
+        n += (size_t)snprintf(tips + n, sizeof tips - n, "a larger vr_alloc_config.capacity or memory fraction, ");
     snprintf(tips + n, sizeof tips - n,
              "a smaller batch (gradient accumulation keeps the effective batch), activation checkpointing, "
              "or `vram plan` to see where memory goes.");

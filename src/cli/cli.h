@@ -1,20 +1,50 @@
-/* vram command: one function per subcommand, each in its own file. */
+/* vram command: one vr_cli_command per subcommand, each in its own file (cmd_<name>.c). */
 #ifndef VRAM_CLI_H
 #define VRAM_CLI_H
 
 #include <stddef.h>
 
+#include "cli/flags.h"
+
 /* Each returns the process exit status (0 ok, 1 failure, 2 usage error). */
 typedef int (*vr_cli_fn)(int argc, char **argv);
 
+/* A subcommand: cmd_<name>.c defines one (vr_cli_<name>), commands.c lists them. */
 typedef struct vr_cli_command {
     const char *name;
-    const char *summary;
-    vr_cli_fn run;
+    const char *summary;    /* its line in 'vram help' */
+    vr_cli_fn run;          /* run(argc, argv): argv[0] is the name */
+    const char *synopsis;   /* what --help shows after "usage: vram <name> " (NULL: "[options]") */
+    const char *about;      /* the paragraph under it, or NULL */
+    void (*flags)(vr_flagset *fs, void *opts); /* its flag table over its options struct (flags.h) */
+    size_t opts_size;       /* that struct's size: the table can be built over zeroed bytes (tests) */
 } vr_cli_command;
 
-/* Prints "vram <cmd>: <message>" to stderr and returns the exit status. */
+/* The subcommands (cmd_<name>.c). */
+extern const vr_cli_command vr_cli_info, vr_cli_replay, vr_cli_plan, vr_cli_fit, vr_cli_train, vr_cli_tokenize,
+    vr_cli_report, vr_cli_watch, vr_cli_eval;
+
+/* Every subcommand, in the order 'vram help' lists them. */
+extern const vr_cli_command *const vr_cli_commands[];
+extern const int vr_cli_ncommands;
+
+/* Prints "vram <cmd>: <message>" to stderr, the library's field names in it shown as their flags
+ * (vr_cli_map_fields), and returns the exit status (errors.c). */
 int vr_cli_fail(const char *cmd, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* A configuration field as the library names it in its messages ("vr_llama_config.NKV") and the flag that
+ * sets it ("--kv-heads"). */
+typedef struct vr_cli_field_flag {
+    const char *field;
+    const char *flag;
+} vr_cli_field_flag;
+
+/* The table of them (*n entries). */
+const vr_cli_field_flag *vr_cli_field_flags(int *n);
+
+/* msg with every field of the table that stands as a whole name replaced by its flag, into out (cap bytes,
+ * cut short to fit). Returns the length of the whole result. */
+size_t vr_cli_map_fields(const char *msg, char *out, size_t cap);
 
 /* For the commands that run kernels (train, eval): sets OMP_WAIT_POLICY=passive
  * when unset and re-executes the binary (threads.c). Call first in main. */
@@ -52,16 +82,7 @@ typedef struct vr_cli_dist {
 int vr_cli_dist_setup(const char *cmd, int argc, char **argv, vr_step_config *s, const char **device,
                       vr_cli_dist *d);
 void vr_cli_dist_end(vr_cli_dist *d);
-int vr_cmd_watch(int argc, char **argv);
 
 /* Subcommands (cmd_<name>.c). */
-int vr_cmd_replay(int argc, char **argv);
-int vr_cmd_info(int argc, char **argv);
-int vr_cmd_plan(int argc, char **argv);
-int vr_cmd_fit(int argc, char **argv);
-int vr_cmd_train(int argc, char **argv);
-int vr_cmd_eval(int argc, char **argv);
-int vr_cmd_tokenize(int argc, char **argv);
-int vr_cmd_report(int argc, char **argv);
 
 #endif

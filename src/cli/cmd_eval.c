@@ -20,69 +20,46 @@
 #include "vram/hf_config.h"
 #include "vram/util.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: vram eval --init CKPT [options]\n\n"
-               "Mean cross-entropy of an llm.c GPT-2 checkpoint on data, with the no-grad graph (nothing\n"
-               "saved for a backward pass).\n\n"
-               "  --init CKPT|DIR          the model (required): an llm.c GPT-2 checkpoint, or a Hugging Face Llama\n"
-            "                           directory (config.json + safetensors: llama, qwen2, mistral)\n"
-               "  --data FILE              text file, llm.c .bin token file or 'generated' (generated)\n"
-               "  --split val|all          the held-out tail (10%%) or every token (val)\n"
-               "  --batch N                rows per batch (8)\n"
-               "  --seq N                  sequence length (min(64, the checkpoint's))\n"
-               "  --batches N              batches to average (0: the whole split) (0)\n"
-               "  --device cpu|cuda|cuda:N (cpu)\n"
-               "  --precision fp32|bf16|fp16   weights and activations of the evaluation (fp32)\n"
-               "  --memory planned|dynamic (planned)\n"
-               "  --inplace                gelu and the residual adds write over their dying input\n"
-               "  --json                   one JSON object\n");
-}
-
 typedef struct eopts {
     const char *init, *data, *split, *device, *memory, *precision;
     long long batch, seq, batches;
     bool json, inplace;
 } eopts;
 
+static void eval_flags(vr_flagset *fs, void *p)
+{
+    eopts *o = p;
+    const vr_flag t[] = {
+        {"--init", VR_FLAG_STRING, &o->init, "CKPT|DIR", .nonempty = true,
+         .help = "the model (required): an llm.c GPT-2 checkpoint, or a Hugging Face Llama\n"
+                 "directory (config.json + safetensors: llama, qwen2, mistral)"},
+        {"--data", VR_FLAG_STRING, &o->data, "FILE",
+         .help = "text file, llm.c .bin token file or 'generated' (generated)"},
+        {"--split", VR_FLAG_CHOICE, &o->split, NULL, .choices = "val|all",
+         .help = "the held-out tail (10%) or every token (val)"},
+        {"--batch", VR_FLAG_INT, &o->batch, "N", .help = "rows per batch (8)", .lo = 1, .hi = 1 << 30},
+        {"--seq", VR_FLAG_INT, &o->seq, "N", .help = "sequence length (min(64, the checkpoint's))", .lo = 1,
+         .hi = 1 << 30},
+        {"--batches", VR_FLAG_INT, &o->batches, "N", .help = "batches to average (0: the whole split) (0)", .lo = 0,
+         .hi = 1 << 30},
+        {"--device", VR_FLAG_STRING, &o->device, "cpu|cuda|cuda:N", .help = "(cpu)"},
+        {"--precision", VR_FLAG_CHOICE, &o->precision, NULL, .choices = "fp32|bf16|fp16",
+         .help = "weights and activations of the evaluation (fp32)"},
+        {"--memory", VR_FLAG_CHOICE, &o->memory, NULL, .choices = "planned|dynamic", .help = "(planned)"},
+        {"--inplace", VR_FLAG_SWITCH, &o->inplace, NULL,
+         .help = "gelu and the residual adds write over their dying input"},
+        {"--json", VR_FLAG_SWITCH, &o->json, NULL, .help = "one JSON object"},
+    };
+    VR_FLAGS_ADD(fs, t);
+}
+
 static int parse_args(int argc, char **argv, eopts *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 1;
-        }
-        if (!strcmp(a, "--json") || !strcmp(a, "--inplace")) {
-            *(a[2] == 'j' ? &o->json : &o->inplace) = true;
-            continue;
-        }
-        const char **sv = !strcmp(a, "--init")     ? &o->init
-                          : !strcmp(a, "--data")   ? &o->data
-                          : !strcmp(a, "--split")  ? &o->split
-                          : !strcmp(a, "--device") ? &o->device
-                          : !strcmp(a, "--memory") ? &o->memory
-                          : !strcmp(a, "--precision") ? &o->precision
-                                                   : NULL;
-        long long *iv = !strcmp(a, "--batch") ? &o->batch : !strcmp(a, "--seq") ? &o->seq
-                        : !strcmp(a, "--batches")                               ? &o->batches
-                                                                                : NULL;
-        if (!sv && !iv)
-            return vr_cli_fail("eval", 2, "unknown flag '%s' (see vram eval --help)", a);
-        if (i + 1 >= argc)
-            return vr_cli_fail("eval", 2, "%s needs a value", a);
-        const char *v = argv[++i];
-        if (sv)
-            *sv = v;
-        else if (vr_parse_int(v, a, iv == &o->batches ? 0 : 1, 1 << 30, iv) != VR_OK)
-            return vr_cli_fail("eval", 2, "%s", vr_last_error());
-    }
+    int rc = vr_flags_parse(&vr_cli_eval, o, argc, argv, NULL, 0, NULL);
+    if (rc)
+        return rc;
     if (!o->init)
         return vr_cli_fail("eval", 2, "--init: a checkpoint is required (vram eval --init model.bin)");
-    if (o->split && strcmp(o->split, "val") && strcmp(o->split, "all"))
-        return vr_cli_fail("eval", 2, "--split: '%s' is not one of val|all", o->split);
-    if (o->memory && strcmp(o->memory, "planned") && strcmp(o->memory, "dynamic"))
-        return vr_cli_fail("eval", 2, "--memory: '%s' is not one of planned|dynamic", o->memory);
     if (o->device && strncmp(o->device, "cpu", 3) && strncmp(o->device, "cuda", 4))
         return vr_cli_fail("eval", 2, "--device: '%s' is not one of cpu, cpu:SIZE, cuda, cuda:N", o->device);
     return 0;
@@ -177,7 +154,7 @@ static vr_status run(const eopts *o, eval_run *r, double *loss, int64_t *nb)
     return VR_OK;
 }
 
-int vr_cmd_eval(int argc, char **argv)
+static int cmd_eval(int argc, char **argv)
 {
     eopts o;
     memset(&o, 0, sizeof o);
@@ -213,3 +190,9 @@ int vr_cmd_eval(int argc, char **argv)
     eval_free(&r);
     return 0;
 }
+
+const vr_cli_command vr_cli_eval = {
+    "eval", "mean held-out loss of a checkpoint with the no-grad graph", cmd_eval, "--init CKPT [options]",
+    "Mean cross-entropy of an llm.c GPT-2 checkpoint on data, with the no-grad graph (nothing\n"
+    "saved for a backward pass).",
+    eval_flags, sizeof(eopts)};

@@ -27,31 +27,10 @@
 
 #define CONTEXT_ESTIMATE (527 * VR_MiB) /* DESIGN.md: PyTorch's context on an H100 */
 
-static const vr_model_defaults fit_defaults = {"gpt2", "mnist", 1, 0, VR_OPTIM_ADAMW};
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: vram fit --capacity SIZE [options]\n\n"
-               "Finds the largest batch whose planned step fits the capacity, then ranks every precision x\n"
-               "recompute policy (largest micro-batch, or micro x accum = --global-batch) by an estimated\n"
-               "step time: matmul FLOPs / TFLOP/s + other kernels' bytes / bandwidth + launches.\n\n");
-    vr_model_flags_usage(f, &fit_defaults);
-    fprintf(f, "step (--batch is what fit searches; --precision/--recompute/--optim-state/--master pin the search)\n");
-    vr_step_flags_usage(f, &fit_defaults);
-    fprintf(f, "fit\n"
-               "  --capacity SIZE          device memory to fit in (e.g. 16GiB); cuda: the GPU's total\n"
-               "  --device SPEC            meta, cpu, cuda, cuda:N (meta: H100 figures, no context)\n"
-               "  --context SIZE           CUDA context set aside (cuda: measured, else 527MiB)\n"
-               "  --global-batch N         rows per optimizer step: micro-batch x accum = N\n"
-               "  --tflops X|P=X,...       effective matmul TFLOP/s, all or per precision (H100: fp32 150,\n"
-               "                           bf16 400, fp16 400; cpu: measured)\n"
-               "  --bandwidth GBS          memory bandwidth of the other kernels, GB/s (H100: 2500; cpu: measured)\n"
-               "  --launch-us US           fixed cost per kernel, microseconds (5; cpu: 1)\n"
-               "  --host-capacity SIZE     host memory offloaded rows may pin (default: what the host has available)\n"
-               "  (--offload none|optim pins the placement; both are searched otherwise. On cpu and cuda the host's\n"
-               "   update speed and the copy link are measured once, with an offloaded step of a 38M-parameter MLP)\n"
-               "  --json                   machine-readable output\n");
-}
+static const vr_model_defaults fit_defaults = {
+    .gpt_preset = "gpt2", .mlp_preset = "mnist", .batch = 1, .optim = VR_OPTIM_ADAMW, .eval = true,
+    .step_heading = "step (--batch is what fit searches; --precision/--recompute/--optim-state/--master pin the "
+                    "search)"};
 
 typedef struct opts {
     vr_model_flags m;
@@ -60,73 +39,49 @@ typedef struct opts {
     bool has_capacity, has_context, json;
     uint64_t host_capacity;   /* --host-capacity; 0: what the host has available */
     long long global_batch;
-    double bandwidth, launch_us; /* < 0: not given */
+    double bandwidth, launch_us;
+    bool has_bandwidth, has_launch_us;
 } opts;
 
-static int parse_double(const char *flag, const char *v, double *out)
+static void fit_flags(vr_flagset *fs, void *p)
+{
+    opts *o = p;
+    vr_model_flags_add(fs, &o->m, &fit_defaults);
+    const vr_flag t[] = {
+        VR_FLAG_HEADING_TEXT("fit"),
+        {"--capacity", VR_FLAG_SIZE, &o->capacity, "SIZE", .given = &o->has_capacity,
+         .help = "device memory to fit in (e.g. 16GiB); cuda: the GPU's total"},
+        {"--device", VR_FLAG_STRING, &o->device, "SPEC",
+         .help = "meta, cpu, cuda, cuda:N (meta: H100 figures, no context)"},
+        {"--context", VR_FLAG_SIZE, &o->context, "SIZE", .given = &o->has_context,
+         .help = "CUDA context set aside (cuda: measured, else 527MiB)"},
+        {"--global-batch", VR_FLAG_INT, &o->global_batch, "N", .lo = 1, .hi = 1 << 30,
+         .help = "rows per optimizer step: micro-batch x accum = N"},
+        {"--tflops", VR_FLAG_STRING, &o->tflops, "X|P=X,...",
+         .help = "effective matmul TFLOP/s, all or per precision (H100: fp32 150,\nbf16 400, fp16 400; cpu: measured)"},
+        {"--bandwidth", VR_FLAG_DOUBLE, &o->bandwidth, "GBS", .min = 0, .max = 1e12, .above = true,
+         .given = &o->has_bandwidth,
+         .help = "memory bandwidth of the other kernels, GB/s (H100: 2500; cpu: measured)"},
+        {"--launch-us", VR_FLAG_DOUBLE, &o->launch_us, "US", .min = 0, .max = 1e12, .given = &o->has_launch_us,
+         .help = "fixed cost per kernel, microseconds (5; cpu: 1)"},
+        {"--host-capacity", VR_FLAG_SIZE, &o->host_capacity, "SIZE",
+         .help = "host memory offloaded rows may pin (default: what the host has available)"},
+        VR_FLAG_HEADING_TEXT("  (--offload none|optim pins the placement; both are searched otherwise. On cpu and cuda "
+                             "the host's\n   update speed and the copy link are measured once, with an offloaded "
+                             "step of a 38M-parameter MLP)"),
+        {"--json", VR_FLAG_SWITCH, &o->json, NULL, .help = "machine-readable output"},
+    };
+    VR_FLAGS_ADD(fs, t);
+}
+
+/* A TFLOP/s figure of --tflops; 0, or prints the error and returns 2. */
+static int parse_tflop(const char *v, double *out)
 {
     char *end;
     double d = strtod(v, &end);
-    if (end == v || *end || !(d >= 0) || d > 1e12)
-        return vr_cli_fail("fit", 2, "%s: '%s' is not a non-negative number", flag, v);
+    if (end == v || *end || !(d > 0) || d > 1e12)
+        return vr_cli_fail("fit", 2, "--tflops: '%s' is not a positive number", v);
     *out = d;
-    return 0;
-}
-
-static int parse_args(int argc, char **argv, opts *o)
-{
-    o->bandwidth = o->launch_us = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 1;
-        }
-        int r = vr_model_flags_parse("fit", argc, argv, &i, &o->m);
-        if (r < 0)
-            return 2;
-        if (r > 0)
-            continue;
-        if (!strcmp(a, "--json")) {
-            o->json = true;
-            continue;
-        }
-        if (!strcmp(a, "--host-capacity")) {
-            if (i + 1 >= argc)
-                return vr_cli_fail("fit", 2, "%s needs a value", a);
-            if (vr_parse_size(argv[++i], a, &o->host_capacity) != VR_OK)
-                return vr_cli_fail("fit", 2, "%s", vr_last_error());
-            continue;
-        }
-        static const char *valued[] = {"--capacity", "--device", "--context", "--global-batch",
-                                       "--tflops", "--bandwidth", "--launch-us"};
-        int k = -1;
-        for (int j = 0; j < 7; j++)
-            if (!strcmp(a, valued[j]))
-                k = j;
-        if (k < 0)
-            return vr_cli_fail("fit", 2, "unknown flag '%s' (see vram fit --help)", a);
-        if (i + 1 >= argc)
-            return vr_cli_fail("fit", 2, "%s needs a value", a);
-        const char *v = argv[++i];
-        int rc = 0;
-        if (k == 0 || k == 2) {
-            if (vr_parse_size(v, a, k == 0 ? &o->capacity : &o->context) != VR_OK)
-                return vr_cli_fail("fit", 2, "%s", vr_last_error());
-            *(k == 0 ? &o->has_capacity : &o->has_context) = true;
-        } else if (k == 1) {
-            o->device = v;
-        } else if (k == 3) {
-            if (vr_parse_int(v, a, 1, 1 << 30, &o->global_batch) != VR_OK)
-                return vr_cli_fail("fit", 2, "%s", vr_last_error());
-        } else if (k == 4) {
-            o->tflops = v;
-        } else {
-            rc = parse_double(a, v, k == 5 ? &o->bandwidth : &o->launch_us);
-        }
-        if (rc)
-            return rc;
-    }
     return 0;
 }
 
@@ -137,10 +92,8 @@ static int parse_tflops(const char *s, vr_fit_cost_model *cm)
     snprintf(buf, sizeof buf, "%s", s);
     if (!strchr(buf, '=')) {
         double d = 0;
-        if (parse_double("--tflops", buf, &d))
+        if (parse_tflop(buf, &d))
             return 2;
-        if (d <= 0)
-            return vr_cli_fail("fit", 2, "--tflops: '%s' must be positive", s);
         for (int p = 0; p < 3; p++)
             cm->tflops[p] = d;
         return 0;
@@ -154,10 +107,8 @@ static int parse_tflops(const char *s, vr_fit_cost_model *cm)
         *eq = 0;
         if (vr_precision_parse(tok, "--tflops", &p) != VR_OK)
             return vr_cli_fail("fit", 2, "%s", vr_last_error());
-        if (parse_double("--tflops", eq + 1, &d))
+        if (parse_tflop(eq + 1, &d))
             return 2;
-        if (d <= 0)
-            return vr_cli_fail("fit", 2, "--tflops: '%s' must be positive", eq + 1);
         cm->tflops[p] = d;
     }
     return 0;
@@ -293,14 +244,11 @@ static int resolve_device(const opts *o, target *t, vr_step_config *s, vr_fit_co
         return vr_cli_fail("fit", 2, "--capacity: needed (no GPU to read it from)");
     if (o->tflops && parse_tflops(o->tflops, cm))
         return 2;
-    if (o->bandwidth >= 0) {
-        if (o->bandwidth == 0)
-            return vr_cli_fail("fit", 2, "--bandwidth: must be positive");
+    if (o->has_bandwidth)
         cm->bandwidth_gbs = o->bandwidth;
-    }
-    if (o->launch_us >= 0)
+    if (o->has_launch_us)
         cm->launch_us = o->launch_us;
-    if (o->tflops || o->bandwidth >= 0 || o->launch_us >= 0)
+    if (o->tflops || o->has_bandwidth || o->has_launch_us)
         t->cost_how = "as given";
     if ((!strcmp(t->spec, "cpu") || t->cuda) && s->train && s->optim != VR_OPTIM_NONE &&
         !(o->m.offload && s->offload == VR_OFFLOAD_NONE))
@@ -431,10 +379,10 @@ static int report(const opts *o, const target *t, uint64_t step_cap, const vr_st
                        vr_format_size(lo->point.peak, c, sizeof c), vr_format_size(step_cap, d, sizeof d));
 }
 
-int vr_cmd_fit(int argc, char **argv)
+static int run(int argc, char **argv)
 {
     opts o = {0};
-    int rc = parse_args(argc, argv, &o);
+    int rc = vr_flags_parse(&vr_cli_fit, &o, argc, argv, NULL, 0, NULL);
     if (rc)
         return rc == 1 ? 0 : rc;
     if (o.m.batch)
@@ -475,3 +423,11 @@ int vr_cmd_fit(int argc, char **argv)
     free(r);
     return rc;
 }
+
+const vr_cli_command vr_cli_fit = {
+    "fit", "the largest batch that fits a device, and the fastest configuration that fits", run,
+    "--capacity SIZE [options]",
+    "Finds the largest batch whose planned step fits the capacity, then ranks every precision x\n"
+    "recompute policy (largest micro-batch, or micro x accum = --global-batch) by an estimated\n"
+    "step time: matmul FLOPs / TFLOP/s + other kernels' bytes / bandwidth + launches.",
+    fit_flags, sizeof(opts)};

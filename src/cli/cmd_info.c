@@ -25,15 +25,6 @@ typedef struct cuda_entry {
     char cost_error[512];
 } cuda_entry;
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: vram info [--json]\n\n"
-               "Lists the devices vram can use: CUDA GPUs (memory, measured CUDA context cost,\n"
-               "compute capability, driver and runtime versions), the host (cpu) and the\n"
-               "simulated meta device.\n\n"
-               "  --json   machine-readable output\n");
-}
-
 static void version_text(int v, char *buf, size_t cap)
 {
     if (v > 0)
@@ -142,21 +133,28 @@ static vr_status host_device(const char *spec, char *name, size_t cap, vr_device
     return st;
 }
 
-int vr_cmd_info(int argc, char **argv)
-{
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) {
-            json = true;
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else {
-            return vr_cli_fail("info", 2, "unknown flag '%s' (see vram info --help)", argv[i]);
-        }
-    }
+typedef struct opts {
+    bool json;
+} opts;
 
-    int ncuda = 0, rc = 0;
+static void info_flags(vr_flagset *fs, void *p)
+{
+    opts *o = p;
+    const vr_flag t[] = {
+        {"--json", VR_FLAG_SWITCH, &o->json, NULL, .help = "machine-readable output"},
+    };
+    VR_FLAGS_ADD(fs, t);
+}
+
+static int run(int argc, char **argv)
+{
+    opts o = {0};
+    int rc = vr_flags_parse(&vr_cli_info, &o, argc, argv, NULL, 0, NULL);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    bool json = o.json;
+
+    int ncuda = 0;
     char cuda_error[512] = "";
     if (vr_cuda_device_count(&ncuda) != VR_OK)
         snprintf(cuda_error, sizeof cuda_error, "%s", vr_last_error());
@@ -248,3 +246,10 @@ int vr_cmd_info(int argc, char **argv)
     free(cuda);
     return rc;
 }
+
+const vr_cli_command vr_cli_info = {
+    "info", "list devices: GPUs (memory, CUDA context cost, versions), cpu, meta", run, "[--json]",
+    "Lists the devices vram can use: CUDA GPUs (memory, measured CUDA context cost,\n"
+    "compute capability, driver and runtime versions), the host (cpu) and the\n"
+    "simulated meta device.",
+    info_flags, sizeof(opts)};

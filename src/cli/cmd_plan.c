@@ -25,35 +25,8 @@
 #define CONTEXT_ESTIMATE (527 * VR_MiB)
 /* The library workspace on cuda (cuBLAS: 32 MiB in PyTorch). */
 
-static const vr_model_defaults plan_defaults = {"gpt2", "mnist", 8, 0, VR_OPTIM_ADAMW};
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: vram plan [options]\n\n"
-            "Plans one training step and says where every byte goes (params, master weights, grads,\n"
-            "optimizer state, inputs, activations, temporaries), the peak, and whether it fits.\n\n");
-    vr_model_flags_usage(f, &plan_defaults);
-    fprintf(f, "step\n");
-    vr_step_flags_usage(f, &plan_defaults);
-    fprintf(f, "  --eval                   no-grad evaluation step (forward only, nothing saved)\n"
-            "memory\n"
-            "  --memory planned|dynamic static arena, or also replay through the caching allocator\n"
-            "  --inplace                gelu/relu/add write their output over a dying input\n"
-            "  --policy NAME            allocator policy in dynamic mode (pytorch)\n"
-            "  --device SPEC            meta, meta:SIZE, cpu, cpu:SIZE, cuda, cuda:N (meta)\n"
-            "  --capacity SIZE          device memory to fit in (e.g. 80GiB); cuda: the GPU's total\n"
-            "  --host-capacity SIZE     host memory the offloaded state must fit in (default: what the host has\n"
-            "                           available); a plan over it is refused (exit 1)\n"
-            "  --context SIZE           CUDA context to set aside (cuda: measured, else 527MiB)\n"
-            "  --kernels cpu|cuda       whose kernels' scratch to count (cuda on --device cuda, else cpu):\n"
-            "                           cuda adds the 32 MiB cuBLAS workspace and the CUDA kernels' scratch,\n"
-            "                           so --device meta --kernels cuda plans a GPU run on any machine\n"
-            "output\n"
-            "  --timeline               live bytes per role after each node\n"
-            "  --graph                  list the nodes with their tensors' shapes\n"
-            "  --json                   machine-readable output\n");
-}
+static const vr_model_defaults plan_defaults = {.gpt_preset = "gpt2", .mlp_preset = "mnist", .batch = 8,
+                                                .optim = VR_OPTIM_ADAMW, .eval = true};
 
 typedef struct opts {
     vr_model_flags m;  /* model and step flags (cli/model_flags.h) */
@@ -62,56 +35,37 @@ typedef struct opts {
     bool has_capacity, has_context, timeline, json, graph, inplace;
 } opts;
 
-static int bad(const char *msg) { return vr_cli_fail("plan", 2, "%s", msg); }
-
-static int parse_args(int argc, char **argv, opts *o)
+static void plan_flags(vr_flagset *fs, void *p)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 1;
-        }
-        int r = vr_model_flags_parse("plan", argc, argv, &i, &o->m);
-        if (r < 0)
-            return 2;
-        if (r > 0)
-            continue;
-        if (!strcmp(a, "--timeline") || !strcmp(a, "--json") || !strcmp(a, "--graph") || !strcmp(a, "--inplace")) {
-            *(a[2] == 't' ? &o->timeline : a[2] == 'j' ? &o->json : a[2] == 'g' ? &o->graph : &o->inplace) = true;
-            continue;
-        }
-        bool known = !strcmp(a, "--memory") || !strcmp(a, "--policy") || !strcmp(a, "--device") ||
-                     !strcmp(a, "--capacity") || !strcmp(a, "--context") || !strcmp(a, "--kernels") ||
-                     !strcmp(a, "--host-capacity");
-        if (!known)
-            return vr_cli_fail("plan", 2, "unknown flag '%s' (see vram plan --help)", a);
-        if (i + 1 >= argc)
-            return vr_cli_fail("plan", 2, "%s needs a value", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--memory"))
-            o->memory = v;
-        else if (!strcmp(a, "--policy"))
-            o->policy = v;
-        else if (!strcmp(a, "--device"))
-            o->device = v;
-        else if (!strcmp(a, "--host-capacity")) {
-            if (vr_parse_size(v, a, &o->host_capacity) != VR_OK)
-                return bad(vr_last_error());
-        } else if (!strcmp(a, "--kernels")) {
-            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
-                return vr_cli_fail("plan", 2, "--kernels: '%s' is not one of cpu|cuda", v);
-            o->kernels = v;
-        }
-        else {
-            bool cap = a[3] == 'a';
-            if (vr_parse_size(v, a, cap ? &o->capacity : &o->context) != VR_OK)
-                return bad(vr_last_error());
-            *(cap ? &o->has_capacity : &o->has_context) = true;
-        }
-    }
-    return 0;
+    opts *o = p;
+    vr_model_flags_add(fs, &o->m, &plan_defaults);
+    const vr_flag t[] = {
+        VR_FLAG_HEADING_TEXT("memory"),
+        {"--memory", VR_FLAG_CHOICE, &o->memory, NULL, .choices = "planned|dynamic",
+         .help = "static arena, or also replay through the caching allocator"},
+        {"--inplace", VR_FLAG_SWITCH, &o->inplace, NULL, .help = "gelu/relu/add write their output over a dying input"},
+        {"--policy", VR_FLAG_STRING, &o->policy, "NAME", .help = "allocator policy in dynamic mode (pytorch)"},
+        {"--device", VR_FLAG_STRING, &o->device, "SPEC", .help = "meta, meta:SIZE, cpu, cpu:SIZE, cuda, cuda:N (meta)"},
+        {"--capacity", VR_FLAG_SIZE, &o->capacity, "SIZE", .given = &o->has_capacity,
+         .help = "device memory to fit in (e.g. 80GiB); cuda: the GPU's total"},
+        {"--host-capacity", VR_FLAG_SIZE, &o->host_capacity, "SIZE",
+         .help = "host memory the offloaded state must fit in (default: what the host has\n"
+                 "available); a plan over it is refused (exit 1)"},
+        {"--context", VR_FLAG_SIZE, &o->context, "SIZE", .given = &o->has_context,
+         .help = "CUDA context to set aside (cuda: measured, else 527MiB)"},
+        {"--kernels", VR_FLAG_CHOICE, &o->kernels, NULL, .choices = "cpu|cuda",
+         .help = "whose kernels' scratch to count (cuda on --device cuda, else cpu):\n"
+                 "cuda adds the 32 MiB cuBLAS workspace and the CUDA kernels' scratch,\n"
+                 "so --device meta --kernels cuda plans a GPU run on any machine"},
+        VR_FLAG_HEADING_TEXT("output"),
+        {"--timeline", VR_FLAG_SWITCH, &o->timeline, NULL, .help = "live bytes per role after each node"},
+        {"--graph", VR_FLAG_SWITCH, &o->graph, NULL, .help = "list the nodes with their tensors' shapes"},
+        {"--json", VR_FLAG_SWITCH, &o->json, NULL, .help = "machine-readable output"},
+    };
+    VR_FLAGS_ADD(fs, t);
 }
+
+static int bad(const char *msg) { return vr_cli_fail("plan", 2, "%s", msg); }
 
 /* Device, capacity and context. */
 typedef struct target {
@@ -218,10 +172,10 @@ static int ranks_report(const vr_model_config *m, const vr_step_config *s0, cons
     return 0;
 }
 
-int vr_cmd_plan(int argc, char **argv)
+static int run(int argc, char **argv)
 {
     opts o = {0};
-    int rc = parse_args(argc, argv, &o);
+    int rc = vr_flags_parse(&vr_cli_plan, &o, argc, argv, NULL, 0, NULL);
     if (rc)
         return rc == 1 ? 0 : rc;
     vr_model_config m;
@@ -232,8 +186,6 @@ int vr_cmd_plan(int argc, char **argv)
     vr_plan_config pc = {.memory = VR_MEMORY_PLANNED, .alloc_policy = o.policy, .inplace = o.inplace};
     if (o.memory && !strcmp(o.memory, "dynamic"))
         pc.memory = VR_MEMORY_DYNAMIC;
-    else if (o.memory && strcmp(o.memory, "planned"))
-        return vr_cli_fail("plan", 2, "--memory: '%s' is not one of planned|dynamic", o.memory);
     if (o.policy && pc.memory != VR_MEMORY_DYNAMIC)
         return vr_cli_fail("plan", 2, "--policy: only with --memory dynamic");
     if (o.kernels ? !strcmp(o.kernels, "cuda") : t.cuda) {
@@ -325,3 +277,10 @@ int vr_cmd_plan(int argc, char **argv)
     vr_graph_free(g);
     return rc;
 }
+
+const vr_cli_command vr_cli_plan = {
+    "plan", "where every byte of a training step goes, before it runs (bytes per role, peak, fit)", run,
+    "[options]",
+    "Plans one training step and says where every byte goes (params, master weights, grads,\n"
+    "optimizer state, inputs, activations, temporaries), the peak, and whether it fits.",
+    plan_flags, sizeof(opts)};

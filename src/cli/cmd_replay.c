@@ -9,30 +9,6 @@
 #include "vram/replay.h"
 #include "vram/util.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: vram replay TRACE [options]\n"
-            "\n"
-            "Replays an allocator trace (CSV, gzip or plain: action,addr,size,stream; the\n"
-            "format is in docs/trace-format.md, samples in tests/data/traces/) through a\n"
-            "fresh caching allocator on a simulated\n"
-            "`meta` device and prints its peaks beside those PyTorch recorded.\n"
-            "\n"
-            "options:\n"
-            "  --policy NAME         allocator policy: %s (default pytorch)\n"
-            "  --capacity SIZE       device capacity (default 80GiB)\n"
-            "  --max-split-size SIZE blocks this large are never split (default unlimited)\n"
-            "  --json                print the result as JSON\n"
-            "  --snapshot FILE       write the allocator snapshot at the end of the trace\n"
-            "  --chrome-trace FILE   write a Chrome/Perfetto trace (allocated/reserved counters)\n"
-            "  --check               verify every allocator invariant after each operation (slow)\n"
-            "  --repeat N            replay N times on fresh allocators, report the fastest ns/op\n"
-            "\n"
-            "ratio = peak reserved / peak allocated (1.000 = no bytes cached at the peak).\n",
-            vr_alloc_policy_names());
-}
-
 static double pct(uint64_t mine, uint64_t theirs)
 {
     return theirs ? 100.0 * ((double)mine - (double)theirs) / (double)theirs : 0.0;
@@ -121,51 +97,52 @@ static void print_text(const char *path, const char *policy, const char *device,
         printf("first OOM at line %llu: %s\n", (unsigned long long)r->first_oom_line, r->first_oom);
 }
 
-int vr_cmd_replay(int argc, char **argv)
+typedef struct opts {
+    vr_replay_options r;
+    long long repeat;
+    bool json;
+} opts;
+
+static void replay_flags(vr_flagset *fs, void *p)
 {
-    const char *trace = NULL;
-    vr_replay_options o = {0};
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_val = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--check")) {
-            o.check = true;
-        } else if (!strcmp(a, "--repeat")) {
-            long long n;
-            if (!has_val || vr_parse_int(argv[++i], "--repeat", 1, 1000000, &n) != VR_OK)
-                return vr_cli_fail("replay", 2, "%s", has_val ? vr_last_error() : "--repeat needs a value");
-            o.repeat = (int)n;
-        } else if (!strcmp(a, "--policy") || !strcmp(a, "--capacity") || !strcmp(a, "--max-split-size") ||
-                   !strcmp(a, "--snapshot") || !strcmp(a, "--chrome-trace")) {
-            if (!has_val)
-                return vr_cli_fail("replay", 2, "%s needs a value (vram replay --help)", a);
-            const char *v = argv[++i];
-            if (!strcmp(a, "--policy"))
-                o.policy = v;
-            else if (!strcmp(a, "--snapshot"))
-                o.snapshot_path = v;
-            else if (!strcmp(a, "--chrome-trace"))
-                o.chrome_trace_path = v;
-            else if (vr_parse_size(v, a, !strcmp(a, "--capacity") ? &o.capacity : &o.max_split_size) != VR_OK)
-                return vr_cli_fail("replay", 2, "%s", vr_last_error());
-            else if (!strcmp(a, "--capacity") && o.capacity == 0)
-                return vr_cli_fail("replay", 2, "--capacity: must be more than 0");
-        } else if (a[0] == '-' && a[1]) {
-            return vr_cli_fail("replay", 2, "unknown option '%s' (vram replay --help)", a);
-        } else if (trace) {
-            return vr_cli_fail("replay", 2, "one trace at a time ('%s' and '%s')", trace, a);
-        } else {
-            trace = a;
-        }
-    }
-    if (!trace)
+    opts *o = p;
+    const vr_flag t[] = {
+        VR_FLAG_HEADING_TEXT("options:"),
+        {"--policy", VR_FLAG_STRING, &o->r.policy, "NAME",
+         .help = vr_flags_text(fs, "allocator policy: %s (default pytorch)", vr_alloc_policy_names())},
+        {"--capacity", VR_FLAG_SIZE, &o->r.capacity, "SIZE", .help = "device capacity (default 80GiB)", .lo = 1},
+        {"--max-split-size", VR_FLAG_SIZE, &o->r.max_split_size, "SIZE",
+         .help = "blocks this large are never split (default unlimited)"},
+        {"--json", VR_FLAG_SWITCH, &o->json, NULL, .help = "print the result as JSON"},
+        {"--snapshot", VR_FLAG_STRING, &o->r.snapshot_path, "FILE",
+         .help = "write the allocator snapshot at the end of the trace"},
+        {"--chrome-trace", VR_FLAG_STRING, &o->r.chrome_trace_path, "FILE",
+         .help = "write a Chrome/Perfetto trace (allocated/reserved counters)"},
+        {"--check", VR_FLAG_SWITCH, &o->r.check, NULL,
+         .help = "verify every allocator invariant after each operation (slow)"},
+        {"--repeat", VR_FLAG_INT, &o->repeat, "N", .lo = 1, .hi = 1000000,
+         .help = "replay N times on fresh allocators, report the fastest ns/op"},
+        VR_FLAG_HEADING_TEXT("\nratio = peak reserved / peak allocated (1.000 = no bytes cached at the peak)."),
+    };
+    VR_FLAGS_ADD(fs, t);
+}
+
+static int run(int argc, char **argv)
+{
+    opts op = {0};
+    const char *pos[2] = {NULL, NULL};
+    int npos = 0;
+    int rc = vr_flags_parse(&vr_cli_replay, &op, argc, argv, pos, 2, &npos);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (npos > 1)
+        return vr_cli_fail("replay", 2, "one trace at a time ('%s' and '%s')", pos[0], pos[1]);
+    if (!npos)
         return vr_cli_fail("replay", 2, "give a TRACE file (vram replay --help)");
+    const char *trace = pos[0];
+    vr_replay_options o = op.r;
+    o.repeat = (int)op.repeat;
+    bool json = op.json;
     vr_replay_result r;
     vr_status st = vr_replay_file(trace, &o, &r);
     if (st != VR_OK && o.policy && strstr(vr_last_error(), "unknown policy"))
@@ -181,3 +158,11 @@ int vr_cmd_replay(int argc, char **argv)
         print_text(trace, policy, dev, &r);
     return 0;
 }
+
+const vr_cli_command vr_cli_replay = {
+    "replay", "replay an allocator trace through a policy and compare with PyTorch", run, "TRACE [options]",
+    "Replays an allocator trace (CSV, gzip or plain: action,addr,size,stream; the\n"
+    "format is in docs/trace-format.md, samples in tests/data/traces/) through a\n"
+    "fresh caching allocator on a simulated\n"
+    "`meta` device and prints its peaks beside those PyTorch recorded.",
+    replay_flags, sizeof(opts)};

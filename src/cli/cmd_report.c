@@ -28,33 +28,8 @@
 #define DEFAULT_CAPACITY (80 * VR_GiB)
 #define CUDA_WORKSPACE (32 * VR_MiB) /* as vram plan: cuBLAS's workspace in PyTorch */
 
-static const vr_model_defaults report_defaults = {"gpt2", "mnist", 8, 0, VR_OPTIM_ADAMW};
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: vram report [options] [-o FILE]\n\n"
-               "Writes one self-contained HTML page (no network needed) showing where the memory of a\n"
-               "training step goes: live bytes per role over the step, the tensors live at the peak, the\n"
-               "caching allocator's figures (--memory dynamic), the fitter's what-if table, a glossary.\n\n");
-    vr_model_flags_usage(f, &report_defaults);
-    fprintf(f, "step\n");
-    vr_step_flags_usage(f, &report_defaults);
-    fprintf(f, "  --eval                   no-grad evaluation step\n"
-               "memory\n"
-               "  --memory planned|dynamic static arena, or also replay through the caching allocator\n"
-               "  --policy NAME            allocator policy in dynamic mode (pytorch)\n"
-               "  --inplace                gelu/relu/add write their output over a dying input\n"
-               "  --kernels cpu|cuda       whose kernels' scratch to count (cpu); cuda adds the 32 MiB workspace\n"
-               "  --capacity SIZE          budget for the what-if table (80GiB)\n"
-               "  --no-fit                 leave the what-if table out\n"
-               "run\n"
-               "  --run N                  train N steps first (generated data) and add the measured live bytes\n"
-               "                           and the time per node and per op\n"
-               "  --device SPEC            where --run trains: cpu, cpu:SIZE, cuda (cpu)\n"
-               "output\n"
-               "  -o, --output FILE        the HTML file (report.html)\n"
-               "  --title TEXT             the page's title\n");
-}
+static const vr_model_defaults report_defaults = {.gpt_preset = "gpt2", .mlp_preset = "mnist", .batch = 8,
+                                                  .optim = VR_OPTIM_ADAMW, .eval = true};
 
 typedef struct opts {
     vr_model_flags m;
@@ -64,62 +39,31 @@ typedef struct opts {
     bool inplace, no_fit;
 } opts;
 
-static int parse_args(int argc, char **argv, opts *o)
+static void report_flags(vr_flagset *fs, void *p)
 {
-    o->output = "report.html";
-    o->capacity = DEFAULT_CAPACITY;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 1;
-        }
-        int r = vr_model_flags_parse("report", argc, argv, &i, &o->m);
-        if (r < 0)
-            return 2;
-        if (r > 0)
-            continue;
-        if (!strcmp(a, "--inplace") || !strcmp(a, "--no-fit")) {
-            *(a[2] == 'i' ? &o->inplace : &o->no_fit) = true;
-            continue;
-        }
-        static const char *valued[] = {"--memory", "--policy", "--kernels", "--capacity", "-o",
-                                       "--output", "--title", "--run", "--device"};
-        int k = -1;
-        for (int j = 0; j < 9; j++)
-            if (!strcmp(a, valued[j]))
-                k = j;
-        if (k < 0)
-            return vr_cli_fail("report", 2, "unknown flag '%s' (see vram report --help)", a);
-        if (i + 1 >= argc)
-            return vr_cli_fail("report", 2, "%s needs a value", a);
-        const char *v = argv[++i];
-        switch (k) {
-        case 0: o->memory = v; break;
-        case 1: o->policy = v; break;
-        case 2:
-            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
-                return vr_cli_fail("report", 2, "--kernels: '%s' is not one of cpu|cuda", v);
-            o->kernels = v;
-            break;
-        case 3:
-            if (vr_parse_size(v, a, &o->capacity) != VR_OK)
-                return vr_cli_fail("report", 2, "%s", vr_last_error());
-            break;
-        case 4: case 5:
-            if (!*v)
-                return vr_cli_fail("report", 2, "%s: empty file name", a);
-            o->output = v;
-            break;
-        case 6: o->title = v; break;
-        case 7:
-            if (vr_parse_int(v, a, 1, 1000000, &o->run) != VR_OK)
-                return vr_cli_fail("report", 2, "%s", vr_last_error());
-            break;
-        default: o->device = v; break;
-        }
-    }
-    return 0;
+    opts *o = p;
+    vr_model_flags_add(fs, &o->m, &report_defaults);
+    const vr_flag t[] = {
+        VR_FLAG_HEADING_TEXT("memory"),
+        {"--memory", VR_FLAG_CHOICE, &o->memory, NULL, .choices = "planned|dynamic",
+         .help = "static arena, or also replay through the caching allocator"},
+        {"--policy", VR_FLAG_STRING, &o->policy, "NAME", .help = "allocator policy in dynamic mode (pytorch)"},
+        {"--inplace", VR_FLAG_SWITCH, &o->inplace, NULL, .help = "gelu/relu/add write their output over a dying input"},
+        {"--kernels", VR_FLAG_CHOICE, &o->kernels, NULL, .choices = "cpu|cuda",
+         .help = "whose kernels' scratch to count (cpu); cuda adds the 32 MiB workspace"},
+        {"--capacity", VR_FLAG_SIZE, &o->capacity, "SIZE", .help = "budget for the what-if table (80GiB)"},
+        {"--no-fit", VR_FLAG_SWITCH, &o->no_fit, NULL, .help = "leave the what-if table out"},
+        VR_FLAG_HEADING_TEXT("run"),
+        {"--run", VR_FLAG_INT, &o->run, "N", .lo = 1, .hi = 1000000,
+         .help = "train N steps first (generated data) and add the measured live bytes\n"
+                 "and the time per node and per op"},
+        {"--device", VR_FLAG_STRING, &o->device, "SPEC", .help = "where --run trains: cpu, cpu:SIZE, cuda (cpu)"},
+        VR_FLAG_HEADING_TEXT("output"),
+        {"--output", VR_FLAG_STRING, &o->output, "FILE", .alias = "-o", .nonempty = true,
+         .help = "the HTML file (report.html)"},
+        {"--title", VR_FLAG_STRING, &o->title, "TEXT", .help = "the page's title"},
+    };
+    VR_FLAGS_ADD(fs, t);
 }
 
 /* The fitter's table for the same rows per optimizer step; NULL (no table) on error. */
@@ -133,7 +77,7 @@ static vr_fit_result *what_if(const vr_model_config *m, const vr_step_config *s,
     vr_step_config s1 = *s;
     s1.accum = 1;
     if (vr_fit_search(m, &s1, &fo, r) != VR_OK) {
-        fprintf(stderr, "vram report: what-if table left out: %s\n", vr_last_error());
+        vr_cli_fail("report", 0, "what-if table left out: %s", vr_last_error());
         free(r);
         return NULL;
     }
@@ -186,10 +130,10 @@ static int measured_run(const opts *o, const vr_model_config *m, const vr_step_c
     return 0;
 }
 
-int vr_cmd_report(int argc, char **argv)
+static int run(int argc, char **argv)
 {
-    opts o = {0};
-    int rc = parse_args(argc, argv, &o);
+    opts o = {.output = "report.html", .capacity = DEFAULT_CAPACITY};
+    int rc = vr_flags_parse(&vr_cli_report, &o, argc, argv, NULL, 0, NULL);
     if (rc)
         return rc == 1 ? 0 : rc;
     vr_model_config m;
@@ -199,8 +143,6 @@ int vr_cmd_report(int argc, char **argv)
     vr_plan_config pc = {.memory = VR_MEMORY_PLANNED, .alloc_policy = o.policy, .inplace = o.inplace};
     if (o.memory && !strcmp(o.memory, "dynamic"))
         pc.memory = VR_MEMORY_DYNAMIC;
-    else if (o.memory && strcmp(o.memory, "planned"))
-        return vr_cli_fail("report", 2, "--memory: '%s' is not one of planned|dynamic", o.memory);
     if (o.policy && pc.memory != VR_MEMORY_DYNAMIC)
         return vr_cli_fail("report", 2, "--policy: only with --memory dynamic");
     if (o.kernels && !strcmp(o.kernels, "cuda")) {
@@ -258,3 +200,11 @@ int vr_cmd_report(int argc, char **argv)
     vr_graph_free(g);
     return rc;
 }
+
+const vr_cli_command vr_cli_report = {
+    "report", "a self-contained HTML page of where a step's memory goes (roles over time, peak, what-if)", run,
+    "[options] [-o FILE]",
+    "Writes one self-contained HTML page (no network needed) showing where the memory of a\n"
+    "training step goes: live bytes per role over the step, the tensors live at the peak, the\n"
+    "caching allocator's figures (--memory dynamic), the fitter's what-if table, a glossary.",
+    report_flags, sizeof(opts)};

@@ -13,15 +13,6 @@
 #include "vram/data.h"
 #include "vram/tokenizer.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: vram tokenize --tokenizer FILE IN.txt OUT.bin\n\n"
-               "Encodes a UTF-8 text file with a byte-level BPE tokenizer.json (GPT-2, Llama 3, Qwen2) into a\n"
-               "token file: llm.c's uint16 form when the vocabulary has at most 65536 ids, else uint32\n"
-               "(version 2).\n\n"
-               "  --tokenizer FILE   tokenizer.json, or a directory holding one (required)\n");
-}
-
 static int read_text(const char *path, char **out, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -51,27 +42,29 @@ static int read_text(const char *path, char **out, size_t *len)
     return 0;
 }
 
-int vr_cmd_tokenize(int argc, char **argv)
+typedef struct opts {
+    const char *tokenizer;
+} opts;
+
+static void tokenize_flags(vr_flagset *fs, void *p)
 {
-    const char *tok_path = NULL, *pos[2] = {NULL, NULL};
+    opts *o = p;
+    const vr_flag t[] = {
+        {"--tokenizer", VR_FLAG_STRING, &o->tokenizer, "FILE", .nonempty = true,
+         .help = "tokenizer.json, or a directory holding one (required)"},
+    };
+    VR_FLAGS_ADD(fs, t);
+}
+
+static int run(int argc, char **argv)
+{
+    opts o = {0};
+    const char *pos[2] = {NULL, NULL};
     int npos = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--tokenizer")) {
-            if (i + 1 >= argc) return vr_cli_fail("tokenize", 2, "--tokenizer needs a file");
-            tok_path = argv[++i];
-        } else if (a[0] == '-' && a[1]) {
-            return vr_cli_fail("tokenize", 2, "unknown flag %s (see vram tokenize --help)", a);
-        } else if (npos == 2) {
-            return vr_cli_fail("tokenize", 2, "unexpected argument %s: give IN.txt OUT.bin", a);
-        } else {
-            pos[npos++] = a;
-        }
-    }
+    int rc = vr_flags_parse(&vr_cli_tokenize, &o, argc, argv, pos, 2, &npos);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    const char *tok_path = o.tokenizer;
     if (!tok_path) return vr_cli_fail("tokenize", 2, "--tokenizer FILE is required");
     if (npos != 2) return vr_cli_fail("tokenize", 2, "give the input text and the output token file: IN.txt OUT.bin");
     vr_tokenizer *tk;
@@ -96,3 +89,11 @@ int vr_cmd_tokenize(int argc, char **argv)
     printf("%s: %zu tokens (vocabulary %d, %s) from %zu bytes\n", pos[1], n, vocab, wide ? "uint32" : "uint16", len);
     return 0;
 }
+
+const vr_cli_command vr_cli_tokenize = {
+    "tokenize", "encode a text file into a token file with a Hugging Face tokenizer.json", run,
+    "--tokenizer FILE IN.txt OUT.bin",
+    "Encodes a UTF-8 text file with a byte-level BPE tokenizer.json (GPT-2, Llama 3, Qwen2) into a\n"
+    "token file: llm.c's uint16 form when the vocabulary has at most 65536 ids, else uint32\n"
+    "(version 2).",
+    tokenize_flags, sizeof(opts)};

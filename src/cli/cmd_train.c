@@ -23,72 +23,10 @@
 #include "vram/util.h"
 
 /* The default run: see the comment at the top. */
-static const vr_model_defaults train_defaults = {"tiny", "tiny", 16, 64, VR_OPTIM_ADAMW};
+static const vr_model_defaults train_defaults = {.gpt_preset = "tiny", .mlp_preset = "tiny", .batch = 16, .seq = 64,
+                                                 .optim = VR_OPTIM_ADAMW};
 #define DEFAULT_STEPS 1000
 #define DEFAULT_LR 3e-3
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: vram train [options]\n\n"
-               "Trains a model with every byte planned before the first step (vram plan's table), then\n"
-               "checks the run against it: the summary shows planned and really allocated bytes per role.\n"
-               "With no options: a small GPT on the built-in generated corpus, on the CPU.\n\n");
-    vr_model_flags_usage(f, &train_defaults);
-    fprintf(f, "step\n");
-    vr_step_flags_usage(f, &train_defaults);
-    fprintf(f,
-            "optimization\n"
-            "  --steps N                optimizer steps (%d)\n"
-            "  --lr X                   peak learning rate (%g)\n"
-            "  --warmup N               linear warmup steps (steps/20)\n"
-            "  --lr-schedule cosine|constant   after warmup (cosine, to --min-lr-frac of the peak)\n"
-            "  --min-lr-frac X          (0.1)\n"
-            "  --weight-decay X         decay of the matrices and embeddings (adamw 0.1, else 0)\n"
-            "  --beta1 X --beta2 X      Adam betas (0.9, 0.95)\n"
-            "  --momentum X             SGD momentum (0.9)\n"
-            "  --seed N                 initialisation and data seed (1337)\n"
-            "data and checkpoints\n"
-            "  --data FILE              a text file (bytes), a .bin token file (llm.c uint16 or vram uint32), or\n"
-            "                           'generated' (default)\n"
-            "  --shuffle                shuffled windows instead of sequential batches\n"
-            "  --init CKPT|DIR          start from an llm.c GPT-2 checkpoint, or a Hugging Face Llama directory\n"
-            "                           (config.json + safetensors); its shape unless flags say otherwise\n"
-            "  --save CKPT|DIR          write the model at the end (atomically): GPT an llm.c checkpoint, Llama a\n"
-            "                           Hugging Face directory that transformers loads (fp32)\n"
-            "  --save-init CKPT|DIR     the same for the initial parameters (before step 1)\n"
-            "  --dump-batches FILE      write every training batch as B rows of T+1 int32 tokens, in order\n"
-            "  --trace FILE             Chrome/Perfetto trace of the run (cuda: with each node's time on the GPU\n"
-            "                           and, offloaded, the copies beside the host's updates)\n"
-            "  --oom-report FILE        out of memory: the step's HTML report ($TMPDIR)\n"
-            "  --save-state FILE        write a resumable state (params, optimizer, step, data position)\n"
-            "  --resume FILE            continue a saved state bit-exactly (same flags otherwise)\n"
-            "  --save-every N           also save every N steps\n"
-            "  --eval-every N           held-out loss every N steps (0: at the end only; -1: never)\n"
-            "  --eval-batches N         held-out batches per evaluation (8)\n"
-            "running\n"
-            "  --device cpu|cuda|auto   (cpu; auto: cuda when a GPU is there)\n"
-            "  --memory planned|dynamic one arena at the plan's offsets, or PyTorch-like caching allocator (planned)\n"
-            "  --max-memory SIZE        device memory the whole run may use, CUDA context included (e.g. 16GiB):\n"
-            "                           a planned arena that does not fit is refused before it runs; dynamic:\n"
-            "                           the allocator is capped; cuda: the process's use is checked each step\n"
-            "  --max-host-memory SIZE   host memory an --offload run may pin (default: what the host has available)\n"
-            "  --loss-scale S           fp16: the first dynamic loss scale (65536); halved on an overflow\n"
-            "                           (that step's update skipped), doubled after --loss-scale-window\n"
-            "  --loss-scale-window N    fp16: good steps in a row before the scale doubles (2000)\n"
-            "  --policy NAME            allocator policy with --memory dynamic (pytorch)\n"
-            "  --inplace                gelu/relu/add write their output over a dying input (as vram plan)\n"
-            "  --threads N              CPU threads for OpenMP and OpenBLAS (their defaults: all cores)\n"
-            "cuda kernels (the environment variable in brackets gives the default)\n"
-            "  --cuda-graph on|off      replay the step as a CUDA graph from step 3 on (off) [VRAM_CUDA_GRAPH=1]\n"
-            "  --multi-tensor on|off    one launch for the global norm and one for all updates (on)\n"
-            "                           [VRAM_MULTI_TENSOR=0]\n"
-            "  --profile                GPU time per node and per op at the end (node by node only) [VRAM_PROFILE=1]\n"
-            "  --attention v2|v1|v1-fwd|v1-bwd   attention kernels; v1's backward is deterministic (v2)\n"
-            "                           [VRAM_ATTN_V1=1|fwd|bwd]\n"
-            "  --json                   JSON Lines: plan, one record per step, evaluations, summary\n"
-            "  --quiet                  only errors\n",
-            DEFAULT_STEPS, DEFAULT_LR);
-}
 
 typedef struct topts {
     vr_model_flags m;
@@ -98,194 +36,138 @@ typedef struct topts {
     long long steps, warmup, seed, save_every, eval_batches, eval_every, threads;
     bool has_warmup, has_eval_every, has_seed, json, quiet, shuffle, inplace;
     double lr, min_lr_frac, weight_decay, beta1, beta2, momentum;
-    bool has_wd, has_min_lr;
+    bool has_wd, has_min_lr, has_beta1, has_beta2, has_momentum;
     double loss_scale;
     long long loss_scale_window;
-    bool cuda_graph, per_node_optimizer, profile;
+    bool cuda_graph, multi_tensor, profile;
     unsigned attention_v1;
 } topts;
 
-/* "on"/"1" or "off"/"0" into *out; 0, or prints the error naming flag and returns 2. */
-static int parse_onoff(const char *flag, const char *v, bool *out)
-{
-    if (!strcmp(v, "on") || !strcmp(v, "1"))
-        *out = true;
-    else if (!strcmp(v, "off") || !strcmp(v, "0"))
-        *out = false;
-    else
-        return vr_cli_fail("train", 2, "%s: '%s' is not one of on|off", flag, v);
-    return 0;
-}
-
 /* v2 (0), v1 (3: both), v1-fwd (1), v1-bwd (2); the environment's 1|fwd|bwd spelling too. */
-static int parse_attention(const char *flag, const char *v, unsigned *out)
+static int parse_attention(const char *cmd, const char *flag, const char *v, void *dst)
 {
     static const char *names[][2] = {{"v2", "0"}, {"v1-fwd", "fwd"}, {"v1-bwd", "bwd"}, {"v1", "1"}};
     for (unsigned k = 0; k < 4; k++)
         if (!strcmp(v, names[k][0]) || !strcmp(v, names[k][1])) {
-            *out = k;
+            *(unsigned *)dst = k;
             return 0;
         }
-    return vr_cli_fail("train", 2, "%s: '%s' is not one of v2|v1|v1-fwd|v1-bwd", flag, v);
+    return vr_cli_fail(cmd, 2, "%s: '%s' is not one of v2|v1|v1-fwd|v1-bwd", flag, v);
 }
 
 /* The documented environment defaults of the CUDA switches (flags given later override them). */
 static int env_defaults(topts *o)
 {
     const char *v;
-    bool mt = true;
-    if ((v = getenv("VRAM_CUDA_GRAPH")) && *v && parse_onoff("VRAM_CUDA_GRAPH", v, &o->cuda_graph))
+    o->multi_tensor = true;
+    if ((v = getenv("VRAM_CUDA_GRAPH")) && *v && vr_flag_onoff("train", "VRAM_CUDA_GRAPH", v, &o->cuda_graph))
         return 2;
-    if ((v = getenv("VRAM_MULTI_TENSOR")) && *v && parse_onoff("VRAM_MULTI_TENSOR", v, &mt))
+    if ((v = getenv("VRAM_MULTI_TENSOR")) && *v && vr_flag_onoff("train", "VRAM_MULTI_TENSOR", v, &o->multi_tensor))
         return 2;
-    o->per_node_optimizer = !mt;
-    if ((v = getenv("VRAM_PROFILE")) && *v && parse_onoff("VRAM_PROFILE", v, &o->profile))
+    if ((v = getenv("VRAM_PROFILE")) && *v && vr_flag_onoff("train", "VRAM_PROFILE", v, &o->profile))
         return 2;
-    if ((v = getenv("VRAM_ATTN_V1")) && *v && parse_attention("VRAM_ATTN_V1", v, &o->attention_v1))
+    if ((v = getenv("VRAM_ATTN_V1")) && *v && parse_attention("train", "VRAM_ATTN_V1", v, &o->attention_v1))
         return 2;
     return 0;
 }
 
-static int parse_double(const char *flag, const char *v, double lo, double hi, double *out)
+static void train_flags(vr_flagset *fs, void *p)
 {
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || *end || !(x >= lo && x <= hi))
-        return vr_cli_fail("train", 2, "%s: '%s' is not a number in [%g, %g]", flag, v, lo, hi);
-    *out = x;
-    return 0;
-}
-
-static int parse_int(const char *flag, const char *v, long long lo, long long hi, long long *out)
-{
-    return vr_parse_int(v, flag, lo, hi, out) == VR_OK ? 0 : vr_cli_fail("train", 2, "%s", vr_last_error());
+    topts *o = p;
+    const long long big = (long long)1 << 40;
+    vr_model_flags_add(fs, &o->m, &train_defaults);
+    const vr_flag t[] = {
+        VR_FLAG_HEADING_TEXT("optimization"),
+        {"--steps", VR_FLAG_INT, &o->steps, "N", .lo = 1, .hi = big,
+         .help = vr_flags_text(fs, "optimizer steps (%d)", DEFAULT_STEPS)},
+        {"--lr", VR_FLAG_DOUBLE, &o->lr, "X", .min = 1e-12, .max = 1e3,
+         .help = vr_flags_text(fs, "peak learning rate (%g)", DEFAULT_LR)},
+        {"--warmup", VR_FLAG_INT, &o->warmup, "N", .lo = 0, .hi = big, .given = &o->has_warmup,
+         .help = "linear warmup steps (steps/20)"},
+        {"--lr-schedule", VR_FLAG_CHOICE, &o->schedule, NULL, .choices = "cosine|constant",
+         .help = "after warmup (cosine, to --min-lr-frac of the peak)"},
+        {"--min-lr-frac", VR_FLAG_DOUBLE, &o->min_lr_frac, "X", .min = 0, .max = 1, .given = &o->has_min_lr,
+         .help = "(0.1)"},
+        {"--weight-decay", VR_FLAG_DOUBLE, &o->weight_decay, "X", .min = 0, .max = 1e3, .given = &o->has_wd,
+         .help = "decay of the matrices and embeddings (adamw 0.1, else 0)"},
+        {"--beta1", VR_FLAG_DOUBLE, &o->beta1, "X", .min = 0, .max = 0.999999, .given = &o->has_beta1,
+         .help = "Adam's first beta (0.9)"},
+        {"--beta2", VR_FLAG_DOUBLE, &o->beta2, "X", .min = 0, .max = 0.999999, .given = &o->has_beta2,
+         .help = "Adam's second beta (0.95)"},
+        {"--momentum", VR_FLAG_DOUBLE, &o->momentum, "X", .min = 0, .max = 0.999999, .given = &o->has_momentum,
+         .help = "SGD momentum (0.9)"},
+        {"--seed", VR_FLAG_INT, &o->seed, "N", .lo = 0, .hi = INT64_MAX, .given = &o->has_seed,
+         .help = "initialisation and data seed (1337)"},
+        VR_FLAG_HEADING_TEXT("data and checkpoints"),
+        {"--data", VR_FLAG_STRING, &o->data, "FILE",
+         .help = "a text file (bytes), a .bin token file (llm.c uint16 or vram uint32), or\n'generated' (default)"},
+        {"--shuffle", VR_FLAG_SWITCH, &o->shuffle, NULL, .help = "shuffled windows instead of sequential batches"},
+        {"--init", VR_FLAG_STRING, &o->init, "CKPT|DIR",
+         .help = "start from an llm.c GPT-2 checkpoint, or a Hugging Face Llama directory\n"
+                 "(config.json + safetensors); its shape unless flags say otherwise"},
+        {"--save", VR_FLAG_STRING, &o->save, "CKPT|DIR",
+         .help = "write the model at the end (atomically): GPT an llm.c checkpoint, Llama a\n"
+                 "Hugging Face directory that transformers loads (fp32)"},
+        {"--save-init", VR_FLAG_STRING, &o->save_init, "CKPT|DIR",
+         .help = "the same for the initial parameters (before step 1)"},
+        {"--dump-batches", VR_FLAG_STRING, &o->dump_batches, "FILE",
+         .help = "write every training batch as B rows of T+1 int32 tokens, in order"},
+        {"--trace", VR_FLAG_STRING, &o->trace, "FILE", .nonempty = true,
+         .help = "Chrome/Perfetto trace of the run (cuda: with each node's time on the GPU\n"
+                 "and, offloaded, the copies beside the host's updates)"},
+        {"--oom-report", VR_FLAG_STRING, &o->oom_report, "FILE", .nonempty = true,
+         .help = "out of memory: the step's HTML report ($TMPDIR)"},
+        {"--save-state", VR_FLAG_STRING, &o->save_state, "FILE",
+         .help = "write a resumable state (params, optimizer, step, data position)"},
+        {"--resume", VR_FLAG_STRING, &o->resume, "FILE",
+         .help = "continue a saved state bit-exactly (same flags otherwise)"},
+        {"--save-every", VR_FLAG_INT, &o->save_every, "N", .lo = 1, .hi = big, .help = "also save every N steps"},
+        {"--eval-every", VR_FLAG_INT, &o->eval_every, "N", .lo = -1, .hi = big, .given = &o->has_eval_every,
+         .help = "held-out loss every N steps (0: at the end only; -1: never)"},
+        {"--eval-batches", VR_FLAG_INT, &o->eval_batches, "N", .lo = 1, .hi = 1 << 20,
+         .help = "held-out batches per evaluation (8)"},
+        VR_FLAG_HEADING_TEXT("running"),
+        {"--device", VR_FLAG_STRING, &o->device, "cpu|cuda|auto", .help = "(cpu; auto: cuda when a GPU is there)"},
+        {"--memory", VR_FLAG_CHOICE, &o->memory, NULL, .choices = "planned|dynamic",
+         .help = "one arena at the plan's offsets, or PyTorch-like caching allocator (planned)"},
+        {"--max-memory", VR_FLAG_SIZE, &o->max_memory, "SIZE", .lo = 1,
+         .help = "device memory the whole run may use, CUDA context included (e.g. 16GiB):\n"
+                 "a planned arena that does not fit is refused before it runs; dynamic:\n"
+                 "the allocator is capped; cuda: the process's use is checked each step"},
+        {"--max-host-memory", VR_FLAG_SIZE, &o->max_host_memory, "SIZE", .lo = 1,
+         .help = "host memory an --offload run may pin (default: what the host has available)"},
+        {"--loss-scale", VR_FLAG_DOUBLE, &o->loss_scale, "S", .min = 1e-30, .max = 1e30,
+         .help = "fp16: the first dynamic loss scale (65536); halved on an overflow\n"
+                 "(that step's update skipped), doubled after --loss-scale-window"},
+        {"--loss-scale-window", VR_FLAG_INT, &o->loss_scale_window, "N", .lo = 1, .hi = 1000000000,
+         .help = "fp16: good steps in a row before the scale doubles (2000)"},
+        {"--policy", VR_FLAG_STRING, &o->policy, "NAME", .help = "allocator policy with --memory dynamic (pytorch)"},
+        {"--inplace", VR_FLAG_SWITCH, &o->inplace, NULL,
+         .help = "gelu/relu/add write their output over a dying input (as vram plan)"},
+        {"--threads", VR_FLAG_INT, &o->threads, "N", .lo = 1, .hi = 4096,
+         .help = "CPU threads for OpenMP and OpenBLAS (their defaults: all cores)"},
+        VR_FLAG_HEADING_TEXT("cuda kernels (the environment variable in brackets gives the default)"),
+        {"--cuda-graph", VR_FLAG_CUSTOM, &o->cuda_graph, "on|off", .parse = vr_flag_onoff,
+         .help = "replay the step as a CUDA graph from step 3 on (off) [VRAM_CUDA_GRAPH=1]"},
+        {"--multi-tensor", VR_FLAG_CUSTOM, &o->multi_tensor, "on|off", .parse = vr_flag_onoff,
+         .help = "one launch for the global norm and one for all updates (on)\n[VRAM_MULTI_TENSOR=0]"},
+        {"--profile", VR_FLAG_SWITCH, &o->profile, NULL,
+         .help = "GPU time per node and per op at the end (node by node only) [VRAM_PROFILE=1]"},
+        {"--attention", VR_FLAG_CUSTOM, &o->attention_v1, "v2|v1|v1-fwd|v1-bwd", .parse = parse_attention,
+         .help = "attention kernels; v1's backward is deterministic (v2)\n[VRAM_ATTN_V1=1|fwd|bwd]"},
+        VR_FLAG_HEADING_TEXT("output"),
+        {"--json", VR_FLAG_SWITCH, &o->json, NULL,
+         .help = "JSON Lines: plan, one record per step, evaluations, summary"},
+        {"--quiet", VR_FLAG_SWITCH, &o->quiet, NULL, .help = "only errors"},
+    };
+    VR_FLAGS_ADD(fs, t);
 }
 
 static int parse_args(int argc, char **argv, topts *o)
 {
     if (env_defaults(o))
         return 2;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 1;
-        }
-        int r = vr_model_flags_parse("train", argc, argv, &i, &o->m);
-        if (r < 0)
-            return 2;
-        if (r > 0)
-            continue;
-        if (!strcmp(a, "--json") || !strcmp(a, "--quiet") || !strcmp(a, "--shuffle") || !strcmp(a, "--inplace")) {
-            *(a[2] == 'j' ? &o->json : a[2] == 'q' ? &o->quiet : a[2] == 's' ? &o->shuffle : &o->inplace) = true;
-            continue;
-        }
-        if (!strcmp(a, "--profile")) {
-            o->profile = true;
-            continue;
-        }
-        if (!strcmp(a, "--cuda-graph") || !strcmp(a, "--multi-tensor") || !strcmp(a, "--attention")) {
-            if (i + 1 >= argc)
-                return vr_cli_fail("train", 2, "%s needs a value", a);
-            const char *v = argv[++i];
-            bool on = false;
-            int rc = a[2] == 'a' ? parse_attention(a, v, &o->attention_v1) : parse_onoff(a, v, &on);
-            if (rc)
-                return rc;
-            if (a[2] == 'c')
-                o->cuda_graph = on;
-            else if (a[2] == 'm')
-                o->per_node_optimizer = !on;
-            continue;
-        }
-        if (!strcmp(a, "--loss-scale") || !strcmp(a, "--loss-scale-window")) {
-            if (i + 1 >= argc)
-                return vr_cli_fail("train", 2, "%s needs a value", a);
-            const char *v = argv[++i];
-            int rc = a[12] ? parse_int(a, v, 1, 1000000000, &o->loss_scale_window)
-                           : parse_double(a, v, 1e-30, 1e30, &o->loss_scale);
-            if (rc)
-                return rc;
-            continue;
-        }
-        if (!strcmp(a, "--trace") || !strcmp(a, "--oom-report")) {
-            if (i + 1 >= argc || !argv[i + 1][0])
-                return vr_cli_fail("train", 2, "%s needs a file name", a);
-            *(a[2] == 't' ? &o->trace : &o->oom_report) = argv[++i];
-            continue;
-        }
-        if (!strcmp(a, "--max-host-memory")) {
-            if (i + 1 >= argc)
-                return vr_cli_fail("train", 2, "%s needs a value", a);
-            if (vr_parse_size(argv[++i], a, &o->max_host_memory) != VR_OK)
-                return vr_cli_fail("train", 2, "%s", vr_last_error());
-            if (!o->max_host_memory)
-                return vr_cli_fail("train", 2, "--max-host-memory: must be more than 0");
-            continue;
-        }
-        if (!strcmp(a, "--max-memory") || !strcmp(a, "--save-init") || !strcmp(a, "--dump-batches")) {
-            if (i + 1 >= argc)
-                return vr_cli_fail("train", 2, "%s needs a value", a);
-            const char *v = argv[++i];
-            if (a[2] == 's')
-                o->save_init = v;
-            else if (a[2] == 'd')
-                o->dump_batches = v;
-            else if (vr_parse_size(v, a, &o->max_memory) != VR_OK)
-                return vr_cli_fail("train", 2, "%s", vr_last_error());
-            else if (!o->max_memory)
-                return vr_cli_fail("train", 2, "--max-memory: must be more than 0");
-            continue;
-        }
-        static const char *with_value[] = {"--data", "--init", "--save", "--save-state", "--resume", "--device",
-                                           "--memory", "--policy", "--lr-schedule", "--steps", "--warmup", "--seed",
-                                           "--save-every", "--eval-batches", "--eval-every", "--lr", "--min-lr-frac",
-                                           "--weight-decay", "--beta1", "--beta2", "--momentum", "--threads"};
-        int k = -1;
-        for (int j = 0; j < (int)(sizeof with_value / sizeof *with_value); j++)
-            if (!strcmp(a, with_value[j]))
-                k = j;
-        if (k < 0)
-            return vr_cli_fail("train", 2, "unknown flag '%s' (see vram train --help)", a);
-        if (i + 1 >= argc)
-            return vr_cli_fail("train", 2, "%s needs a value", a);
-        const char *v = argv[++i];
-        const char **str[] = {&o->data, &o->init, &o->save, &o->save_state, &o->resume, &o->device, &o->memory,
-                              &o->policy, &o->schedule};
-        int rc = 0;
-        if (k < 9)
-            *str[k] = v;
-        else if (k == 9)
-            rc = parse_int(a, v, 1, (long long)1 << 40, &o->steps);
-        else if (k == 10)
-            rc = parse_int(a, v, 0, (long long)1 << 40, &o->warmup), o->has_warmup = true;
-        else if (k == 11)
-            rc = parse_int(a, v, 0, INT64_MAX, &o->seed), o->has_seed = true;
-        else if (k == 12)
-            rc = parse_int(a, v, 1, (long long)1 << 40, &o->save_every);
-        else if (k == 13)
-            rc = parse_int(a, v, 1, 1 << 20, &o->eval_batches);
-        else if (k == 14) {
-            rc = !strcmp(v, "-1") ? (o->eval_every = -1, 0) : parse_int(a, v, 0, (long long)1 << 40, &o->eval_every);
-            o->has_eval_every = true;
-        } else if (k == 15)
-            rc = parse_double(a, v, 1e-12, 1e3, &o->lr);
-        else if (k == 16)
-            rc = parse_double(a, v, 0, 1, &o->min_lr_frac), o->has_min_lr = true;
-        else if (k == 17)
-            rc = parse_double(a, v, 0, 1e3, &o->weight_decay), o->has_wd = true;
-        else if (k == 18)
-            rc = parse_double(a, v, 0, 0.999999, &o->beta1);
-        else if (k == 19)
-            rc = parse_double(a, v, 0, 0.999999, &o->beta2);
-        else if (k == 20)
-            rc = parse_double(a, v, 0, 0.999999, &o->momentum);
-        else
-            rc = parse_int(a, v, 1, 4096, &o->threads);
-        if (rc)
-            return 2;
-    }
-    return 0;
+    return vr_flags_parse(&vr_cli_train, o, argc, argv, NULL, 0, NULL);
 }
 
 /* With --init and no shape flags, the model's shape comes from the checkpoint. */
@@ -327,7 +209,7 @@ static int resolve_device(const char *cmd, const char *spec, const char **out)
 /* Checkpoints as instant events of the trace. */
 static void trace_event(void *ctx, const char *what) { vr_trace_instant(ctx, what); }
 
-int vr_cmd_train(int argc, char **argv)
+static int run(int argc, char **argv)
 {
     topts o;
     memset(&o, 0, sizeof o);
@@ -338,14 +220,10 @@ int vr_cmd_train(int argc, char **argv)
     vr_model_flags_hf_from_init(&o.m, o.init);
     if ((rc = vr_model_flags_configure("train", &o.m, &train_defaults, &c.model, &c.step)))
         return rc;
-    if (o.m.eval)
-        return vr_cli_fail("train", 2, "--eval: use 'vram eval' for a no-grad evaluation");
     if ((rc = shape_from_checkpoint("train", o.init, &o.m, &c.model)))
         return rc;
     if ((rc = resolve_device("train", o.device, &c.device)))
         return rc;
-    if (o.memory && strcmp(o.memory, "planned") && strcmp(o.memory, "dynamic"))
-        return vr_cli_fail("train", 2, "--memory: '%s' is not one of planned|dynamic", o.memory);
     c.memory = o.memory && !strcmp(o.memory, "dynamic") ? VR_MEMORY_DYNAMIC : VR_MEMORY_PLANNED;
     if (o.policy && c.memory != VR_MEMORY_DYNAMIC)
         return vr_cli_fail("train", 2, "--policy: only with --memory dynamic");
@@ -362,11 +240,11 @@ int vr_cmd_train(int argc, char **argv)
     c.hp.lr = (float)(o.lr > 0 ? o.lr : DEFAULT_LR);
     if (o.has_wd)
         c.hp.weight_decay = (float)o.weight_decay;
-    if (o.beta1 > 0)
+    if (o.has_beta1)
         c.hp.beta1 = (float)o.beta1;
-    if (o.beta2 > 0)
+    if (o.has_beta2)
         c.hp.beta2 = (float)o.beta2;
-    if (o.momentum > 0)
+    if (o.has_momentum)
         c.hp.momentum = (float)o.momentum;
     if (o.has_min_lr)
         c.min_lr_frac = o.min_lr_frac;
@@ -382,7 +260,7 @@ int vr_cmd_train(int argc, char **argv)
     c.loss_scale = (float)o.loss_scale;
     c.loss_scale_window = (int)o.loss_scale_window;
     c.cuda_graph = o.cuda_graph;
-    c.per_node_optimizer = o.per_node_optimizer;
+    c.per_node_optimizer = !o.multi_tensor;
     c.profile = o.profile;
     c.device_times = o.trace != NULL; /* the trace shows each node's time on the GPU too */
     c.attention_v1 = o.attention_v1;
@@ -448,3 +326,11 @@ int vr_cmd_train(int argc, char **argv)
         return vr_cli_fail("train", 1, "%s", err);
     return 0;
 }
+
+const vr_cli_command vr_cli_train = {
+    "train", "train a model (a small GPT on a built-in corpus by default) in the memory the plan says", run,
+    "[options]",
+    "Trains a model with every byte planned before the first step (vram plan's table), then\n"
+    "checks the run against it: the summary shows planned and really allocated bytes per role.\n"
+    "With no options: a small GPT on the built-in generated corpus, on the CPU.",
+    train_flags, sizeof(topts)};

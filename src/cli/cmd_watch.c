@@ -24,17 +24,6 @@
 #include "vram/device.h"
 #include "vram/util.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: vram watch [--interval S] [--count N] [--json]\n\n"
-               "A live view of every GPU (memory used/total, per-process use, utilisation, temperature,\n"
-               "power; NVML) and of the running vram train processes (planned vs used bytes, from\n"
-               "/tmp/vram-<uid>/<pid>.json, which vram train rewrites after every step).\n\n"
-               "  --interval S   seconds between samples (1; fractions allowed)\n"
-               "  --count N      stop after N samples (default: until interrupted)\n"
-               "  --json         one JSON line per sample\n");
-}
-
 /* The vram train processes of this user that are alive: their status files as a JSON array. */
 static cJSON *vram_processes(void)
 {
@@ -147,36 +136,34 @@ static void sample(bool json)
     cJSON_Delete(root);
 }
 
-int vr_cmd_watch(int argc, char **argv)
+typedef struct opts {
+    double interval;
+    long long count;
+    bool json;
+} opts;
+
+static void watch_flags(vr_flagset *fs, void *p)
 {
-    double interval = 1;
-    long long count = 0;
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--json")) {
-            json = true;
-            continue;
-        }
-        if (strcmp(a, "--interval") && strcmp(a, "--count"))
-            return vr_cli_fail("watch", 2, "unknown flag '%s' (see vram watch --help)", a);
-        if (i + 1 >= argc)
-            return vr_cli_fail("watch", 2, "%s needs a value", a);
-        const char *v = argv[++i];
-        if (a[2] == 'c') {
-            if (vr_parse_int(v, a, 1, 1000000000, &count) != VR_OK)
-                return vr_cli_fail("watch", 2, "%s", vr_last_error());
-        } else {
-            char *end;
-            interval = strtod(v, &end);
-            if (*end || !(interval >= 0.01 && interval <= 86400))
-                return vr_cli_fail("watch", 2, "--interval: '%s' is not a number of seconds in [0.01, 86400]", v);
-        }
-    }
+    opts *o = p;
+    const vr_flag t[] = {
+        {"--interval", VR_FLAG_DOUBLE, &o->interval, "S", .help = "seconds between samples (1; fractions allowed)",
+         .min = 0.01, .max = 86400},
+        {"--count", VR_FLAG_INT, &o->count, "N", .help = "stop after N samples (default: until interrupted)", .lo = 1,
+         .hi = 1000000000},
+        {"--json", VR_FLAG_SWITCH, &o->json, NULL, .help = "one JSON line per sample"},
+    };
+    VR_FLAGS_ADD(fs, t);
+}
+
+static int run(int argc, char **argv)
+{
+    opts o = {.interval = 1};
+    int rc = vr_flags_parse(&vr_cli_watch, &o, argc, argv, NULL, 0, NULL);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    double interval = o.interval;
+    long long count = o.count;
+    bool json = o.json;
     for (long long k = 0; !count || k < count; k++) {
         if (k) {
             struct timespec ts = {(time_t)interval, (long)((interval - (double)(time_t)interval) * 1e9)};
@@ -186,3 +173,11 @@ int vr_cmd_watch(int argc, char **argv)
     }
     return 0;
 }
+
+const vr_cli_command vr_cli_watch = {
+    "watch", "live view of every GPU (memory, processes, utilisation) and of running vram trainings", run,
+    "[--interval S] [--count N] [--json]",
+    "A live view of every GPU (memory used/total, per-process use, utilisation, temperature,\n"
+    "power; NVML) and of the running vram train processes (planned vs used bytes, from\n"
+    "/tmp/vram-<uid>/<pid>.json, which vram train rewrites after every step).",
+    watch_flags, sizeof(opts)};

@@ -1,6 +1,7 @@
-/* vram command: parsing the model and step flags (see model_flags.h). */
+/* vram command: the model and step flags, their table fragment and the configs they fill (see model_flags.h). */
 #include "cli/model_flags.h"
 
+#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,74 +9,6 @@
 #include "vram/dist.h"
 #include "vram/hf_config.h"
 #include "vram/util.h"
-
-static const char *str_flags[] = {"--model", "--preset", "--sizes", "--act", "--optim", "--recompute", "--freeze",
-                                  "--precision", "--optim-state", "--master", "--rope-theta", "--rms-eps",
-                                  "--offload", "--hf"};
-static const char *int_flags[] = {"--layers", "--channels", "--heads", "--vocab", "--padded-vocab",
-                                  "--max-seq", "--seq", "--batch", "--accum", "--kv-heads", "--head-dim",
-                                  "--intermediate", "--gpus"};
-#define NSTR ((int)(sizeof str_flags / sizeof *str_flags))
-#define NINT ((int)(sizeof int_flags / sizeof *int_flags))
-
-int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_model_flags *f)
-{
-    const char *a = argv[*i];
-    const char **str_dst[NSTR] = {&f->model, &f->preset, &f->sizes, &f->act, &f->optim, &f->recompute,
-                                  &f->freeze, &f->precision, &f->optim_state, &f->master, &f->rope_theta,
-                                  &f->rms_eps, &f->offload, &f->hf};
-    long long *int_dst[NINT] = {&f->layers, &f->channels, &f->heads, &f->vocab, &f->padded_vocab,
-                                &f->max_seq, &f->seq, &f->batch, &f->accum, &f->kv_heads, &f->head_dim,
-                                &f->intermediate, &f->gpus};
-    if (!strcmp(a, "--eval")) {
-        f->eval = true;
-        return 1;
-    }
-    if (!strcmp(a, "--tied") || !strcmp(a, "--untied")) {
-        f->tied = a[2] == 't' ? 1 : -1;
-        return 1;
-    }
-    if (!strcmp(a, "--qkv-bias")) {
-        f->qkv_bias = true;
-        return 1;
-    }
-    int si = -1, ii = -1;
-    for (int k = 0; k < NSTR; k++)
-        if (!strcmp(a, str_flags[k]))
-            si = k;
-    for (int k = 0; k < NINT; k++)
-        if (!strcmp(a, int_flags[k]))
-            ii = k;
-    if (si < 0 && ii < 0 && strcmp(a, "--clip") && strcmp(a, "--zero"))
-        return 0;
-    if (*i + 1 >= argc) {
-        vr_cli_fail(cmd, 2, "%s needs a value", a);
-        return -1;
-    }
-    const char *v = argv[++*i];
-    if (!strcmp(a, "--zero")) {
-        if (vr_parse_int(v, a, 0, 3, &f->zero) != VR_OK) {
-            vr_cli_fail(cmd, 2, "%s", vr_last_error());
-            return -1;
-        }
-        f->zero_given = true;
-    } else if (si >= 0) {
-        *str_dst[si] = v;
-    } else if (ii >= 0) {
-        if (vr_parse_int(v, a, 1, 1 << 30, int_dst[ii]) != VR_OK) {
-            vr_cli_fail(cmd, 2, "%s", vr_last_error());
-            return -1;
-        }
-    } else {
-        char *end;
-        f->clip = strtod(v, &end);
-        if (end == v || *end || !(f->clip > 0)) {
-            vr_cli_fail(cmd, 2, "--clip: '%s' is not a positive number", v);
-            return -1;
-        }
-    }
-    return 1;
-}
 
 bool vr_model_flags_shape_given(const vr_model_flags *f)
 {
@@ -128,15 +61,6 @@ static int configure_gpt(const char *cmd, const vr_model_flags *o, const vr_mode
     return 0;
 }
 
-static int positive(const char *cmd, const char *flag, const char *v, double *out)
-{
-    char *end;
-    *out = strtod(v, &end);
-    if (end == v || *end || !(*out > 0))
-        return vr_cli_fail(cmd, 2, "%s: '%s' is not a positive number", flag, v);
-    return 0;
-}
-
 /* --model llama: a preset (default "tiny") or a Hugging Face config (--hf), and shape flags over it. */
 static int configure_llama(const char *cmd, const vr_model_flags *o, const vr_model_defaults *d, vr_model_config *m)
 {
@@ -168,17 +92,8 @@ static int configure_llama(const char *cmd, const vr_model_flags *o, const vr_mo
     }
     if (o->padded_vocab) c->Vp = (int)o->padded_vocab;
     if (o->max_seq) c->maxT = (int)o->max_seq;
-    double v;
-    if (o->rope_theta) {
-        if (positive(cmd, "--rope-theta", o->rope_theta, &v))
-            return 2;
-        c->rope.theta = v;
-    }
-    if (o->rms_eps) {
-        if (positive(cmd, "--rms-eps", o->rms_eps, &v))
-            return 2;
-        c->rms_eps = (float)v;
-    }
+    if (o->rope_theta) c->rope.theta = o->rope_theta;
+    if (o->rms_eps) c->rms_eps = (float)o->rms_eps;
     if (o->tied) c->tied = o->tied > 0;
     if (o->qkv_bias) c->qkv_bias = true;
     m->T = o->seq ? (int)o->seq : d->seq ? d->seq : T;
@@ -213,14 +128,8 @@ static int configure_mlp(const char *cmd, const vr_model_flags *o, const vr_mode
     }
     if (o->vocab)
         m->mlp.sizes[m->mlp.n_sizes - 1] = (int)o->vocab;
-    if (o->act) {
-        if (!strcmp(o->act, "relu"))
-            m->mlp.act = VR_OP_RELU;
-        else if (!strcmp(o->act, "gelu"))
-            m->mlp.act = VR_OP_GELU;
-        else
-            return vr_cli_fail(cmd, 2, "--act: '%s' is not one of relu|gelu", o->act);
-    }
+    if (o->act) /* relu|gelu (the table's choices) */
+        m->mlp.act = !strcmp(o->act, "gelu") ? VR_OP_GELU : VR_OP_RELU;
     m->T = 1;
     return 0;
 }
@@ -234,9 +143,7 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
         return vr_cli_fail(cmd, 2, "--hf: a Hugging Face config describes a Llama-family model, not --model %s",
                            o->model);
     bool llama = o->hf || (o->model && !strcmp(o->model, "llama"));
-    bool gpt = !llama && (!o->model || !strcmp(o->model, "gpt"));
-    if (!gpt && !llama && strcmp(o->model, "mlp"))
-        return vr_cli_fail(cmd, 2, "--model: '%s' is not one of gpt|llama|mlp", o->model);
+    bool gpt = !llama && (!o->model || !strcmp(o->model, "gpt")); /* else mlp: gpt|llama|mlp are the choices */
     if (!llama && (o->kv_heads || o->head_dim || o->intermediate || o->rope_theta || o->rms_eps || o->tied ||
                    o->qkv_bias))
         return vr_cli_fail(cmd, 2, "--kv-heads, --head-dim, --intermediate, --rope-theta, --rms-eps, --tied, "
@@ -256,8 +163,6 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     if (o->optim_state && vr_optim_state_parse(o->optim_state, "--optim-state", &s->optim_state))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
-    if (o->master && strcmp(o->master, "fp32") && strcmp(o->master, "none"))
-        return vr_cli_fail(cmd, 2, "--master: '%s' is not one of fp32|none", o->master);
     s->no_master = o->master && !strcmp(o->master, "none");
     if (o->offload && vr_offload_parse(o->offload, "--offload", &s->offload))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
@@ -272,44 +177,99 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
     return 0;
 }
 
-void vr_model_flags_usage(FILE *f, const vr_model_defaults *d)
-{
-    fprintf(f,
-            "model\n"
-            "  --model gpt|llama|mlp    model family (gpt)\n"
-            "  --preset NAME            gpt: %s (%s); mlp: %s (%s); llama: %s (tiny)\n"
-            "  --hf DIR|config.json     llama: the shape of a Hugging Face model (llama, qwen2, mistral) from its config\n"
-            "  --kv-heads N --head-dim N --intermediate N --rope-theta X --rms-eps X --tied|--untied --qkv-bias\n"
-            "                           (llama; also --layers --channels --heads --vocab --max-seq)\n"
-            "  --layers N --channels N --heads N --vocab N --padded-vocab N --max-seq N   (gpt)\n"
-            "  --sizes A,B,...,Z --act relu|gelu                                          (mlp)\n"
-            "  --layers N --channels N (mlp: hidden layers and width) --vocab N (mlp: classes)\n",
-            vr_gpt_preset_names(), d->gpt_preset, vr_mlp_preset_names(), d->mlp_preset, vr_llama_preset_names());
-}
+/* ------------------------------------------------------------------ the table fragment */
 
-void vr_step_flags_usage(FILE *f, const vr_model_defaults *d)
+/* "a|b|c": the library's names of an enum's values, from 0 until the name is "?". */
+static const char *enum_choices(vr_flagset *fs, const char *(*name)(int), char *buf, size_t cap)
 {
-    char seq[32] = "the preset's";
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; strcmp(name(i), "?") && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? "|" : "", name(i));
+    return vr_flags_text(fs, "%s", buf);
+}
+static const char *optim_name(int i) { return vr_optim_name((vr_optim)i); }
+static const char *recompute_name(int i) { return vr_recompute_name((vr_recompute)i); }
+static const char *precision_name(int i) { return vr_precision_name((vr_precision)i); }
+static const char *optim_state_name(int i) { return vr_optim_state_name((vr_optim_state)i); }
+static const char *offload_name(int i) { return vr_offload_name((vr_offload)i); }
+
+void vr_model_flags_add(vr_flagset *fs, vr_model_flags *f, const vr_model_defaults *d)
+{
+    char buf[256], seq[32] = "the preset's";
     if (d->seq)
         snprintf(seq, sizeof seq, "%d", d->seq);
-    fprintf(f,
-            "  --batch N                micro-batch rows (%d)\n"
-            "  --seq N                  sequence length (%s)\n"
-            "  --accum N                micro-batches per optimizer step (1)\n"
-            "  --optim sgd|momentum|adam|adamw|none   (%s)\n"
-            "  --recompute none|block|selective       activation checkpointing (none)\n"
-            "  --freeze GLOBS           comma-separated globs over parameter names ('h.*.attn*,wte')\n"
-            "  --precision fp32|bf16|fp16             (fp32)\n"
-            "  --optim-state fp32|bf16|8bit           Adam/momentum state: fp32, bf16 (stochastic rounding) or\n"
-            "                                         8-bit block-wise (tensors under 4096 elements stay fp32) (fp32)\n"
-            "  --master fp32|none       bf16: keep an fp32 master copy of the weights, or none (fp32)\n"
-            "  --offload none|optim     optim: fp32 master and optimizer state in pinned host memory, the update\n"
-            "                           run by the host while the backward goes on (none)\n"
-            "  --clip X                 clip gradients to global norm X\n"
-            "  --gpus N                 data parallel over N GPUs of this host, one process each (mpirun -np N: CPU\n"
-            "                           ranks); --batch is per GPU\n"
-            "  --zero 0|1|2|3           0: gradients all-reduced; 1: + master and optimizer state sharded over the\n"
-            "                           ranks; 2: + gradients reduced to their owner only; 3: + weights held by\n"
-            "                           their owner only, gathered before each use (0)\n",
-            d->batch, seq, vr_optim_name(d->optim));
+    const long long most = 1 << 30;
+    const vr_flag model[] = {
+        VR_FLAG_HEADING_TEXT("model"),
+        {"--model", VR_FLAG_CHOICE, &f->model, NULL, .choices = "gpt|llama|mlp", .help = "model family (gpt)"},
+        {"--preset", VR_FLAG_STRING, &f->preset, "NAME",
+         .help = vr_flags_text(fs, "gpt: %s (%s);\nmlp: %s (%s);\nllama: %s (tiny)", vr_gpt_preset_names(),
+                               d->gpt_preset, vr_mlp_preset_names(), d->mlp_preset, vr_llama_preset_names())},
+        {"--hf", VR_FLAG_STRING, &f->hf, "DIR|config.json", .nonempty = true,
+         .help = "llama: the shape of a Hugging Face model (llama, qwen2, mistral) from its config"},
+        {"--layers", VR_FLAG_INT, &f->layers, "N", .lo = 1, .hi = most,
+         .help = "transformer blocks (gpt, llama); mlp: hidden layers"},
+        {"--channels", VR_FLAG_INT, &f->channels, "N", .lo = 1, .hi = most,
+         .help = "hidden size (gpt, llama); mlp: the width of the hidden layers"},
+        {"--heads", VR_FLAG_INT, &f->heads, "N", .lo = 1, .hi = most, .help = "attention heads (gpt, llama)"},
+        {"--vocab", VR_FLAG_INT, &f->vocab, "N", .lo = 1, .hi = most,
+         .help = "vocabulary (gpt, llama); mlp: classes"},
+        {"--padded-vocab", VR_FLAG_INT, &f->padded_vocab, "N", .lo = 1, .hi = most,
+         .help = "rows of the embedding (gpt, llama; the vocabulary rounded up to 128)"},
+        {"--max-seq", VR_FLAG_INT, &f->max_seq, "N", .lo = 1, .hi = most, .help = "longest sequence (gpt, llama)"},
+        {"--kv-heads", VR_FLAG_INT, &f->kv_heads, "N", .lo = 1, .hi = most,
+         .help = "llama: key and value heads (grouped-query attention; they divide --heads)"},
+        {"--head-dim", VR_FLAG_INT, &f->head_dim, "N", .lo = 1, .hi = most,
+         .help = "llama: the width of a head (channels / heads)"},
+        {"--intermediate", VR_FLAG_INT, &f->intermediate, "N", .lo = 1, .hi = most, .help = "llama: MLP width"},
+        {"--rope-theta", VR_FLAG_DOUBLE, &f->rope_theta, "X", .min = 0, .max = DBL_MAX, .above = true,
+         .help = "llama: the base of the rotary embedding"},
+        {"--rms-eps", VR_FLAG_DOUBLE, &f->rms_eps, "X", .min = 0, .max = DBL_MAX, .above = true,
+         .help = "llama: RMSNorm epsilon"},
+        {"--tied", VR_FLAG_CONST, &f->tied, NULL, .lo = 1, .help = "llama: the output layer is the token embedding"},
+        {"--untied", VR_FLAG_CONST, &f->tied, NULL, .lo = -1, .help = "llama: an output layer of its own"},
+        {"--qkv-bias", VR_FLAG_SWITCH, &f->qkv_bias, NULL, .help = "llama: q, k, v projections have biases (Qwen2)"},
+        {"--sizes", VR_FLAG_STRING, &f->sizes, "A,B,...,Z", .help = "mlp: every layer's size, input to classes"},
+        {"--act", VR_FLAG_CHOICE, &f->act, NULL, .choices = "relu|gelu", .help = "mlp: the activation (relu)"},
+        {.name = "", .kind = VR_FLAG_HEADING, .help = d->step_heading ? d->step_heading : "step"},
+        {"--batch", VR_FLAG_INT, &f->batch, "N", .lo = 1, .hi = most,
+         .help = vr_flags_text(fs, "micro-batch rows (%d)", d->batch)},
+        {"--seq", VR_FLAG_INT, &f->seq, "N", .lo = 1, .hi = most,
+         .help = vr_flags_text(fs, "sequence length (%s)", seq)},
+        {"--accum", VR_FLAG_INT, &f->accum, "N", .lo = 1, .hi = most, .help = "micro-batches per optimizer step (1)"},
+        {"--optim", VR_FLAG_CHOICE, &f->optim, NULL, .choices = enum_choices(fs, optim_name, buf, sizeof buf),
+         .help = vr_flags_text(fs, "(%s)", vr_optim_name(d->optim))},
+        {"--recompute", VR_FLAG_CHOICE, &f->recompute, NULL,
+         .choices = enum_choices(fs, recompute_name, buf, sizeof buf), .help = "activation checkpointing (none)"},
+        {"--freeze", VR_FLAG_STRING, &f->freeze, "GLOBS",
+         .help = "comma-separated globs over parameter names ('h.*.attn*,wte')"},
+        {"--precision", VR_FLAG_CHOICE, &f->precision, NULL,
+         .choices = enum_choices(fs, precision_name, buf, sizeof buf), .help = "(fp32)"},
+        {"--optim-state", VR_FLAG_CHOICE, &f->optim_state, NULL,
+         .choices = enum_choices(fs, optim_state_name, buf, sizeof buf),
+         .help = "Adam/momentum state: fp32, bf16 (stochastic rounding) or\n8-bit block-wise (tensors under "
+                 "4096 elements stay fp32) (fp32)"},
+        {"--master", VR_FLAG_CHOICE, &f->master, NULL, .choices = "fp32|none",
+         .help = "bf16: keep an fp32 master copy of the weights, or none (fp32)"},
+        {"--offload", VR_FLAG_CHOICE, &f->offload, NULL, .choices = enum_choices(fs, offload_name, buf, sizeof buf),
+         .help = "optim: fp32 master and optimizer state in pinned host memory, the update\n"
+                 "run by the host while the backward goes on (none)"},
+        {"--clip", VR_FLAG_DOUBLE, &f->clip, "X", .min = 0, .max = DBL_MAX, .above = true,
+         .help = "clip gradients to global norm X"},
+        {"--gpus", VR_FLAG_INT, &f->gpus, "N", .lo = 1, .hi = most,
+         .help = "data parallel over N GPUs of this host, one process each (mpirun -np N: CPU\n"
+                 "ranks); --batch is per GPU"},
+        {"--zero", VR_FLAG_INT, &f->zero, "0|1|2|3", .lo = 0, .hi = 3, .given = &f->zero_given,
+         .help = "0: gradients all-reduced; 1: + master and optimizer state sharded over the\n"
+                 "ranks; 2: + gradients reduced to their owner only; 3: + weights held by their\n"
+                 "owner only, gathered before each use (0)"},
+    };
+    VR_FLAGS_ADD(fs, model);
+    if (d->eval) {
+        const vr_flag eval[] = {
+            {"--eval", VR_FLAG_SWITCH, &f->eval, NULL, .help = "no-grad evaluation step (forward only, nothing saved)"},
+        };
+        VR_FLAGS_ADD(fs, eval);
+    }
 }

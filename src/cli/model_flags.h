@@ -1,22 +1,25 @@
-/* vram command: the model and step flags shared by the commands that build a
- * step graph (plan, train, eval): --model --preset --layers --channels --heads
- * --vocab --padded-vocab --max-seq --sizes --act --seq --batch --accum --optim
- * --recompute --freeze --precision --optim-state --master --clip --eval --gpus --zero. */
+/* vram command: the model and step flags shared by the commands that build a step graph (plan, train, fit,
+ * report), as one fragment of their flag tables (flags.h): --model --preset --hf --layers --channels --heads
+ * --vocab --padded-vocab --max-seq --kv-heads --head-dim --intermediate --rope-theta --rms-eps --tied
+ * --untied --qkv-bias --sizes --act --batch --seq --accum --optim --recompute --freeze --precision
+ * --optim-state --master --offload --clip --gpus --zero and --eval. */
 #ifndef VRAM_CLI_MODEL_FLAGS_H
 #define VRAM_CLI_MODEL_FLAGS_H
 
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "cli/flags.h"
 #include "vram/graph.h"
 
 typedef struct vr_model_flags {
     const char *model, *preset, *sizes, *act, *optim, *recompute, *freeze, *precision, *optim_state, *master;
-    const char *offload;    long long layers, channels, heads, vocab, padded_vocab, max_seq, seq, batch, accum; /* 0: not given */
+    const char *offload;     /* NULL: not given */
+    long long layers, channels, heads, vocab, padded_vocab, max_seq, seq, batch, accum; /* 0: not given */
     double clip;     /* 0: not given */
     bool eval;       /* --eval: the no-grad graph */
     long long kv_heads, head_dim, intermediate;  /* llama; 0: not given */
-    const char *rope_theta, *rms_eps;            /* llama; NULL: not given */
+    double rope_theta, rms_eps;                  /* llama; 0: not given */
     const char *hf;  /* --hf DIR|config.json: a Llama-family model's shape from its Hugging Face config */
     int tied;        /* llama: 1 --tied, -1 --untied, 0 not given */
     bool qkv_bias;   /* llama: --qkv-bias */
@@ -32,12 +35,13 @@ typedef struct vr_model_defaults {
     int batch;               /* 8 */
     int seq;                 /* 0: the preset's */
     vr_optim optim;          /* VR_OPTIM_ADAMW */
+    bool eval;               /* the command has --eval (the no-grad graph) */
+    const char *step_heading; /* the heading of the step flags in --help (NULL: "step") */
 } vr_model_defaults;
 
-/* If argv[*i] is one of the flags above, consumes it and its value (advancing *i)
- * and returns 1; returns 0 when it is not one of them; prints a one-line error
- * "vram <cmd>: ..." naming the flag and returns -1 for a missing or bad value. */
-int vr_model_flags_parse(const char *cmd, int argc, char **argv, int *i, vr_model_flags *f);
+/* The model flags (under the heading "model") and the step flags into fs, over f, with d's defaults in
+ * their help. */
+void vr_model_flags_add(vr_flagset *fs, vr_model_flags *f, const vr_model_defaults *d);
 
 /* Fills the model and step configs from the flags and defaults. Returns 0, or
  * prints a one-line error naming the flag and returns 2. */
@@ -50,9 +54,5 @@ void vr_model_flags_hf_from_init(vr_model_flags *f, const char *init);
 
 /* True when any flag that sets the model's shape was given. */
 bool vr_model_flags_shape_given(const vr_model_flags *f);
-
-/* The help lines for the model flags (indent 2) / the step flags. */
-void vr_model_flags_usage(FILE *f, const vr_model_defaults *d);
-void vr_step_flags_usage(FILE *f, const vr_model_defaults *d);
 
 #endif

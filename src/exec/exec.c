@@ -129,7 +129,8 @@ static vr_status pick_backend(vr_exec *e)
     vr_device_kind k = vr_device_kind_of(e->dev);
     if (k == VR_DEVICE_CPU) {
         if (e->g->step.precision != VR_PREC_FP32)
-            return vr_error(VR_ERR_UNSUPPORTED, "exec: the CPU runs fp32 only (--precision %s needs a GPU)",
+            return vr_error(VR_ERR_UNSUPPORTED,
+                            "exec: the CPU runs fp32 only (vr_step_config.precision %s needs a GPU)",
                             vr_precision_name(e->g->step.precision));
         e->be = vr__exec_backend_cpu();
         return VR_OK;
@@ -138,7 +139,7 @@ static vr_status pick_backend(vr_exec *e)
         e->be = vr__exec_backend_cuda();
         if (!e->be)
             return vr_error(VR_ERR_UNSUPPORTED, "exec: device %s: this build has no CUDA executor (built without "
-                            "nvcc); train on the CPU (--device cpu)", vr_device_name(e->dev));
+                            "nvcc); run on a cpu device", vr_device_name(e->dev));
         return VR_OK;
     }
     return vr_error(VR_ERR_UNSUPPORTED, "exec: device %s has no bytes to compute on (meta is for planning: use "
@@ -181,9 +182,10 @@ static vr_status make_arena(vr_exec *e)
     if (st != VR_OK) {
         char msg[1024], a[32];
         snprintf(msg, sizeof msg, "%s", vr_last_error());
-        return vr_error(st, "exec: the planned arena (%s) does not fit: %s. Try: a smaller batch (--accum keeps "
-                        "the effective batch), --recompute block, or 'vram plan' with the same flags to see where "
-                        "the bytes go", vr_format_size(e->arena_bytes, a, sizeof a), msg);
+        return vr_error(st, "exec: the planned arena (%s) does not fit: %s. Try: a smaller batch "
+                        "(vr_step_config.accum keeps the effective batch), vr_step_config.recompute block, or "
+                        "'vram plan' with the same flags to see where the bytes go",
+                        vr_format_size(e->arena_bytes, a, sizeof a), msg);
     }
     e->mem.arena = e->arena_bytes;
     return VR_OK;

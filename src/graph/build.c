@@ -13,29 +13,35 @@ vr_status vr_step_config_check(const vr_step_config *s)
         return vr_error(VR_ERR_INVALID, "step config: bad optim_state value %d", (int)s->optim_state);
     if (s->train && s->optim_state != VR_OSTATE_FP32 && s->optim != VR_OPTIM_MOMENTUM && s->optim != VR_OPTIM_ADAM &&
         s->optim != VR_OPTIM_ADAMW)
-        return vr_error(VR_ERR_INVALID, "optim_state: %s state needs an optimizer with state (momentum, adam, adamw); "
-                        "%s has none", vr_optim_state_name(s->optim_state), vr_optim_name(s->optim));
+        return vr_error(VR_ERR_INVALID, "vr_step_config.optim_state: %s state needs an optimizer with state "
+                        "(momentum, adam, adamw); %s has none", vr_optim_state_name(s->optim_state),
+                        vr_optim_name(s->optim));
     if (s->no_master && s->precision != VR_PREC_BF16)
-        return vr_error(VR_ERR_INVALID, "master: 'none' needs bf16 precision (%s %s)", vr_precision_name(s->precision),
+        return vr_error(VR_ERR_INVALID, "vr_step_config.no_master: needs bf16 precision (%s %s)",
+                        vr_precision_name(s->precision),
                         s->precision == VR_PREC_FP32 ? "weights are their own fp32 master"
                                                      : "weights lose small updates without an fp32 master");
     if ((unsigned)s->offload > VR_OFFLOAD_OPTIM)
         return vr_error(VR_ERR_INVALID, "step config: bad offload value %d", (int)s->offload);
     if (s->train && s->offload && s->optim == VR_OPTIM_NONE)
-        return vr_error(VR_ERR_INVALID, "offload: 'optim' needs an optimizer (there is no state to offload)");
+        return vr_error(VR_ERR_INVALID,
+                        "vr_step_config.offload: 'optim' needs an optimizer (there is no state to offload)");
     if (s->offload && s->no_master)
-        return vr_error(VR_ERR_INVALID, "offload: 'optim' keeps the fp32 master weights on the host; it cannot run "
-                        "with master 'none'");
+        return vr_error(VR_ERR_INVALID, "vr_step_config.offload: 'optim' keeps the fp32 master weights on the "
+                        "host; it cannot run with vr_step_config.no_master");
     if (s->accum < 0)
-        return vr_error(VR_ERR_INVALID, "--accum: must be >= 1 (got %d)", s->accum);
+        return vr_error(VR_ERR_INVALID, "vr_step_config.accum: must be >= 1 (got %d)", s->accum);
     if (s->world < 0 || s->world > VR_MAX_RANKS || (s->world > 0 && (s->rank < 0 || s->rank >= s->world)))
-        return vr_error(VR_ERR_INVALID, "--gpus: %d ranks (rank %d): must be 1..%d", s->world, s->rank, VR_MAX_RANKS);
+        return vr_error(VR_ERR_INVALID, "vr_step_config.world: %d ranks (rank %d): must be 1..%d", s->world, s->rank,
+                        VR_MAX_RANKS);
     if (s->zero < 0 || s->zero > 3)
-        return vr_error(VR_ERR_INVALID, "--zero: stage %d: must be 0, 1, 2 or 3", s->zero);
+        return vr_error(VR_ERR_INVALID, "vr_step_config.zero: stage %d: must be 0, 1, 2 or 3", s->zero);
     if (s->zero && s->world < 1)
-        return vr_error(VR_ERR_INVALID, "--zero: stage %d needs data parallel ranks (--gpus N, or mpirun)", s->zero);
+        return vr_error(VR_ERR_INVALID, "vr_step_config.zero: stage %d needs data parallel ranks "
+                        "(vr_step_config.world N, or mpirun)", s->zero);
     if (s->world > 0 && s->offload)
-        return vr_error(VR_ERR_INVALID, "--offload: not yet with several ranks (--gpus/mpirun)");
+        return vr_error(VR_ERR_INVALID,
+                        "vr_step_config.offload: not yet with several ranks (vr_step_config.world, or mpirun)");
     return VR_OK;
 }
 
@@ -63,7 +69,7 @@ vr_status vr_graph_build(const vr_model_config *m, const vr_step_config *s, vr_g
     else if (m->kind == VR_MODEL_LLAMA)
         st = vr_llama_forward(g, &m->llama, m->B, m->T);
     else
-        st = vr_error(VR_ERR_INVALID, "--model: unknown model kind %d", (int)m->kind);
+        st = vr_error(VR_ERR_INVALID, "vr_model_config.kind: unknown model kind %d", (int)m->kind);
     if (!st && s->freeze)
         st = vr_graph_freeze(g, s->freeze);
     if (!st && s->train) {

@@ -59,30 +59,30 @@ vr_status vr_gpt_preset(const char *name, vr_gpt_config *out, int *T_default)
                 *T_default = presets[i].T;
             return VR_OK;
         }
-    return vr_error(VR_ERR_INVALID, "--preset: unknown GPT preset '%s' (one of %s)", name ? name : "",
+    return vr_error(VR_ERR_INVALID, "vr_gpt_preset: unknown GPT preset '%s' (one of %s)", name ? name : "",
                     vr_gpt_preset_names());
 }
 
 vr_status vr_gpt_config_check(vr_gpt_config *c)
 {
     if (c->L < 1)
-        return vr_error(VR_ERR_INVALID, "--layers: must be >= 1 (got %d)", c->L);
+        return vr_error(VR_ERR_INVALID, "vr_gpt_config.L: must be >= 1 (got %d)", c->L);
     if (c->C < 1)
-        return vr_error(VR_ERR_INVALID, "--channels: must be >= 1 (got %d)", c->C);
+        return vr_error(VR_ERR_INVALID, "vr_gpt_config.C: must be >= 1 (got %d)", c->C);
     if (c->NH < 1 || c->C % c->NH)
-        return vr_error(VR_ERR_INVALID, "--heads: %d does not divide the %d channels", c->NH, c->C);
+        return vr_error(VR_ERR_INVALID, "vr_gpt_config.NH: %d does not divide the %d channels", c->NH, c->C);
     if (c->V < 1)
-        return vr_error(VR_ERR_INVALID, "--vocab: must be >= 1 (got %d)", c->V);
+        return vr_error(VR_ERR_INVALID, "vr_gpt_config.V: must be >= 1 (got %d)", c->V);
     if (c->V > 2147483647 - 127)
-        return vr_error(VR_ERR_INVALID, "--vocab: %d is too large", c->V);
+        return vr_error(VR_ERR_INVALID, "vr_gpt_config.V: %d is too large", c->V);
     if (c->Vp == 0)
         c->Vp = (c->V + 127) / 128 * 128;
     if (c->Vp < c->V)
-        return vr_error(VR_ERR_INVALID, "--padded-vocab: %d is less than the vocabulary %d", c->Vp, c->V);
+        return vr_error(VR_ERR_INVALID, "vr_gpt_config.Vp: %d is less than the vocabulary %d", c->Vp, c->V);
     if (c->maxT < 1)
-        return vr_error(VR_ERR_INVALID, "--max-seq: must be >= 1 (got %d)", c->maxT);
+        return vr_error(VR_ERR_INVALID, "vr_gpt_config.maxT: must be >= 1 (got %d)", c->maxT);
     if (c->L > VR_GPT_MAX_LAYERS)
-        return vr_error(VR_ERR_INVALID, "--layers: %d is above the limit %d", c->L, VR_GPT_MAX_LAYERS);
+        return vr_error(VR_ERR_INVALID, "vr_gpt_config.L: %d is above the limit %d", c->L, VR_GPT_MAX_LAYERS);
     int64_t n;
     if (!vr_gpt_num_params_checked(c, &n))
         return vr_error(VR_ERR_INVALID, "gpt config: the parameter count of layers %d, channels %d, vocab %d, "
@@ -179,9 +179,10 @@ vr_status vr_gpt_forward(vr_graph *g, const vr_gpt_config *cfg, int B, int T)
     if (st)
         return g->err = st;
     if (B < 1)
-        return g->err = vr_error(VR_ERR_INVALID, "--batch: must be >= 1 (got %d)", B);
+        return g->err = vr_error(VR_ERR_INVALID, "vr_model_config.B: must be >= 1 (got %d)", B);
     if (T < 1 || T > c.maxT)
-        return g->err = vr_error(VR_ERR_INVALID, "--seq: %d is outside 1..%d (the model's maxT)", T, c.maxT);
+        return g->err = vr_error(VR_ERR_INVALID, "vr_model_config.T: %d is outside 1..%d (the model's maxT)", T,
+                                 c.maxT);
     g->model.kind = VR_MODEL_GPT;
     g->model.gpt = c;
     g->model.B = B;

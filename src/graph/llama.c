@@ -75,42 +75,42 @@ vr_status vr_llama_preset(const char *name, vr_llama_config *out, int *T_default
                 *T_default = presets[i].T;
             return VR_OK;
         }
-    return vr_error(VR_ERR_INVALID, "--preset: unknown Llama preset '%s' (one of %s)", name ? name : "",
+    return vr_error(VR_ERR_INVALID, "vr_llama_preset: unknown Llama preset '%s' (one of %s)", name ? name : "",
                     vr_llama_preset_names());
 }
 
 vr_status vr_llama_config_check(vr_llama_config *c)
 {
     if (c->L < 1)
-        return vr_error(VR_ERR_INVALID, "--layers: must be >= 1 (got %d)", c->L);
+        return vr_error(VR_ERR_INVALID, "vr_llama_config.L: must be >= 1 (got %d)", c->L);
     if (c->C < 1)
-        return vr_error(VR_ERR_INVALID, "--channels: must be >= 1 (got %d)", c->C);
+        return vr_error(VR_ERR_INVALID, "vr_llama_config.C: must be >= 1 (got %d)", c->C);
     if (c->NH < 1)
-        return vr_error(VR_ERR_INVALID, "--heads: must be >= 1 (got %d)", c->NH);
+        return vr_error(VR_ERR_INVALID, "vr_llama_config.NH: must be >= 1 (got %d)", c->NH);
     if (c->NKV < 1 || c->NH % c->NKV)
-        return vr_error(VR_ERR_INVALID, "--kv-heads: %d does not divide the %d heads", c->NKV, c->NH);
+        return vr_error(VR_ERR_INVALID, "vr_llama_config.NKV: %d does not divide the %d heads", c->NKV, c->NH);
     if (c->hd == 0) {
         if (c->C % c->NH)
-            return vr_error(VR_ERR_INVALID, "--head-dim: not given and %d heads do not divide %d channels", c->NH,
-                            c->C);
+            return vr_error(VR_ERR_INVALID, "vr_llama_config.hd: not given and %d heads do not divide %d channels",
+                            c->NH, c->C);
         c->hd = c->C / c->NH;
     }
     if (c->hd < 2 || c->hd % 2 || c->hd > 1024)
-        return vr_error(VR_ERR_INVALID, "--head-dim: must be even, 2..1024 (got %d)", c->hd);
+        return vr_error(VR_ERR_INVALID, "vr_llama_config.hd: must be even, 2..1024 (got %d)", c->hd);
     if (c->I < 1)
-        return vr_error(VR_ERR_INVALID, "--intermediate: must be >= 1 (got %d)", c->I);
+        return vr_error(VR_ERR_INVALID, "vr_llama_config.I: must be >= 1 (got %d)", c->I);
     if (c->V < 1)
-        return vr_error(VR_ERR_INVALID, "--vocab: must be >= 1 (got %d)", c->V);
+        return vr_error(VR_ERR_INVALID, "vr_llama_config.V: must be >= 1 (got %d)", c->V);
     if (c->Vp == 0)
         c->Vp = (c->V + 127) / 128 * 128;
     if (c->Vp < c->V)
-        return vr_error(VR_ERR_INVALID, "--padded-vocab: %d is less than the vocabulary %d", c->Vp, c->V);
+        return vr_error(VR_ERR_INVALID, "vr_llama_config.Vp: %d is less than the vocabulary %d", c->Vp, c->V);
     if (c->maxT < 1)
-        return vr_error(VR_ERR_INVALID, "--max-seq: must be >= 1 (got %d)", c->maxT);
+        return vr_error(VR_ERR_INVALID, "vr_llama_config.maxT: must be >= 1 (got %d)", c->maxT);
     if (!(c->rms_eps > 0.0f))
-        return vr_error(VR_ERR_INVALID, "--rms-eps: must be > 0 (got %g)", (double)c->rms_eps);
+        return vr_error(VR_ERR_INVALID, "vr_llama_config.rms_eps: must be > 0 (got %g)", (double)c->rms_eps);
     if (!(c->rope.theta > 0.0))
-        return vr_error(VR_ERR_INVALID, "--rope-theta: must be > 0 (got %g)", c->rope.theta);
+        return vr_error(VR_ERR_INVALID, "vr_llama_config.rope.theta: must be > 0 (got %g)", c->rope.theta);
     return VR_OK;
 }
 
@@ -220,9 +220,10 @@ vr_status vr_llama_forward(vr_graph *g, const vr_llama_config *cfg, int B, int T
     if (st)
         return g->err = st;
     if (B < 1)
-        return g->err = vr_error(VR_ERR_INVALID, "--batch: must be >= 1 (got %d)", B);
+        return g->err = vr_error(VR_ERR_INVALID, "vr_model_config.B: must be >= 1 (got %d)", B);
     if (T < 1 || T > c.maxT)
-        return g->err = vr_error(VR_ERR_INVALID, "--seq: %d is outside 1..%d (the model's maxT)", T, c.maxT);
+        return g->err = vr_error(VR_ERR_INVALID, "vr_model_config.T: %d is outside 1..%d (the model's maxT)", T,
+                                 c.maxT);
     g->model.kind = VR_MODEL_LLAMA;
     g->model.llama = c;
     g->model.B = B;

@@ -28,7 +28,7 @@ vr_status vr_mlp_preset(const char *name, vr_mlp_config *out)
         memcpy(out->sizes, s, sizeof s);
         return VR_OK;
     }
-    return vr_error(VR_ERR_INVALID, "--preset: unknown MLP preset '%s' (one of %s)", name ? name : "",
+    return vr_error(VR_ERR_INVALID, "vr_mlp_preset: unknown MLP preset '%s' (one of %s)", name ? name : "",
                     vr_mlp_preset_names());
 }
 
@@ -43,15 +43,15 @@ int64_t vr_mlp_num_params(const vr_mlp_config *c)
 vr_status vr_mlp_forward(vr_graph *g, const vr_mlp_config *c, int B)
 {
     if (c->n_sizes < 2 || c->n_sizes > VR_MLP_MAX_SIZES)
-        return g->err = vr_error(VR_ERR_INVALID, "--sizes: an MLP needs 2..%d sizes (got %d)", VR_MLP_MAX_SIZES,
-                                 c->n_sizes);
+        return g->err = vr_error(VR_ERR_INVALID, "vr_mlp_config.sizes: an MLP needs 2..%d sizes (got %d)",
+                                 VR_MLP_MAX_SIZES, c->n_sizes);
     for (int i = 0; i < c->n_sizes; i++)
         if (c->sizes[i] < 1)
-            return g->err = vr_error(VR_ERR_INVALID, "--sizes: size %d is %d", i, c->sizes[i]);
+            return g->err = vr_error(VR_ERR_INVALID, "vr_mlp_config.sizes: size %d is %d", i, c->sizes[i]);
     if (c->act != VR_OP_RELU && c->act != VR_OP_GELU)
-        return g->err = vr_error(VR_ERR_INVALID, "--act: an MLP activation is relu or gelu");
+        return g->err = vr_error(VR_ERR_INVALID, "vr_mlp_config.act: an MLP activation is relu or gelu");
     if (B < 1)
-        return g->err = vr_error(VR_ERR_INVALID, "--batch: must be >= 1 (got %d)", B);
+        return g->err = vr_error(VR_ERR_INVALID, "vr_model_config.B: must be >= 1 (got %d)", B);
     g->model.kind = VR_MODEL_MLP;
     g->model.mlp = *c;
     g->model.B = B;

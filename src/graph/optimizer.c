@@ -443,8 +443,8 @@ static void dist_nodes(vr_graph *g, const vr_step_config *s, const int *order, c
             owng[nown++] = grads[i];
         }
     if (!g->err && s->zero >= 2 && !nown && (s->grad_clip > 0 || s->precision == VR_PREC_FP16)) {
-        vr_graph_fail(g, VR_ERR_INVALID, "--zero %d: rank %d of %d owns no parameter, so it has no part of the global "
-                      "norm to give; use fewer ranks or ZeRO 1", s->zero, s->rank, s->world);
+        vr_graph_fail(g, VR_ERR_INVALID, "vr_step_config.zero %d: rank %d of %d owns no parameter, so it has no part "
+                      "of the global norm to give; use fewer ranks or ZeRO 1", s->zero, s->rank, s->world);
         goto out;
     }
     int normsq = norm_nodes(g, s, own, owng, nown, false);
@@ -529,8 +529,8 @@ vr_status vr_graph_freeze(vr_graph *g, const char *patterns)
             }
         }
         if (!hits)
-            return vr_graph_fail(g, VR_ERR_INVALID, "--freeze: '%s' matches no parameter (names look like "
-                                 "'wte', 'h.0.attn.c_attn.w', 'fc0.w')", glob), g->err;
+            return vr_graph_fail(g, VR_ERR_INVALID, "vr_step_config.freeze: '%s' matches no parameter (names look "
+                                 "like 'wte', 'h.0.attn.c_attn.w', 'fc0.w')", glob), g->err;
     }
     return VR_OK;
 }

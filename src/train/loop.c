@@ -40,7 +40,8 @@ static vr_status open_data(vr_trainer *t)
     int W = ranks(t); /* every rank reads the global batch and trains on its rows (rank_rows) */
     if (m->kind == VR_MODEL_MLP) {
         if (c->data && *c->data && strcmp(c->data, "generated"))
-            return vr_error(VR_ERR_INVALID, "--data: an MLP trains on the built-in generated task only (got '%s')",
+            return vr_error(VR_ERR_INVALID,
+                            "vr_train_config.data: an MLP trains on the built-in generated task only (got '%s')",
                             c->data);
         return vr__mlp_task_init(&t->task, m->mlp.sizes[0], m->mlp.sizes[m->mlp.n_sizes - 1], m->B * W, c->seed);
     }
@@ -85,16 +86,16 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
     t->accum = c->step.accum > 1 ? c->step.accum : 1;
     vr_status st = VR_OK;
     if (t->accum > VR_TRAIN_MAX_ACCUM)
-        st = vr_error(VR_ERR_INVALID, "--accum: at most %d (got %d)", VR_TRAIN_MAX_ACCUM, t->accum);
+        st = vr_error(VR_ERR_INVALID, "vr_step_config.accum: at most %d (got %d)", VR_TRAIN_MAX_ACCUM, t->accum);
     if (!st && c->steps < 1)
-        st = vr_error(VR_ERR_INVALID, "--steps: must be >= 1 (got %lld)", (long long)c->steps);
+        st = vr_error(VR_ERR_INVALID, "vr_train_config.steps: must be >= 1 (got %lld)", (long long)c->steps);
     if (!st && !(c->hp.lr > 0))
-        st = vr_error(VR_ERR_INVALID, "--lr: must be > 0 (got %g)", (double)c->hp.lr);
+        st = vr_error(VR_ERR_INVALID, "vr_train_config.hp.lr: must be > 0 (got %g)", (double)c->hp.lr);
     t->sched = (vr_lr_schedule){c->lr_kind, c->hp.lr, c->warmup, c->steps, c->min_lr_frac};
     if (!st && vr_lr_check(&t->sched)) {
         char why[512]; /* a copy: vr_error must not read the buffer it writes */
         snprintf(why, sizeof why, "%s", vr_last_error());
-        st = vr_error(VR_ERR_INVALID, "--warmup/--lr: %s", why);
+        st = vr_error(VR_ERR_INVALID, "vr_train_config.warmup and vr_train_config.hp.lr: %s", why);
     }
     if (!st)
         st = vr__trainer_check_ranks(t);
@@ -126,9 +127,9 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
         st = vr__trainer_memory_cap(t, t->exec);
     if (!st && c->dump_batches) {
         if (c->model.kind != VR_MODEL_GPT)
-            st = vr_error(VR_ERR_INVALID, "--dump-batches: GPT models only");
+            st = vr_error(VR_ERR_INVALID, "vr_train_config.dump_batches: GPT models only");
         else if (!(t->dump = fopen(c->dump_batches, "wb")))
-            st = vr_error(VR_ERR_IO, "--dump-batches: cannot write '%s'", c->dump_batches);
+            st = vr_error(VR_ERR_IO, "vr_train_config.dump_batches: cannot write '%s'", c->dump_batches);
     }
     if (!st)
         st = open_data(t);

@@ -159,20 +159,21 @@ static vr_status resume(vr_trainer *t, const char *path_arg)
     if (!st && strcmp(file->model, want->model))
         st = vr_error(VR_ERR_FORMAT, "%s: the state holds a %s model, not a %s", path, file->model, want->model);
     if (!st && strcmp(file->optimizer, want->optimizer))
-        st = vr_error(VR_ERR_FORMAT, "%s: the state was saved with --optim %s, not %s", path, file->optimizer,
-                      want->optimizer);
+        st = vr_error(VR_ERR_FORMAT, "%s: the state was saved with vr_step_config.optim %s, not %s", path,
+                      file->optimizer, want->optimizer);
     int64_t fcrc = 0, wcrc = 0, fn = 0, wn = 0;
     if (!st && vr_state_get_config(want, "data_crc32", &wcrc) && vr_state_get_config(file, "data_crc32", &fcrc) &&
         vr_state_get_config(want, "data_tokens", &wn) && vr_state_get_config(file, "data_tokens", &fn) &&
         (fcrc != wcrc || fn != wn))
         st = vr_error(VR_ERR_FORMAT,
-                      "%s: the state was saved training on other data (%lld tokens, crc32 %08llx; this run's --data "
-                      "has %lld tokens, crc32 %08llx): give the --data it was trained on",
+                      "%s: the state was saved training on other data (%lld tokens, crc32 %08llx; this run's "
+                      "vr_train_config.data has %lld tokens, crc32 %08llx): give the vr_train_config.data it was "
+                      "trained on",
                       path, (long long)fn, (unsigned long long)fcrc, (long long)wn, (unsigned long long)wcrc);
     if (!st)
         st = vr_state_config_match(path, file, want);
     if (!st && file->data_seed != t->cfg.seed)
-        st = vr_error(VR_ERR_FORMAT, "%s: the state was saved with --seed %llu, not %llu", path,
+        st = vr_error(VR_ERR_FORMAT, "%s: the state was saved with vr_train_config.seed %llu, not %llu", path,
                       (unsigned long long)file->data_seed, (unsigned long long)t->cfg.seed);
     if (!st)
         st = vr_state_load(path, want);
@@ -216,10 +217,10 @@ static vr_status resume(vr_trainer *t, const char *path_arg)
         if (!st && cs)
             st = cs;
         else if (!st && v[0] < 0)
-            st = vr_error(VR_ERR_INVALID, "--resume: another rank could not read its state file");
+            st = vr_error(VR_ERR_INVALID, "vr_train_config.resume: another rank could not read its state file");
         else if (!st && v[0] != -v[1])
-            st = vr_error(VR_ERR_FORMAT, "--resume: the ranks' state files are of steps %.0f to %.0f (a run stopped "
-                          "between two ranks' saves); resume from an earlier state", v[0], -v[1]);
+            st = vr_error(VR_ERR_FORMAT, "vr_train_config.resume: the ranks' state files are of steps %.0f to %.0f "
+                          "(a run stopped between two ranks' saves); resume from an earlier state", v[0], -v[1]);
     }
     free_bufs(bufs);
     free(want);
@@ -232,11 +233,13 @@ vr_status vr__trainer_load_start(vr_trainer *t)
     const vr_train_config *c = &t->cfg;
     const vr_graph *g = t->g;
     if (c->init && c->resume)
-        return vr_error(VR_ERR_INVALID, "--init and --resume: give one (a state already holds the weights)");
+        return vr_error(VR_ERR_INVALID, "vr_train_config.init and vr_train_config.resume: give one (a state already "
+                        "holds the weights)");
     if (c->resume)
         return resume(t, c->resume);
     if (c->init && g->model.kind == VR_MODEL_MLP)
-        return vr_error(VR_ERR_INVALID, "--init: an MLP has no model checkpoint format; start it from --resume");
+        return vr_error(VR_ERR_INVALID, "vr_train_config.init: an MLP has no model checkpoint format; start it from "
+                        "vr_train_config.resume");
     float *p = malloc(sizeof(float) * (size_t)g->n_params);
     if (!p)
         return vr_error(VR_ERR_OOM, "train: out of host memory");
@@ -260,7 +263,8 @@ vr_status vr_trainer_check_save(const vr_trainer *t, const char *path)
 {
     const vr_graph *g = t->g;
     if (g->model.kind == VR_MODEL_MLP)
-        return vr_error(VR_ERR_INVALID, "--save: an MLP has no model checkpoint format; save it with --save-state");
+        return vr_error(VR_ERR_INVALID, "vr_train_run_opts.save: an MLP has no model checkpoint format; save it "
+                        "with vr_train_run_opts.save_state");
     if (g->step.world > 1 && g->step.rank != 0)
         return VR_OK; /* rank 0 writes */
     if (g->model.kind == VR_MODEL_GPT)

@@ -44,8 +44,8 @@ vr_status vr__trainer_memory_open(vr_trainer *t)
     }
     if (t->cfg.max_memory && t->context >= t->cfg.max_memory) {
         char a[32], b[32];
-        return vr_error(VR_ERR_OOM, "--max-memory %s: the CUDA context alone holds %s", sz(t->cfg.max_memory, a),
-                        sz(t->context, b));
+        return vr_error(VR_ERR_OOM, "vr_train_config.max_memory %s: the CUDA context alone holds %s",
+                        sz(t->cfg.max_memory, a), sz(t->context, b));
     }
     return VR_OK;
 }
@@ -73,9 +73,9 @@ static vr_status host_check(const vr_trainer *t, const vr_plan *plan)
         if (plan->host_total[r])
             n += snprintf(roles + n, sizeof roles - (size_t)n, "%s%s %s", n ? ", " : "", vr_role_name((vr_role)r),
                           sz(plan->host_total[r], a));
-    return vr_error(VR_ERR_OOM, "--offload optim: the plan pins %s of host memory (%s) but %s %s; try "
-                    "--optim-state 8bit or bf16 (smaller state)", sz(plan->host_size, a), roles,
-                    t->cfg.max_host_memory ? "--max-host-memory is" : "the host has", sz(avail, b));
+    return vr_error(VR_ERR_OOM, "vr_step_config.offload optim: the plan pins %s of host memory (%s) but %s %s; try "
+                    "vr_step_config.optim_state 8bit or bf16 (smaller state)", sz(plan->host_size, a), roles,
+                    t->cfg.max_host_memory ? "vr_train_config.max_host_memory is" : "the host has", sz(avail, b));
 }
 
 vr_status vr__trainer_memory_check(vr_trainer *t, const vr_plan *plan, uint64_t held, const char *what)
@@ -91,10 +91,10 @@ vr_status vr__trainer_memory_check(vr_trainer *t, const vr_plan *plan, uint64_t 
     if (t->cfg.max_memory) {
         avail = t->cfg.max_memory - t->context;
         if (t->context)
-            snprintf(where, sizeof where, "--max-memory %s minus the CUDA context %s", sz(t->cfg.max_memory, a),
-                     sz(t->context, b));
+            snprintf(where, sizeof where, "vr_train_config.max_memory %s minus the CUDA context %s",
+                     sz(t->cfg.max_memory, a), sz(t->context, b));
         else
-            snprintf(where, sizeof where, "--max-memory %s", sz(t->cfg.max_memory, a));
+            snprintf(where, sizeof where, "vr_train_config.max_memory %s", sz(t->cfg.max_memory, a));
     } else {
         vr_device_mem dm;
         if (vr_device_mem_info(t->dev, &dm) != VR_OK)
@@ -124,17 +124,18 @@ vr_status vr__trainer_memory_check(vr_trainer *t, const vr_plan *plan, uint64_t 
         vr_fit_batch fb;
         if (vr_fit_max_batch(m, s, avail, &fb) == VR_OK) {
             if (fb.B > 0)
-                snprintf(fit, sizeof fit, " The largest batch that fits: --batch %d (arena %s; B=%d needs %s).", fb.B,
-                         sz(fb.at.need, c), fb.next.B, sz(fb.next.need, d));
+                snprintf(fit, sizeof fit, " The largest batch that fits: vr_model_config.B %d (arena %s; B=%d needs "
+                         "%s).", fb.B, sz(fb.at.need, c), fb.next.B, sz(fb.next.need, d));
             else
-                snprintf(fit, sizeof fit, " Not even --batch 1 fits (arena %s).", sz(fb.next.need, c));
+                snprintf(fit, sizeof fit, " Not even vr_model_config.B 1 fits (arena %s).", sz(fb.next.need, c));
         }
     }
     return vr_error(VR_ERR_OOM,
                     "out of memory, refused before allocating anything: the plan of the %s step (B=%d T=%d, %s, "
                     "recompute %s, accum %d) needs an arena of %s (at its peak: %s), but %s is available%s (%s).%s "
-                    "Try: vram fit with the same flags and --capacity for the largest batch; a smaller --batch with "
-                    "--accum N for the same tokens per step; --recompute selective or block; --precision bf16.",
+                    "Try: vram fit with the same configuration for the largest batch; a smaller vr_model_config.B with "
+                    "vr_step_config.accum N for the same tokens per step; vr_step_config.recompute selective or "
+                    "block; vr_step_config.precision bf16.",
                     what, m->B, m->T, vr_precision_name(s->precision), vr_recompute_name(s->recompute),
                     s->accum > 1 ? s->accum : 1, sz(plan->arena_size, b), roles, sz(avail, c), held_s, where, fit);
 }
@@ -147,7 +148,7 @@ vr_status vr__trainer_memory_cap(vr_trainer *t, vr_exec *e)
     vr_device_mem dm;
     vr_status st = vr_device_mem_info(t->dev, &dm);
     if (st || !dm.total)
-        return st ? st : vr_error(VR_ERR_DEVICE, "--max-memory: the device reports no total memory");
+        return st ? st : vr_error(VR_ERR_DEVICE, "vr_train_config.max_memory: the device reports no total memory");
     double frac = (double)(t->cfg.max_memory - t->context) / (double)dm.total;
     if (frac > 1)
         frac = 1;
@@ -157,7 +158,8 @@ vr_status vr__trainer_memory_cap(vr_trainer *t, vr_exec *e)
     vr_alloc_get_stats(al, &as);
     char a[32], b[32];
     if ((uint64_t)as.reserved_bytes[VR_POOL_ALL].current > vr_alloc_limit(al))
-        return vr_error(VR_ERR_OOM, "--max-memory: the persistent tensors alone reserve %s, over the cap of %s",
+        return vr_error(VR_ERR_OOM,
+                        "vr_train_config.max_memory: the persistent tensors alone reserve %s, over the cap of %s",
                         sz((uint64_t)as.reserved_bytes[VR_POOL_ALL].current, a), sz(vr_alloc_limit(al), b));
     return VR_OK;
 }
@@ -169,7 +171,8 @@ vr_status vr__trainer_memory_sample(vr_trainer *t)
     uint64_t peak = vr_trainer_process_peak(t);
     if (peak > t->cfg.max_memory) {
         char a[32], b[32];
-        return vr_error(VR_ERR_OOM, "--max-memory %s: this process used %s of device memory after step %lld (NVML)",
+        return vr_error(VR_ERR_OOM,
+                        "vr_train_config.max_memory %s: this process used %s of device memory after step %lld (NVML)",
                         sz(t->cfg.max_memory, a), sz(peak, b), (long long)t->step);
     }
     return VR_OK;
@@ -183,16 +186,17 @@ vr_status vr__trainer_dump_batch(vr_trainer *t, int k)
     const int32_t *x = t->inputs[k], *y = t->targets[k];
     int32_t *row = malloc(sizeof(int32_t) * (size_t)(T + 1));
     if (!row)
-        return vr_error(VR_ERR_OOM, "--dump-batches: out of host memory");
+        return vr_error(VR_ERR_OOM, "vr_train_config.dump_batches: out of host memory");
     vr_status st = VR_OK;
     for (int b = 0; b < B && !st; b++) {
         for (int i = 0; i + 1 < T; i++)
             if (y[(size_t)b * T + i] != x[(size_t)b * T + i + 1])
-                st = vr_error(VR_ERR_INVALID, "--dump-batches: row %d's targets are not its inputs shifted by one", b);
+                st = vr_error(VR_ERR_INVALID,
+                              "vr_train_config.dump_batches: row %d's targets are not its inputs shifted by one", b);
         memcpy(row, x + (size_t)b * T, sizeof(int32_t) * (size_t)T);
         row[T] = y[(size_t)b * T + T - 1];
         if (!st && fwrite(row, sizeof(int32_t), (size_t)(T + 1), t->dump) != (size_t)(T + 1))
-            st = vr_error(VR_ERR_IO, "--dump-batches: write failed");
+            st = vr_error(VR_ERR_IO, "vr_train_config.dump_batches: write failed");
     }
     free(row);
     return st;

@@ -246,8 +246,8 @@ vr_status vr_train_run(const vr_train_config *c, const vr_train_run_opts *o, FIL
         }
         vr_progress_step(pr, &r);
         if (!isfinite(info.loss)) {
-            st = vr_error(VR_ERR_INVALID, "train: the loss became %g at step %lld (try a lower --lr or --clip 1.0)",
-                          info.loss, (long long)info.step);
+            st = vr_error(VR_ERR_INVALID, "train: the loss became %g at step %lld (try a lower vr_train_config.hp.lr "
+                          "or vr_step_config.grad_clip 1.0)", info.loss, (long long)info.step);
             break;
         }
         if (s.steps++ == 0)

@@ -249,7 +249,7 @@ static void oom_message_points_at_fragmentation(void **state)
     const char *m = vr_last_error();
     assert_non_null(strstr(m, "7.00 MiB allocated and 13.00 MiB reserved but unused"));
     assert_non_null(strstr(m, "largest free block 5.00 MiB"));
-    assert_non_null(strstr(m, "--policy expandable"));
+    assert_non_null(strstr(m, "vr_alloc_config.policy expandable"));
     xfree(a, y);
     xfree(a, w);
     vr_alloc_destroy(a);

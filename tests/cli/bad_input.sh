@@ -120,6 +120,25 @@ expect replay-repeat --repeat replay "$tmp/trace.csv" --repeat 0
 expect replay-policy --policy replay "$tmp/trace.csv" --policy nope
 expect replay-snapshot-dir "$tmp/adir" replay "$tmp/trace.csv" --snapshot "$tmp/adir"
 expect replay-snapshot-nodir "$tmp/nowhere/out.json" replay "$tmp/trace.csv" --snapshot "$tmp/nowhere/out.json"
+# ------------------------------------------------------------------ --flag=value, and unknown flags everywhere
+expect eq-batch-neg --batch plan --batch=-3
+expect eq-batch-empty --batch plan --batch=
+expect eq-capacity --capacity fit --capacity=lots
+expect eq-steps --steps train --steps=0
+expect eq-lr --lr train --lr=fast
+expect eq-memory --memory train --memory=static
+expect eq-switch-value --json plan --json=yes
+expect eq-init-empty --init eval --init=
+expect eq-output-empty --output report --output=
+expect eq-repeat --repeat replay "$tmp/trace.csv" --repeat=0
+expect eq-interval --interval watch --interval=0
+expect eq-tokenizer-empty --tokenizer tokenize --tokenizer= "$tmp/text.txt" "$tmp/out.bin"
+expect eq-unknown "unknown flag --bogus " plan --bogus=3
+for cmd in info replay plan fit train tokenize report watch eval; do
+  expect "$cmd-unknown" "vram $cmd: unknown flag --no-such-flag (see vram $cmd --help)" "$cmd" --no-such-flag
+  expect "$cmd-unknown-eq" "vram $cmd: unknown flag --no-such-flag (see vram $cmd --help)" "$cmd" --no-such-flag=1
+  expect "$cmd-unknown-short" "vram $cmd: unknown flag -Z" "$cmd" -Z
+done
 # ------------------------------------------------------------------ top level
 expect replay-no-trace TRACE replay
 expect top-command nope nope

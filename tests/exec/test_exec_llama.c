@@ -36,7 +36,7 @@ static void preset_counts(void **state)
     }
     vr_llama_config c;
     assert_int_not_equal(vr_llama_preset("llama9", &c, NULL), VR_OK);
-    assert_non_null(strstr(vr_last_error(), "--preset"));
+    assert_non_null(strstr(vr_last_error(), "vr_llama_preset: "));
 }
 
 static void tensor_table(void **state)

@@ -12,8 +12,8 @@ static void error_may_quote_the_last_error(void **state)
 {
     (void)state;
     vr_error(VR_ERR_INVALID, "warmup 5 exceeds steps 3");
-    assert_int_equal(vr_error(VR_ERR_INVALID, "--warmup/--lr: %s", vr_last_error()), VR_ERR_INVALID);
-    assert_string_equal(vr_last_error(), "--warmup/--lr: warmup 5 exceeds steps 3");
+    assert_int_equal(vr_error(VR_ERR_INVALID, "vr_train_config.warmup: %s", vr_last_error()), VR_ERR_INVALID);
+    assert_string_equal(vr_last_error(), "vr_train_config.warmup: warmup 5 exceeds steps 3");
     vr_clear_error();
     assert_string_equal(vr_last_error(), "");
 }
