@@ -86,4 +86,30 @@ bad --accum --accum 2 --global-batch 8 --capacity 1GiB
 bad --recompute --recompute most --capacity 1GiB
 bad --precision --precision fp8 --capacity 1GiB
 bad --preset --preset nope --capacity 1GiB
+# --gpus N: the ZeRO stage is searched too; every rank is planned and the largest rank's arena must fit, which
+# `vram plan --gpus N --zero S` confirms for the chosen row
+"$vram" fit --preset gpt2-medium --gpus 4 --capacity 16GiB --precision bf16 --optim-state fp32 --master fp32 \
+  --recompute none --json >"$tmp/fz.json"
+py=/usr/bin/python3
+$py - "$tmp/fz.json" "$vram" <<'PY' || { echo "fit --gpus: wrong"; exit 1; }
+import json, subprocess, sys
+j = json.load(open(sys.argv[1]))
+rows = j["rows"]
+zeros = sorted({r["zero"] for r in rows})
+assert zeros == [0, 1, 2, 3], zeros
+best = rows[j["best"]]
+cap = 16 << 30
+assert best["fits"] and best["need"] <= cap, best
+# ZeRO 0 keeps every state on every rank: it fits fewer rows than ZeRO 3
+mb = {r["zero"]: r["micro_batch"] for r in rows}
+assert mb[3] > mb[0], mb
+assert all(r["comm_seconds"] > 0 for r in rows if r["fits"]), "collectives not costed"
+p = subprocess.run([sys.argv[2], "plan", "--preset", "gpt2-medium", "--gpus", "4", "--zero", str(best["zero"]),
+                    "--precision", "bf16", "--batch", str(best["micro_batch"]), "--json"], capture_output=True, text=True)
+plan = json.loads(p.stdout)
+largest = max(r["arena"] for r in plan["ranks"])
+print("fit --gpus 4: best ZeRO", best["zero"], "micro-batch", best["micro_batch"], "need", best["need"],
+      "plan's largest rank", largest, "micro-batches by stage", mb)
+assert largest == best["need"], (largest, best["need"])
+PY
 echo "fit.sh ok"
