@@ -124,3 +124,10 @@ assert dom.count("<tr") > 10, "no tables"
 assert 'id="runsec" style="display:none"' in dom, "no run was made: the run section stays hidden"
 print("rendered DOM ok: peak", plan["peak"]["bytes"])
 PY
+# with ranks the what-if table has a ZeRO column (the fitter searches the stages)
+"$vram" report --preset tiny --gpus 2 --capacity 64MiB -o "$tmp/rz.html" >/dev/null
+timeout 120 "$browser" --headless --disable-gpu --no-sandbox --user-data-dir="$tmp/prof2" \
+  --proxy-server=127.0.0.1:9 --proxy-bypass-list='<-loopback>' --host-resolver-rules='MAP * ~NOTFOUND' \
+  --dump-dom "file://$tmp/rz.html" >"$tmp/domz.html" 2>/dev/null
+grep -q "<th>ZeRO</th>" "$tmp/domz.html" && grep -q "2 ranks: each row" "$tmp/domz.html" ||
+  { echo "report --gpus 2: no ZeRO column in the what-if table"; exit 1; }
