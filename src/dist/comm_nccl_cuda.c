@@ -297,20 +297,29 @@ static vr_status host_chunk(nccl_comm *e, double *v, int n, bool min)
     return VR_OK;
 }
 
+/* The host collectives run on the communicator's device: made current (the caller's *prev), then given back. */
+static vr_status enter_device(const nccl_comm *e, int *prev)
+{
+    if (cudaGetDevice(prev) != cudaSuccess)
+        *prev = -1;
+    cudaError_t ce = cudaSetDevice(e->device);
+    return ce == cudaSuccess ? VR_OK : cuda_fail("cudaSetDevice", ce);
+}
+
+static void leave_device(const nccl_comm *e, int prev)
+{
+    if (prev >= 0 && prev != e->device)
+        cudaSetDevice(prev);
+}
+
 static vr_status nccl_host(vr_comm *c, double *v, int n, bool min)
 {
     nccl_comm *e = c->impl;
-    int prev = -1;
-    if (cudaGetDevice(&prev) != cudaSuccess)
-        prev = -1;
-    cudaError_t ce = cudaSetDevice(e->device);
-    if (ce != cudaSuccess)
-        return cuda_fail("cudaSetDevice", ce);
-    vr_status st = VR_OK;
+    int prev;
+    vr_status st = enter_device(e, &prev);
     for (int i = 0; i < n && st == VR_OK; i += HOST_CAP)
         st = host_chunk(e, v + i, n - i < HOST_CAP ? n - i : HOST_CAP, min);
-    if (prev >= 0 && prev != e->device)
-        cudaSetDevice(prev);
+    leave_device(e, prev);
     return st;
 }
 
@@ -319,16 +328,13 @@ static vr_status nccl_host(vr_comm *c, double *v, int n, bool min)
 static vr_status nccl_host_f32(vr_comm *c, float *v, int64_t n)
 {
     nccl_comm *e = c->impl;
-    int prev = -1;
-    if (cudaGetDevice(&prev) != cudaSuccess)
-        prev = -1;
-    cudaError_t ce = cudaSetDevice(e->device);
-    if (ce != cudaSuccess)
-        return cuda_fail("cudaSetDevice", ce);
+    int prev;
+    vr_status st = enter_device(e, &prev);
+    if (st)
+        return st;
     int64_t cap = n < (8 << 20) ? n : (8 << 20);
     float *d = NULL;
-    vr_status st = VR_OK;
-    ce = cudaMalloc((void **)&d, (size_t)cap * sizeof *d);
+    cudaError_t ce = cudaMalloc((void **)&d, (size_t)cap * sizeof *d);
     if (ce != cudaSuccess)
         st = cuda_fail("cudaMalloc (the staging buffer of a host gather)", ce);
     for (int64_t i = 0; i < n && st == VR_OK; i += cap) {
@@ -346,8 +352,7 @@ static vr_status nccl_host_f32(vr_comm *c, float *v, int64_t n)
             st = cuda_fail("cudaMemcpy (host floats from the device)", ce);
     }
     cudaFree(d);
-    if (prev >= 0 && prev != e->device)
-        cudaSetDevice(prev);
+    leave_device(e, prev);
     return st;
 }
 
