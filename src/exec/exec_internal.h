@@ -153,6 +153,8 @@ struct vr_exec {
     void *be_state;               /* the backend's (CUDA: its vr_cuda_ctx and clip scalars) */
     int64_t steps_run;            /* steps completed (device figures sampled on the first only, unless cheap) */
     bool graph;                   /* CUDA graph mode on (cfg.cuda_graph and the backend can) */
+    bool graph_asked;             /* cfg.cuda_graph as the caller gave it */
+    char graph_off[512];          /* asked for but off: why, as it reads after "off" (vr_exec_cuda_graph_state) */
     bool graph_captured;          /* a captured step is ready to replay */
     vr_optim_hparams graph_h;     /* the hyperparameters baked into it (lr and step are not) */
     bool multi_tensor;            /* the backend runs the optimizer phase multi-tensor (CUDA: set by its

@@ -259,7 +259,7 @@ vr_status vr_cuda_gemm(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, const 
 vr_status vr_cuda_layernorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *mean,
                                 float *rstd, const void *inp, const void *w, const void *b, int N,
                                 int C);
-/* dinp(N,C), dw(C), db(C) as the CPU op (dw and db both or neither; either group may be NULL).
+/* dinp(N,C), dw(C), db(C) as the CPU op (any of them may be NULL: a frozen weight or bias).
  * dw/db need scratch of vr_cuda_layernorm_bwd_scratch_bytes(N,C) (fp32 partial sums over row
  * blocks, summed in a fixed order: deterministic; the ctx workspace may serve). */
 vr_status vr_cuda_layernorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
