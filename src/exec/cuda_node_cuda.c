@@ -102,13 +102,13 @@ static vr_status dtype_of(const vr_exec_args *a, int id, vr_cuda_dtype *out)
 #define CF(p) ((const float *)(p))
 #define I32(p) ((const int32_t *)(p))
 
+static int t_last(const vr_tensor *t) { return (int)t->shape[t->ndim - 1]; }
+static int t_rows(const vr_tensor *t) { return (int)(vr_tensor_numel(t) / t->shape[t->ndim - 1]); }
+
 /* The scratch the CUDA kernel of node n cannot run without, from the kernels' size functions with the
  * arguments run_kernels passes them: the classifier one row of logits, attention_bwd its delta (the
  * plan gives both more, vr_node_scratch_bytes_for: chunks of many rows, the fused backward), the
  * others what the plan gives. 0 for the ops that take none. */
-static int t_last(const vr_tensor *t) { return (int)t->shape[t->ndim - 1]; }
-static int t_rows(const vr_tensor *t) { return (int)(vr_tensor_numel(t) / t->shape[t->ndim - 1]); }
-
 static size_t cuda_scratch_need(const vr_graph *g, const vr_node *n)
 {
     const vr_tensor *in0 = n->in[0] >= 0 ? &g->tensors[n->in[0]] : NULL;

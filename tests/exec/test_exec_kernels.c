@@ -20,8 +20,10 @@
 #include "kernels/cuda/kernels_cuda.h"
 #endif
 
+#ifdef VRAM_HAVE_CUDA
 static int64_t rows_of(const vr_tensor *t) { return vr_tensor_numel(t) / t->shape[t->ndim - 1]; }
 static int64_t last_of(const vr_tensor *t) { return t->shape[t->ndim - 1]; }
+#endif
 
 /* The scratch the compiled kernels take for node n with the executor's arguments (cpu_node.c and
  * cuda_node_cuda.c); -1 where this build has no such kernel. */
