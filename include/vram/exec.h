@@ -166,7 +166,9 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
 void vr_exec_free(vr_exec *e);
 
 /* Runs one step: micro[0 .. accum) micro-batches, then the optimizer nodes with
- * hyperparameters h (may be NULL for graphs without optimizer nodes). */
+ * hyperparameters h (may be NULL for graphs without optimizer nodes). It first makes
+ * the executor's device the calling thread's current one (vr_device_use), as
+ * vr_exec_create did, so executors on two GPUs of one process may take turns. */
 vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hparams *h, vr_exec_result *res);
 
 /* Copies tensor t (a storage tensor or a view) to / from host memory: bytes
