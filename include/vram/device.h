@@ -192,8 +192,11 @@ void vr_event_destroy(vr_device *dev, vr_event *ev);
  * likewise completes its event and every event recorded before it. */
 vr_status vr_device_synchronize(vr_device *dev);
 
-/* Makes dev the calling thread's current device (cuda: cudaSetDevice; nothing on cpu/meta): a thread other
- * than the one that opened dev calls it before queueing work on it. */
+/* Makes dev the calling thread's current device (cuda: cudaSetDevice when another is current; nothing on
+ * cpu/meta). Whatever is queued on the CUDA runtime's current device (kernels, streams, cuBLAS handles) goes
+ * there, so code that queues work on dev calls it first: a thread other than the one that opened dev, and
+ * any caller in a process with two GPUs. The executor calls it when it creates its streams and handles and at
+ * the start of every step (vr_exec_create, vr_exec_step); the device's own calls (copies, allocations) do. */
 vr_status vr_device_use(vr_device *dev);
 
 /* --- test hooks for cpu/meta --- */

@@ -73,7 +73,8 @@ typedef struct vr_exec_config {
                                    * the first step runs node by node, the second is captured into a
                                    * CUDA graph, later steps replay it (lr and step reach the optimizers
                                    * through device memory; other hyperparameters changing recapture).
-                                   * Same results; the bookkeeping (live bytes per node) still runs. */
+                                   * Same results; the bookkeeping (live bytes per node) still runs.
+                                   * vr_exec_cuda_graph_state: whether it is on, and why not. */
     bool per_node_optimizer;      /* CUDA: one sumsq and one update launch per parameter tensor, as the
                                    * graph's nodes, instead of the default multi-tensor apply (the global
                                    * norm over all gradients in one pass, the update of all parameters in
@@ -165,7 +166,9 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
 void vr_exec_free(vr_exec *e);
 
 /* Runs one step: micro[0 .. accum) micro-batches, then the optimizer nodes with
- * hyperparameters h (may be NULL for graphs without optimizer nodes). */
+ * hyperparameters h (may be NULL for graphs without optimizer nodes). It first makes
+ * the executor's device the calling thread's current one (vr_device_use), as
+ * vr_exec_create did, so executors on two GPUs of one process may take turns. */
 vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hparams *h, vr_exec_result *res);
 
 /* Copies tensor t (a storage tensor or a view) to / from host memory: bytes
@@ -176,6 +179,14 @@ vr_status vr_exec_write(vr_exec *e, int t, const void *host, uint64_t bytes);
 
 /* The device address of tensor t, or NULL when it is not bound now. */
 void *vr_exec_tensor_ptr(const vr_exec *e, int t);
+
+/* CUDA graphs (vr_exec_config.cuda_graph): whether they were asked for. *on (may be NULL): steps run as a
+ * CUDA graph (from the second step on: captured once, then replayed); false when asked for but not possible
+ * for this step (dynamic memory, accumulation, offload, ranks, a device without them) or after a capture
+ * failed (the step that failed, and every later one, then run node by node with the same results). *reason
+ * (may be NULL): why not, as it reads after "off" ("after a failed capture: <the error>", "with dynamic
+ * memory (vr_exec_config.memory)"); "" when on or not asked. Valid while the executor lives. */
+bool vr_exec_cuda_graph_state(const vr_exec *e, bool *on, const char **reason);
 
 /* fp16 dynamic loss scaling: the scale the next step runs with and the good steps counted toward
  * its growth (1 and 0 without scaling); set restores them (a resumed run). */

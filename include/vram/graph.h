@@ -315,7 +315,9 @@ typedef struct vr_step_config {
     const char *freeze;       /* comma-separated globs over parameter names ('h.*.attn*,wte'); NULL none */
     float grad_clip;          /* > 0: global-norm clipping (sumsq nodes feed every optimizer node) */
     uint64_t workspace_bytes; /* library workspace held for the step (cuBLAS: 32 MiB), role temp; 0 none */
-    vr_kernels kernels;       /* CPU (0) or CUDA scratch formulas (the classifier's chunk of logits) */
+    vr_kernels kernels;       /* whose kernels will run the step, CPU (0) or CUDA: sizes every node's scratch
+                               * (vr_node_scratch_bytes); a CUDA executor refuses a graph sized for the CPU
+                               * whose scratch is too small for its kernels */
     int world;                /* data-parallel ranks: 0 none; >= 1 the step of rank `rank` of `world`, with
                                * its collectives (a world of 1 too: it runs them, over one rank) */
     int rank;                 /* this rank, [0, world) */
@@ -512,12 +514,16 @@ int vr_graph_find(const vr_graph *g, const char *name);
  * and a forward (or recompute) node wrote it: an activation saved for backward. */
 bool vr_graph_is_saved(const vr_graph *g, int id);
 
-/* Workspace bytes the op's kernel needs for this node (0 for most ops; the
- * classifier: min(N,128) rows of V floats, as vr_cpu_classifier_scratch_bytes;
- * with g->step.kernels CUDA: min(N,1024) rows of V rounded up to 64 in the
- * activation dtype, as vr_cuda_classifier_scratch_bytes). The CUDA backward
- * kernels' other scratch (attention delta, LayerNorm partial sums, embedding
- * sort) is taken from the step's workspace tensor. */
+/* Scratch bytes the kernel of node n takes when kernels k run it (0 for most ops), computed by the
+ * kernels' own size functions (src/kernels/scratch.h); the graph gives such a node a scratch tensor
+ * of that size (role temp, node->scratch), so the plan counts it. The CPU kernels: the classifier's
+ * chunk of min(N,128) rows of V fp32 logits. The CUDA kernels: the classifier's min(N,1024) rows of
+ * Vw padded to 64 in the activation dtype; attention_bwd's delta (B,NH,T) fp32, and with 16-bit
+ * activations and head size 64 every head's fp32 dQ beside it (the fused backward); the partial sums
+ * of layernorm_bwd's dw/db and rmsnorm_bwd's dw (slices of 128 rows, at most 128); embedding_bwd's
+ * sort of the B*T rows by token for dwte. */
+uint64_t vr_node_scratch_bytes_for(const vr_graph *g, const vr_node *n, vr_kernels k);
+/* The same for the kernels the graph was built for (g->step.kernels). */
 uint64_t vr_node_scratch_bytes(const vr_graph *g, const vr_node *n);
 
 /* Counts nodes of a phase. */

@@ -106,8 +106,10 @@ typedef struct vr_train_step_info {
 } vr_train_step_info;
 
 /* Builds graph, plan and executor, loads the data, fills the parameters
- * (seeded init, --init checkpoint, or --resume state). Errors name the flag,
- * file or field at fault. */
+ * (seeded init, a checkpoint (vr_train_config.init), or a resumed state
+ * (vr_train_config.resume)). Errors name the configuration field at fault by
+ * its C name ("vr_train_config.hp.lr: ..."), or the file; the vram command
+ * shows each field as the flag that sets it (src/cli/errors.c). */
 vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out);
 
 void vr_trainer_free(vr_trainer *t);

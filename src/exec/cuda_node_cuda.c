@@ -3,10 +3,13 @@
  * Per executor a vr_cuda_ctx (the legacy default stream, so that the device
  * layer's copies and memsets order with the kernels; the cuBLASLt handle) whose
  * cuBLASLt workspace is the graph's "workspace" tensor, which the plan counts
- * as temp: nothing is allocated outside the plan. The same tensor serves the
- * backward kernels that take scratch (attention's delta, LayerNorm's partial
- * sums, the embedding's sort): all work is ordered on one stream and none of
- * them makes a matmul call while it uses it. Its last 256 bytes hold the two
+ * as temp: nothing is allocated outside the plan. The kernels that take scratch
+ * (the classifier's logits, attention's delta and dQ, the norms' partial sums,
+ * the embedding's sort) get their node's scratch tensor, which the graph sized
+ * with the kernels' own functions (kernels/scratch.h) and the plan counts: the
+ * executor checks every node's against its kernel's need before the first
+ * step, and makes its device the current one there and at every step (two
+ * GPUs in one process). The workspace's last 256 bytes hold the two
  * fp32 scalars of device-side clipping (factor, norm): the last sumsq node
  * turns the squared norm into the factor (vr_cuda_clip_scale) and every
  * optimizer node reads it there, so a step never waits on the host for it.
@@ -99,13 +102,54 @@ static vr_status dtype_of(const vr_exec_args *a, int id, vr_cuda_dtype *out)
 #define CF(p) ((const float *)(p))
 #define I32(p) ((const int32_t *)(p))
 
-/* The workspace as scratch of `need` bytes for op. */
-static vr_status ws_scratch(const cuda_state *s, size_t need, const char *op, void **out)
+static int t_last(const vr_tensor *t) { return (int)t->shape[t->ndim - 1]; }
+static int t_rows(const vr_tensor *t) { return (int)(vr_tensor_numel(t) / t->shape[t->ndim - 1]); }
+
+/* The scratch the CUDA kernel of node n cannot run without, from the kernels' size functions with the
+ * arguments run_kernels passes them: the classifier one row of logits, attention_bwd its delta (the
+ * plan gives both more, vr_node_scratch_bytes_for: chunks of many rows, the fused backward), the
+ * others what the plan gives. 0 for the ops that take none. */
+static size_t cuda_scratch_need(const vr_graph *g, const vr_node *n)
 {
-    if (need && (!s->ws || s->ws_bytes < need))
-        return vr_error(VR_ERR_INVALID, "cuda: %s needs %zu bytes of scratch, the step's workspace holds %zu (build "
-                        "the graph with a larger workspace_bytes)", op, need, s->ws ? s->ws_bytes : (size_t)0);
-    *out = s->ws;
+    const vr_tensor *in0 = n->in[0] >= 0 ? &g->tensors[n->in[0]] : NULL;
+    switch (n->op) {
+    case VR_OP_CLASSIFIER: { /* x (N,C), wte (Vw,C) */
+        const vr_tensor *w = &g->tensors[n->in[1]];
+        vr_cuda_dtype dt = in0->dtype == VR_BF16 ? VR_CUDA_BF16 : in0->dtype == VR_F16 ? VR_CUDA_F16 : VR_CUDA_F32;
+        return vr_cuda_classifier_scratch_bytes(1, t_rows(w), dt);
+    }
+    case VR_OP_ATTENTION_BWD: { /* qkv (B,T,(NH+2NKV)hd) */
+        const vr_tensor *q = &g->tensors[n->in[1]];
+        int nkv = n->nkv > 0 ? n->nkv : n->nh, hd = n->nh > 0 ? (int)(q->shape[2] / (n->nh + 2 * nkv)) : 0;
+        return vr_cuda_attention_scratch_bytes((int)q->shape[0], (int)q->shape[1], n->nh * hd, n->nh);
+    }
+    case VR_OP_LAYERNORM_BWD: /* dout (N,C): partial sums of dw and db when either is wanted */
+        return n->out[1] >= 0 || n->out[2] >= 0
+                   ? vr_cuda_layernorm_bwd_scratch_bytes(t_rows(in0), t_last(in0))
+                   : 0;
+    case VR_OP_RMSNORM_BWD: /* dout (N,C): dw's partial sums */
+        return n->out[1] >= 0 ? vr_cuda_rmsnorm_bwd_scratch_bytes(t_rows(in0), t_last(in0)) : 0;
+    case VR_OP_EMBEDDING_BWD: { /* tokens (B,T): dwte's sort */
+        const vr_tensor *tok = &g->tensors[n->in[1]];
+        return n->out[0] >= 0 && tok->ndim >= 2
+                   ? vr_cuda_embedding_bwd_scratch_bytes((int)tok->shape[0], (int)tok->shape[1],
+                                                         t_rows(&g->tensors[n->out[0]]))
+                   : 0;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* Node n's planned scratch (the graph's scratch tensor, role temp) holds what its kernel needs? Else an
+ * error naming the node: the graph was sized for other kernels. Nothing else gives a kernel scratch. */
+static vr_status scratch_check(const vr_graph *g, const vr_node *n, uint64_t bytes)
+{
+    size_t need = cuda_scratch_need(g, n);
+    if (need && bytes < need)
+        return vr_error(VR_ERR_INVALID, "cuda: node %s (%s) needs %zu bytes of scratch, its planned scratch holds "
+                        "%llu: the graph was sized for other kernels (build it with vr_step_config.kernels "
+                        "VR_KERNELS_CUDA)", n->name, vr_op_name(n->op), need, (unsigned long long)bytes);
     return VR_OK;
 }
 
@@ -197,12 +241,9 @@ static vr_status embedding_bwd(const vr_exec_args *a, const cuda_state *s, vr_cu
     int B = (int)tok->shape[0], T = (int)tok->shape[1], C = lastdim(a, n->in[0]);
     void *dwte = a->out[0], *dwpe = a->out[1];
     int V = dwte ? rows(a, n->out[0]) : 1; /* the kernel wants V >= 1 even without dwte */
-    void *scr = NULL;
-    size_t need = dwte ? vr_cuda_embedding_bwd_scratch_bytes(B, T, V) : 0;
-    vr_status st = ws_scratch(s, need, "embedding_bwd", &scr);
-    if (st)
-        return st;
-    size_t sb = dwte ? s->ws_bytes : 0;
+    void *scr = dwte ? a->scratch : NULL; /* dwte's sort: the node's planned scratch */
+    size_t sb = dwte ? (size_t)a->scratch_bytes : 0;
+    vr_status st = VR_OK;
     if (dwte && dwpe && a->acc[0] == a->acc[1]) {
         st = vr_cuda_embedding_bwd(&s->ctx, dt, dwte, dwpe, a->in[0], I32(a->in[1]), B, T, C, V, a->acc[0], scr, sb);
     } else {
@@ -235,33 +276,20 @@ static vr_status layernorm_bwd(const vr_exec_args *a, const cuda_state *s, vr_cu
 {
     const vr_node *n = a->node;
     int N = rows(a, n->in[0]), C = lastdim(a, n->in[0]);
-    void *dw = a->out[1], *db = a->out[2];
-    if (!dw != !db) { /* one of w, b frozen: the node's scratch takes the gradient nobody keeps */
-        if (!a->scratch)
-            return vr_error(VR_ERR_INVALID, "cuda: layernorm_bwd with one parameter gradient and no scratch");
-        if (!dw)
-            dw = a->scratch;
-        else
-            db = a->scratch;
-    }
-    void *scr = NULL;
-    vr_status st = ws_scratch(s, dw ? vr_cuda_layernorm_bwd_scratch_bytes(N, C) : 0, "layernorm_bwd", &scr);
-    if (st)
-        return st;
+    void *dw = a->out[1], *db = a->out[2]; /* either may be absent (a frozen weight or bias) */
+    bool dparam = dw || db;            /* their partial sums: the node's planned scratch */
     return vr_cuda_layernorm_bwd(&s->ctx, dt, a->out[0], dw, db, a->in[0], a->in[1], a->in[2], CF(a->in[3]),
-                                 CF(a->in[4]), N, C, a->acc[0], a->acc[1], scr, dw ? s->ws_bytes : 0);
+                                 CF(a->in[4]), N, C, a->acc[0], a->acc[1], dparam ? a->scratch : NULL,
+                                 dparam ? (size_t)a->scratch_bytes : 0);
 }
 
 static vr_status rmsnorm_bwd(const vr_exec_args *a, const cuda_state *s, vr_cuda_dtype dt)
 {
     const vr_node *n = a->node;
     int N = rows(a, n->in[0]), C = lastdim(a, n->in[0]);
-    void *scr = NULL;
-    vr_status st = ws_scratch(s, a->out[1] ? vr_cuda_rmsnorm_bwd_scratch_bytes(N, C) : 0, "rmsnorm_bwd", &scr);
-    if (st)
-        return st;
-    return vr_cuda_rmsnorm_bwd(&s->ctx, dt, a->out[0], a->out[1], a->in[0], a->in[1], a->in[2], CF(a->in[3]), N, C,
-                               a->acc[0], a->acc[1], scr, a->out[1] ? s->ws_bytes : 0);
+    void *dw = a->out[1]; /* its partial sums: the node's planned scratch */
+    return vr_cuda_rmsnorm_bwd(&s->ctx, dt, a->out[0], dw, a->in[0], a->in[1], a->in[2], CF(a->in[3]), N, C,
+                               a->acc[0], a->acc[1], dw ? a->scratch : NULL, dw ? (size_t)a->scratch_bytes : 0);
 }
 
 /* Nodes with (query, kv) heads over a packed qkv (B,T,(NH+2NKV)hd): attention (GPT's NKV = 0 means NH kv
@@ -276,18 +304,10 @@ static vr_status headed(const vr_exec_args *a, const cuda_state *s, vr_cuda_dtyp
     switch (n->op) {
     case VR_OP_ATTENTION:
         return vr_cuda_attention_gqa_fwd(c, dt, a->out[0], F(a->out[1]), a->in[0], B, T, n->nh, nkv, hd);
-    case VR_OP_ATTENTION_BWD: {
-        void *scr = a->scratch; /* planned: room for every head's fp32 dQ (one fused launch) */
-        size_t sb = (size_t)a->scratch_bytes;
-        vr_status st;
-        if (!scr) {
-            if ((st = ws_scratch(s, vr_cuda_attention_scratch_bytes(B, T, n->nh * hd, n->nh), "attention_bwd", &scr)))
-                return st;
-            sb = s->ws_bytes;
-        }
+    case VR_OP_ATTENTION_BWD: /* the planned scratch: delta, and in 16 bits every head's fp32 dQ (one fused
+                               * launch; given less, the kernel takes the heads in chunks or runs two kernels) */
         return vr_cuda_attention_gqa_bwd(c, dt, a->out[0], a->in[0], a->in[1], a->in[2], CF(a->in[3]), B, T, n->nh,
-                                         nkv, hd, a->acc[0], scr, sb);
-    }
+                                         nkv, hd, a->acc[0], a->scratch, (size_t)a->scratch_bytes);
     default: { /* rope, rope_bwd */
         if (hd > VR_CUDA_ROPE_MAX_HD)
             return vr_error(VR_ERR_UNSUPPORTED, "cuda: node %s: head size %d above %d", n->name, hd,
@@ -507,6 +527,8 @@ static vr_status run_kernels(const vr_exec_args *a)
     case VR_OP_RESHAPE: break;
     default: st = dtype_of(a, n->in[0], &dt); break;
     }
+    if (!st)
+        st = scratch_check(a->g, n, a->scratch ? a->scratch_bytes : 0);
     if (st)
         return st;
     switch (n->op) {
@@ -657,6 +679,19 @@ static void cuda_state_free(cuda_state *s)
 
 static vr_status cuda_init(vr_exec *e)
 {
+    /* before anything is queued: every node's planned scratch holds what its kernel needs (a step never
+     * fails on it halfway), and the executor's device is the current one (streams, handles) */
+    const vr_graph *g = e->g;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const vr_node *n = &g->nodes[i];
+        vr_status st = n->host ? VR_OK
+                               : scratch_check(g, n, n->scratch >= 0 ? vr_tensor_bytes(&g->tensors[n->scratch]) : 0);
+        if (st)
+            return st;
+    }
+    vr_status ust = vr_device_use(e->dev);
+    if (ust)
+        return ust;
     cuda_state *s = calloc(1, sizeof *s);
     if (!s)
         return vr_error(VR_ERR_OOM, "exec: out of host memory");
@@ -761,6 +796,7 @@ static void cuda_fini(vr_exec *e)
 {
     cuda_state *s = e->be_state;
     if (s) {
+        (void)vr_device_use(e->dev); /* the streams and handles are that device's */
         vr_cuda_sync(&s->ctx);
         vr__cuda_prof_end(s->prof, e->g);
         s->prof = NULL;

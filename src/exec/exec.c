@@ -283,11 +283,22 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
         if (!e->cfg.loss_scale_window)
             e->cfg.loss_scale_window = 2000;
     }
-    if (e->cfg.cuda_graph && (e->cfg.memory != VR_MEMORY_PLANNED || e->cfg.poison || e->opt_start >= N ||
-                              (g->step.train && g->step.accum > 1) || plan->host_size ||
-                              g->step.world >= 1))
-        e->cfg.cuda_graph = false; /* replays need fixed addresses and nothing queued between nodes (nor the
-                                    * host's work of an offloaded step) */
+    e->graph_asked = e->cfg.cuda_graph;
+    if (e->cfg.cuda_graph) { /* replays need fixed addresses and nothing queued between nodes (nor the host's work
+                              * of an offloaded step) */
+        const char *why = e->cfg.memory != VR_MEMORY_PLANNED ? "with dynamic memory (vr_exec_config.memory)"
+                          : e->cfg.poison                    ? "with vr_exec_config.poison"
+                          : e->opt_start >= N                ? "for a graph without optimizer nodes"
+                          : g->step.train && g->step.accum > 1
+                              ? "with more than one micro-batch per step (vr_step_config.accum)"
+                          : plan->host_size     ? "with the optimizer's host phase (vr_step_config.offload)"
+                          : g->step.world >= 1 ? "with data-parallel ranks (vr_step_config.world)"
+                                               : NULL;
+        if (why) {
+            snprintf(e->graph_off, sizeof e->graph_off, "%s", why);
+            e->cfg.cuda_graph = false;
+        }
+    }
     st = make_host_arena(e);
     if (!st && e->cfg.memory == VR_MEMORY_PLANNED) {
         st = make_arena(e);
@@ -308,6 +319,9 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
         st = e->be->init(e);
     if (!st)
         e->graph = e->cfg.cuda_graph && e->be->graph_ok && e->be->graph_ok(e);
+    if (!st && e->cfg.cuda_graph && !e->graph)
+        snprintf(e->graph_off, sizeof e->graph_off, "%s", e->be->graph_ok ? "without the step's workspace "
+                 "(vr_step_config.workspace_bytes)" : "on a device without CUDA graphs");
     if (st) {
         vr_exec_free(e);
         return st;

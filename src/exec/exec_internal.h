@@ -1,15 +1,16 @@
 /* Inside the executor: its state, and the backend interface (one "run node"
- * function per device kind) that the CPU backend implements today and a CUDA
- * backend implements later.
+ * function per device kind) that the CPU backend (cpu_node.c) and the CUDA
+ * backend (cuda_node_cuda.c) implement.
  *
- * Everything else is device-neutral already: memory comes from vr_device_malloc
- * or vr_alloc, values move with vr_device_memcpy/memset, the clipping norm is
- * read back with vr_exec_read. A CUDA backend (src/exec/cuda_node_cuda.c over
- * src/kernels/cuda) adds: a vr_cuda_ctx per executor (stream, the graph's
- * "workspace" tensor as cuBLAS workspace), the dtype of each call from the
- * graph (bf16/fp16 activations, fp32 master weights), and graph scratch sizes
- * for its kernels (vr_node_scratch_bytes gives the CPU kernels' today), so that
- * the plan still counts every byte; pick_backend() in exec.c selects it. */
+ * Everything else is device-neutral: memory comes from vr_device_malloc or
+ * vr_alloc, values move with vr_device_memcpy/memset, the clipping norm is
+ * read back with vr_exec_read. The CUDA backend (over src/kernels/cuda) adds: a
+ * vr_cuda_ctx per executor (stream, the graph's "workspace" tensor as cuBLAS
+ * workspace), the dtype of each call from the graph (bf16/fp16 activations,
+ * fp32 master weights), and it passes each kernel its node's scratch tensor,
+ * sized by vr_node_scratch_bytes with the kernels' own functions
+ * (kernels/scratch.h), so that the plan counts every byte; pick_backend() in
+ * exec.c selects it. */
 #ifndef VRAM_EXEC_INTERNAL_H
 #define VRAM_EXEC_INTERNAL_H
 
@@ -153,6 +154,8 @@ struct vr_exec {
     void *be_state;               /* the backend's (CUDA: its vr_cuda_ctx and clip scalars) */
     int64_t steps_run;            /* steps completed (device figures sampled on the first only, unless cheap) */
     bool graph;                   /* CUDA graph mode on (cfg.cuda_graph and the backend can) */
+    bool graph_asked;             /* cfg.cuda_graph as the caller gave it */
+    char graph_off[512];          /* asked for but off: why, as it reads after "off" (vr_exec_cuda_graph_state) */
     bool graph_captured;          /* a captured step is ready to replay */
     vr_optim_hparams graph_h;     /* the hyperparameters baked into it (lr and step are not) */
     bool multi_tensor;            /* the backend runs the optimizer phase multi-tensor (CUDA: set by its

@@ -252,6 +252,15 @@ static bool same_baked(const vr_optim_hparams *a, const vr_optim_hparams *b)
            a->momentum == b->momentum && a->dampening == b->dampening && a->nesterov == b->nesterov;
 }
 
+bool vr_exec_cuda_graph_state(const vr_exec *e, bool *on, const char **reason)
+{
+    if (on)
+        *on = e->graph;
+    if (reason)
+        *reason = e->graph_asked && !e->graph ? e->graph_off : "";
+    return e->graph_asked;
+}
+
 void vr_exec_get_loss_scale(const vr_exec *e, float *scale, int *good)
 {
     *scale = e->loss_scale;
@@ -295,7 +304,11 @@ vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hp
         return vr_error(VR_ERR_INVALID, "exec: the graph has optimizer nodes but no hyperparameters were given");
     vr_pass_state ps = {.grad_scale = 1.0f, .update_scale = 1.0f, .grad_norm = NAN};
     double loss_sum = 0;
-    vr_status st = VR_OK;
+    /* the kernels go to the current device: make it this executor's (another may have run on another GPU of this
+     * process, on this thread, since) */
+    vr_status st = vr_device_use(e->dev);
+    if (st)
+        return st;
     int mode = PASS_NODES;
     if (e->graph && h) {
         st = e->be->graph_scalars(e, h);
@@ -310,7 +323,8 @@ vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hp
             e->graph_captured = true;
             e->graph_h = *h;
             e->graph_scale = e->loss_scale;
-        } else { /* could not capture: this step, and the later ones, node by node */
+        } else { /* could not capture: this step, and the later ones, node by node (vr_exec_cuda_graph_state) */
+            snprintf(e->graph_off, sizeof e->graph_off, "after a failed capture: %s", vr_last_error());
             e->graph = false;
             loss_sum = 0;
             st = VR_OK;

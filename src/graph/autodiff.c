@@ -259,16 +259,16 @@ static void backward_reshape(ad *a, int n)
 /* Kernels take one acc flag for a pair of outputs (embedding: dwte and dwpe;
  * matmul/layernorm: dw and db). When the two differ, output k2 moves to a
  * second node with the same inputs, so each node is one kernel call. */
-static void split_acc(ad *a, int id, int k1, int k2)
+static int split_acc(ad *a, int id, int k1, int k2)
 {
     vr_graph *g = a->g;
     if (id < 0 || g->nodes[id].out[k1] < 0 || g->nodes[id].out[k2] < 0 ||
         g->nodes[id].acc[k1] == g->nodes[id].acc[k2])
-        return;
+        return -1;
     vr_node first = g->nodes[id];
     int id2 = vr_graph_node(g, first.op, VR_PHASE_BACKWARD, first.name);
     if (id2 < 0)
-        return;
+        return -1;
     vr_node *second = &g->nodes[id2];
     memcpy(second->in, first.in, sizeof first.in);
     second->layer = first.layer;
@@ -277,21 +277,7 @@ static void split_acc(ad *a, int id, int k1, int k2)
     second->acc[k2] = first.acc[k2];
     g->nodes[id].out[k2] = -1;
     g->nodes[id].acc[k2] = 0;
-}
-
-/* vr_cpu_layernorm_bwd computes dw and db both or neither: when one of w, b is
- * frozen, the node's scratch (C floats) takes the gradient nobody keeps. */
-static void ln_param_scratch(ad *a, int id)
-{
-    vr_graph *g = a->g;
-    char name[VR_NAME_MAX];
-    snprintf(name, sizeof name, "%.50s.scratch", g->nodes[id].name);
-    int w = g->nodes[g->nodes[id].src].in[1]; /* the forward's weight (C) */
-    int t = vr_graph_tensor_like(a->g, name, w, g->tensors[w].dtype, VR_ROLE_TEMP);
-    if (t >= 0) {
-        g->nodes[id].scratch = t;
-        g->tensors[t].producer = id;
-    }
+    return id2;
 }
 
 /* The backward of forward node n (not add/reshape/classifier). */
@@ -334,13 +320,12 @@ static void backward_op(ad *a, int n)
     b->nkv = f.nkv;
     b->eps = f.eps;
     b->rope = f.rope;
-    if (f.op == VR_OP_ATTENTION)
-        vr_graph_attach_scratch(g, id);
+    int id2 = -1; /* a second node when two outputs of one kernel call accumulate differently */
     switch (f.op) {
     case VR_OP_EMBEDDING:
         set_grad_out(a, id, 0, f.in[1]);
         set_grad_out(a, id, 1, f.in[2]);
-        split_acc(a, id, 0, 1); /* tied wte adds, wpe overwrites: two kernel calls */
+        id2 = split_acc(a, id, 0, 1); /* tied wte adds, wpe overwrites: two kernel calls */
         break;
     case VR_OP_LAYERNORM:
     case VR_OP_MATMUL:
@@ -348,9 +333,7 @@ static void backward_op(ad *a, int n)
         set_grad_out(a, id, 1, f.in[1]);
         if (f.in[2] >= 0)
             set_grad_out(a, id, 2, f.in[2]);
-        split_acc(a, id, 1, 2);
-        if (f.op == VR_OP_LAYERNORM && (g->nodes[id].out[1] < 0) != (g->nodes[id].out[2] < 0))
-            ln_param_scratch(a, id);
+        id2 = split_acc(a, id, 1, 2);
         break;
     case VR_OP_RMSNORM: /* dinp and dw have their own acc flags */
         set_grad_out(a, id, 0, f.in[0]);
@@ -364,6 +347,9 @@ static void backward_op(ad *a, int n)
         set_grad_out(a, id, 0, f.in[0]);
         break;
     }
+    /* scratch as the kernels need it for the outputs each node computes (kernels/scratch.h) */
+    vr_graph_attach_scratch(g, id);
+    vr_graph_attach_scratch(g, id2);
 }
 
 /* Turns on the classifier's gradient outputs (it is forward and backward in one node). */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "graph/graph_internal.h"
+#include "kernels/scratch.h"
 #include "vram/util.h"
 
 /* ------------------------------------------------------------------ names */
@@ -320,14 +321,14 @@ int vr_graph_param(vr_graph *g, const char *name, int ndim, const int64_t *shape
 
 void vr_graph_attach_scratch(vr_graph *g, int node)
 {
-    if (g->err || node < 0)
+    if (g->err || node < 0 || g->nodes[node].scratch >= 0)
         return;
     uint64_t bytes = vr_node_scratch_bytes(g, &g->nodes[node]);
     if (!bytes)
         return;
     char name[VR_NAME_MAX];
     snprintf(name, sizeof name, "%.50s.scratch", g->nodes[node].name);
-    int64_t shape[1] = {(int64_t)(bytes / 4)};
+    int64_t shape[1] = {(int64_t)((bytes + 3) / 4)};
     int id = vr_graph_tensor(g, name, VR_F32, VR_ROLE_TEMP, 1, shape);
     if (id >= 0) {
         g->nodes[node].scratch = id;
@@ -404,35 +405,50 @@ int vr_graph_count_phase(const vr_graph *g, vr_phase p)
     return c;
 }
 
+/* The sizes are the kernels' own functions (kernels/scratch.h), with the arguments the executor passes
+ * them (src/exec/cpu_node.c, cuda_node_cuda.c). */
+uint64_t vr_node_scratch_bytes_for(const vr_graph *g, const vr_node *n, vr_kernels k)
+{
+    bool cuda = k == VR_KERNELS_CUDA;
+    const vr_tensor *in0 = n->in[0] >= 0 ? &g->tensors[n->in[0]] : NULL;
+    switch (n->op) {
+    case VR_OP_CLASSIFIER: { /* x (N,C), wte (Vw,C), targets (N) */
+        int64_t N = vr_tensor_numel(&g->tensors[n->in[2]]);
+        if (cuda)
+            return vr_scratch_cuda_classifier(N, vr_tensor_rows(&g->tensors[n->in[1]]),
+                                              (int64_t)vr_dtype_size(in0->dtype));
+        return vr_scratch_cpu_classifier(N, n->vocab);
+    }
+    case VR_OP_ATTENTION_BWD: { /* dout (B,T,NH hd), qkv (B,T,(NH+2NKV)hd) */
+        const vr_tensor *q = &g->tensors[n->in[1]];
+        int64_t nkv = n->nkv > 0 ? n->nkv : n->nh, W = n->nh + 2 * nkv;
+        if (!cuda || n->nh < 1 || q->ndim != 3 || q->shape[2] % W)
+            return 0; /* the CPU kernels: none (vr_cpu_attention_scratch_bytes) */
+        return vr_scratch_cuda_attention_bwd(q->shape[0], q->shape[1], n->nh, q->shape[2] / W,
+                                             (int64_t)vr_dtype_size(in0->dtype));
+    }
+    case VR_OP_LAYERNORM_BWD: /* dout (N,C); dw and db partial sums when either is computed */
+        if (!cuda || (n->out[1] < 0 && n->out[2] < 0))
+            return 0;
+        return vr_scratch_cuda_layernorm_bwd(vr_tensor_rows(in0), vr_tensor_lastdim(in0));
+    case VR_OP_RMSNORM_BWD: /* dout (N,C); dw's partial sums */
+        if (!cuda || n->out[1] < 0)
+            return 0;
+        return vr_scratch_cuda_rmsnorm_bwd(vr_tensor_rows(in0), vr_tensor_lastdim(in0));
+    case VR_OP_EMBEDDING_BWD: { /* tokens (B,T); dwte's sort */
+        const vr_tensor *tok = &g->tensors[n->in[1]];
+        if (!cuda || n->out[0] < 0 || tok->ndim < 2)
+            return 0;
+        return vr_scratch_cuda_embedding_bwd(tok->shape[0], tok->shape[1]);
+    }
+    default:
+        return 0;
+    }
+}
+
 uint64_t vr_node_scratch_bytes(const vr_graph *g, const vr_node *n)
 {
-    if (n->op == VR_OP_CLASSIFIER && g->step.kernels == VR_KERNELS_CUDA) {
-        /* R = min(N, 1024) rows of wte's Vp rows (>= V) padded to 64 logits in the activation dtype */
-        int64_t N = vr_tensor_numel(&g->tensors[n->in[2]]);
-        int64_t R = N < 1024 ? (N > 0 ? N : 1) : 1024;
-        const vr_tensor *w = &g->tensors[n->in[1]];
-        uint64_t vp = ((uint64_t)w->shape[0] + 63) / 64 * 64;
-        return (uint64_t)R * vp * vr_dtype_size(g->tensors[n->in[0]].dtype);
-    }
-    if (n->op == VR_OP_ATTENTION_BWD && g->step.kernels == VR_KERNELS_CUDA) {
-        /* the fused backward over all heads at once (vr_cuda_attention_scratch_fused_bytes): delta (B,NH,T)
-         * fp32, 256-aligned, + fp32 dQ (B,NH,T,64) (with GQA too: every query head's dQ); bf16/fp16 with
-         * head size 64 only (else the kernels use the workspace) */
-        const vr_tensor *q = &g->tensors[n->in[1]];
-        int64_t nkv = n->nkv > 0 ? n->nkv : n->nh, W = n->nh + 2 * nkv; /* qkv (B,T,(NH+2NKV)hd) */
-        int64_t B = q->shape[0], T = q->shape[1];
-        if (g->act_dtype == VR_F32 || n->nh < 1 || q->shape[2] % W || q->shape[2] / W != 64)
-            return 0;
-        uint64_t delta = ((uint64_t)(B * n->nh * T) * 4u + 255u) / 256u * 256u;
-        return delta + (uint64_t)(B * n->nh * T) * 64u * 4u;
-    }
-    if (n->op == VR_OP_CLASSIFIER) {
-        /* one chunk of R = min(N, 128) rows of V fp32 logits (vr_cpu_classifier_scratch_bytes) */
-        int64_t N = vr_tensor_numel(&g->tensors[n->in[2]]);
-        int64_t R = N < 128 ? N : 128;
-        return (uint64_t)R * (uint64_t)n->vocab * 4u;
-    }
-    return 0; /* attention: vr_cpu_attention_scratch_bytes is 0 (stack blocks) */
+    return vr_node_scratch_bytes_for(g, n, g->step.kernels);
 }
 
 bool vr_glob_match(const char *glob, const char *name)

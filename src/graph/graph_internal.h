@@ -18,7 +18,8 @@ static inline vr_node *vr_N(vr_graph *g, int id) { return &g->nodes[id]; }
 int64_t vr_tensor_lastdim(const vr_tensor *t);
 int64_t vr_tensor_rows(const vr_tensor *t);
 
-/* Sets the scratch tensor of node id from vr_node_scratch_bytes (none if 0). */
+/* Sets the scratch tensor of node id from vr_node_scratch_bytes (none if 0, or if it has one already; call it
+ * once the node's outputs are set: some kernels need scratch only for some outputs). */
 void vr_graph_attach_scratch(vr_graph *g, int node);
 
 /* Recomputation (recompute.c), used by autodiff.c. */

@@ -137,6 +137,10 @@ static vr_status eval_report(vr_trainer *t, vr_progress *pr, double *val)
 
 static void print_summary(vr_trainer *t, const vr_train_summary *s, bool json, FILE *out)
 {
+    bool graph_on = false;
+    const char *graph_off = NULL; /* CUDA graphs asked for but not run: why */
+    if (!vr_exec_cuda_graph_state(t->exec, &graph_on, &graph_off) || graph_on)
+        graph_off = NULL;
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "event", "summary");
@@ -151,6 +155,8 @@ static void print_summary(vr_trainer *t, const vr_train_summary *s, bool json, F
             cJSON_AddNumberToObject(o, "loss_scale", s->loss_scale);
             cJSON_AddNumberToObject(o, "skipped_steps", (double)s->skipped);
         }
+        if (graph_off)
+            cJSON_AddStringToObject(o, "cuda_graph_off", graph_off);
         cJSON_AddItemToObject(o, "memory", memory_json(t));
         if (t->cfg.comm) {
             cJSON_AddNumberToObject(o, "ranks", vr_comm_size(t->cfg.comm));
@@ -170,6 +176,8 @@ static void print_summary(vr_trainer *t, const vr_train_summary *s, bool json, F
     if (s->loss_scale > 0)
         fprintf(out, "\n          fp16 loss scale %g; %lld step%s skipped (gradient overflow)", s->loss_scale,
                 (long long)s->skipped, s->skipped == 1 ? "" : "s");
+    if (graph_off)
+        fprintf(out, "\n          cuda graph: off %s", graph_off);
     fprintf(out, "\n\n");
     vr_train_print_memory(t, out);
     if (t->cfg.comm) {

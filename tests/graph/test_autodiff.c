@@ -9,6 +9,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "kernels/scratch.h"
 #include "vram/graph.h"
 
 static vr_graph *gpt(const char *preset, int B, vr_step_config s)
@@ -187,17 +188,31 @@ static void frozen_parts_are_not_differentiated(void **state)
     check_dataflow(g);
     vr_graph_free(g);
 
-    s.freeze = "h.*.ln_1.w"; /* layernorm's kernel makes dw and db together: the kept db needs a scratch dw */
-    g = gpt("tiny", 2, s);
-    for (int i = g->n_forward; i < g->n_nodes; i++)
-        if (g->nodes[i].op == VR_OP_LAYERNORM_BWD && strstr(g->nodes[i].name, "ln1")) {
-            assert_int_equal(g->nodes[i].out[1], -1);
-            assert_true(g->nodes[i].out[2] >= 0);
-            assert_true(g->nodes[i].scratch >= 0);
-            assert_int_equal(vr_tensor_numel(&g->tensors[g->nodes[i].scratch]), g->model.gpt.C);
-        }
-    check_dataflow(g);
-    vr_graph_free(g);
+    /* the kept bias's gradient alone: the CPU kernel needs no scratch for it, the CUDA one its partial sums */
+    s.freeze = "h.*.ln_1.w";
+    for (int k = VR_KERNELS_CPU; k <= VR_KERNELS_CUDA; k++) {
+        s.kernels = (vr_kernels)k;
+        g = gpt("tiny", 2, s);
+        int seen = 0;
+        for (int i = g->n_forward; i < g->n_nodes; i++)
+            if (g->nodes[i].op == VR_OP_LAYERNORM_BWD && strstr(g->nodes[i].name, "ln1")) {
+                seen++;
+                assert_int_equal(g->nodes[i].out[1], -1);
+                assert_true(g->nodes[i].out[2] >= 0);
+                int sc = g->nodes[i].scratch;
+                if (k == VR_KERNELS_CPU) {
+                    assert_int_equal(sc, -1);
+                } else {
+                    int64_t N = (int64_t)g->model.B * g->model.T, C = g->model.gpt.C;
+                    assert_true(sc >= 0);
+                    assert_int_equal(vr_tensor_bytes(&g->tensors[sc]), vr_scratch_cuda_layernorm_bwd(N, C));
+                }
+            }
+        assert_int_equal(seen, g->model.gpt.L);
+        check_dataflow(g);
+        vr_graph_free(g);
+    }
+    s.kernels = VR_KERNELS_CPU;
 
     s.freeze = "nothing.matches";
     vr_model_config m = {.kind = VR_MODEL_GPT, .B = 1};

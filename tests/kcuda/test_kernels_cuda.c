@@ -117,6 +117,26 @@ static void *dalloc(size_t bytes)
     return p;
 }
 
+/* Scratch with a guard band, to see that a kernel given n bytes of scratch uses no more (the plan gives
+ * each node exactly the size function's bytes, kernels/scratch.h): dalloc_guarded(cap) holds cap bytes and
+ * VR_GUARD more; guard_set fills everything from byte n on with 0xA5, guard_check fails naming `what` if a
+ * byte of it changed. */
+#define VR_GUARD 4096
+static void *dalloc_guarded(size_t cap) { return dalloc(cap + VR_GUARD); }
+static void guard_set(void *p, size_t n, size_t cap) { CU(cudaMemset((char *)p + n, 0xA5, cap + VR_GUARD - n)); }
+static void guard_check(const char *what, const void *p, size_t n, size_t cap)
+{
+    size_t len = cap + VR_GUARD - n;
+    unsigned char *h = malloc(len);
+    CU(cudaMemcpy(h, (const char *)p + n, len, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < len; i++)
+        if (h[i] != 0xA5) {
+            free(h);
+            fail_msg("%s: wrote byte %zu past the %zu bytes of scratch it was given", what, i, n);
+        }
+    free(h);
+}
+
 /* Device buffer of dt holding h (h is rounded in place to dt, so the CPU reference sees what the GPU
  * sees). */
 static void *up(vr_cuda_dtype dt, float *h, size_t n)
@@ -469,7 +489,8 @@ static void run_embedding(vr_cuda_dtype dt, int B, int T, int C, int V, int repe
     expect_close(what, dt, out, ref, BT * C, tol_for(dt, TOL_F32));
 
     size_t sb = vr_cuda_embedding_bwd_scratch_bytes(B, T, V);
-    void *scratch = dalloc(sb);
+    void *scratch = dalloc_guarded(sb);
+    guard_set(scratch, sb, sb);
     void *gwte = dnan(dt, (size_t)V * C), *gwpe = dnan(dt, (size_t)T * C);
     float *rwte = hzero((size_t)V * C), *rwpe = hzero((size_t)T * C);
     OK(vr_cuda_embedding_bwd(&ctx, dt, gwte, gwpe, ddout, dtok, B, T, C, V, 0, scratch, sb));
@@ -489,6 +510,7 @@ static void run_embedding(vr_cuda_dtype dt, int B, int T, int C, int V, int repe
     OK(vr_cuda_embedding_bwd(&ctx, dt, awte, awpe, ddout, dtok, B, T, C, V, 1, scratch, sb));
     expect_acc("embedding_bwd dwte", dt, awte, pwte, rwte, (size_t)V * C);
     expect_acc("embedding_bwd dwpe", dt, awpe, pwpe, rwpe, (size_t)T * C);
+    guard_check("embedding_bwd", scratch, sb, sb);
     free(tok), free(wte), free(wpe), free(dout), free(ref), free(rwte), free(rwpe), free(first), free(second);
     free(pwte), free(pwpe);
     cudaFree(dwte_in), cudaFree(dwpe_in), cudaFree(ddout), cudaFree(dtok), cudaFree(out), cudaFree(scratch);
@@ -607,7 +629,8 @@ static void run_layernorm(vr_cuda_dtype dt, int N, int C)
     float *rdi = hzero(n), *rdw = hzero(C), *rdb = hzero(C);
     vr_cpu_layernorm_bwd(rdi, rdw, rdb, dout, inp, w, rm, rr, N, C, 0, 0);
     size_t sb = vr_cuda_layernorm_bwd_scratch_bytes(N, C);
-    void *scratch = dalloc(sb);
+    void *scratch = dalloc_guarded(sb);
+    guard_set(scratch, sb, sb);
     void *gdi = dnan(dt, n), *gdw = dnan(dt, C), *gdb = dnan(dt, C);
     OK(vr_cuda_layernorm_bwd(&ctx, dt, gdi, gdw, gdb, dd, di, dw, mean, rstd, N, C, 0, 0, scratch, sb));
     expect_close("layernorm_bwd dinp", dt, gdi, rdi, n, tol_for(dt, TOL_F32_LONG));
@@ -626,6 +649,14 @@ static void run_layernorm(vr_cuda_dtype dt, int N, int C)
                                  ctx.workspace_bytes));
         expect_close("layernorm_bwd dw (workspace scratch)", dt, gdw, rdw, C, tol_for(dt, TOL_F32_LONG));
     }
+    // a frozen weight or bias: db or dw alone, from the same scratch
+    poison(dt, gdb, C);
+    OK(vr_cuda_layernorm_bwd(&ctx, dt, NULL, NULL, gdb, dd, di, dw, mean, rstd, N, C, 0, 0, scratch, sb));
+    expect_close("layernorm_bwd db alone", dt, gdb, rdb, C, tol_for(dt, TOL_F32_LONG));
+    poison(dt, gdw, C);
+    OK(vr_cuda_layernorm_bwd(&ctx, dt, NULL, gdw, NULL, dd, di, dw, mean, rstd, N, C, 0, 0, scratch, sb));
+    expect_close("layernorm_bwd dw alone", dt, gdw, rdw, C, tol_for(dt, TOL_F32_LONG));
+    guard_check("layernorm_bwd", scratch, sb, sb);
     free(inp), free(w), free(b), free(dout), free(ref), free(rm), free(rr), free(rdi), free(rdw), free(rdb);
     free(p1), free(p2), free(p3);
     cudaFree(di), cudaFree(dw), cudaFree(dbb), cudaFree(dd), cudaFree(out), cudaFree(mean), cudaFree(rstd);
@@ -687,19 +718,24 @@ static void run_attention(vr_cuda_dtype dt, int B, int T, int NH, int NKV, int h
     vr_cpu_attention_gqa_bwd(rdq, dout, qkv, ref_out, rl, B, T, NH, NKV, hs, 0);
     // scratch variants: exactly the minimum (bf16/fp16 head size 64: the two deterministic kernels),
     // room for the fp32 dq of one (b, kv head) pair's query heads (the fused backward one pair at a time),
-    // and the training step's 32 MiB workspace (fused, as few chunks as fit)
+    // 32 MiB (fused, as few chunks as fit), and what a training step plans for the node (fp32: the minimum;
+    // 16 bits: every head at once), each with a guard band after it
     size_t sb_min = vr_cuda_attention_scratch_bytes(B, T, C, NH);
     size_t sb_dl = (sb_min + 255) & ~(size_t)255, per_pair = (size_t)(NH / NKV) * T * 64 * 4;
-    size_t sbs[3] = {sb_min, sb_dl + per_pair, (size_t)32 << 20};
+    size_t sbs[4] = {sb_min, sb_dl + per_pair, (size_t)32 << 20,
+                     dt == VR_CUDA_F32 ? sb_min : vr_cuda_attention_scratch_fused_bytes(B, T, C, NH)};
     if (sbs[2] < sb_min) sbs[2] = sb_min;
-    size_t sb = sbs[2];
-    void *scratch = dalloc(sb);
+    size_t sb = 0;
+    for (int v = 0; v < 4; v++) sb = sbs[v] > sb ? sbs[v] : sb;
+    void *scratch = dalloc_guarded(sb);
     void *gq = dnan(dt, nqkv);
-    const char *sb_names[3] = {"min scratch", "1-pair chunks", "32 MiB scratch"};
+    const char *sb_names[4] = {"min scratch", "1-pair chunks", "32 MiB scratch", "planned scratch"};
     int widths[3] = {NH * hs, NKV * hs, NKV * hs}, offs[3] = {0, NH * hs, (NH + NKV) * hs};
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 4; v++) {
         poison(dt, gq, nqkv);
+        guard_set(scratch, sbs[v], sb);
         OK(att_bwd(dt, gq, dd, dq, dout_saved, lse, B, T, NH, NKV, hs, 0, scratch, sbs[v]));
+        guard_check(sb_names[v], scratch, sbs[v], sb);
         // per part (q, k, v) so that a failure says which
         float *g = down(dt, gq, nqkv);
         const char *names[3] = {"attention_bwd dq", "attention_bwd dk", "attention_bwd dv"};
@@ -773,7 +809,8 @@ static void run_rmsnorm(vr_cuda_dtype dt, int N, int C)
     float *rdi = hzero(n), *rdw = hzero(C);
     vr_cpu_rmsnorm_bwd(rdi, rdw, dout, inp, w, rr, N, C, 0, 0);
     size_t sb = vr_cuda_rmsnorm_bwd_scratch_bytes(N, C);
-    void *scratch = dalloc(sb);
+    void *scratch = dalloc_guarded(sb);
+    guard_set(scratch, sb, sb);
     void *gdi = dnan(dt, n), *gdw = dnan(dt, C);
     OK(vr_cuda_rmsnorm_bwd(&ctx, dt, gdi, gdw, dd, di, dw, rstd, N, C, 0, 0, scratch, sb));
     expect_close("rmsnorm_bwd dinp", dt, gdi, rdi, n, tol_for(dt, TOL_F32_LONG));
@@ -783,6 +820,7 @@ static void run_rmsnorm(vr_cuda_dtype dt, int N, int C)
     OK(vr_cuda_rmsnorm_bwd(&ctx, dt, a1, a2, dd, di, dw, rstd, N, C, 1, 1, scratch, sb));
     expect_acc("rmsnorm_bwd dinp", dt, a1, p1, rdi, n);
     expect_acc("rmsnorm_bwd dw", dt, a2, p2, rdw, C);
+    guard_check("rmsnorm_bwd", scratch, sb, sb);
     free(inp), free(w), free(dout), free(ref), free(rr), free(rdi), free(rdw), free(p1), free(p2);
     cudaFree(di), cudaFree(dw), cudaFree(dd), cudaFree(out), cudaFree(rstd), cudaFree(scratch), cudaFree(gdi);
     cudaFree(gdw), cudaFree(a1), cudaFree(a2);
@@ -871,7 +909,8 @@ static void run_classifier(vr_cuda_dtype dt, int N, int C, int V, int Vw, size_t
     vr_cpu_classifier(rl, rdx, rdw, x, wte, tg, N, C, V, scale, cscratch, cs, 0, 0);
     size_t esz = vr_cuda_dtype_size(dt);
     size_t sb = vr_cuda_classifier_scratch_bytes((int)chunk_rows, Vw, dt);
-    void *scratch = dalloc(sb);
+    void *scratch = dalloc_guarded(sb);
+    guard_set(scratch, sb, sb);
     assert_int_equal(vr_cuda_classifier_chunk_rows(sb, Vw, dt), (int)chunk_rows);
     float *losses = dnan(VR_CUDA_F32, N);
     void *gdx = dnan(dt, (size_t)N * C), *gdw = dnan(dt, (size_t)Vw * C);
@@ -912,6 +951,7 @@ static void run_classifier(vr_cuda_dtype dt, int N, int C, int V, int Vw, size_t
     float *f1 = down(dt, gdx, (size_t)N * C), *f2 = down(dt, gdw, (size_t)Vw * C);
     expect_acc("classifier dx", dt, a1, p1, f1, (size_t)N * C);
     expect_acc("classifier dwte", dt, a2, p2, f2, (size_t)Vw * C);
+    guard_check("classifier", scratch, sb, sb);
     (void)esz;
     free(x), free(wte), free(tg), free(rl), free(rdx), free(rdw), free(cscratch), free(p1), free(p2), free(f1), free(f2);
     cudaFree(dx_in), cudaFree(dwte_in), cudaFree(dtg), cudaFree(scratch), cudaFree(losses), cudaFree(gdx);

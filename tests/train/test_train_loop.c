@@ -514,9 +514,39 @@ static void failed_step_keeps_the_data_position(void **state)
         fail_msg("no capacity made the step (and not the trainer) fail");
 }
 
+/* CUDA graphs asked for where they cannot run (here: the cpu backend): the run's summary says why, as
+ * vram train prints it; not asked for, it says nothing of them. */
+static void cuda_graph_off_is_in_the_summary(void **state)
+{
+    (void)state;
+    for (int json = 0; json < 2; json++)
+        for (int asked = 0; asked < 2; asked++) {
+            vr_train_config c = tiny_mlp();
+            c.poison = false; /* poison alone keeps CUDA graphs off: this case is about the device */
+            c.steps = 2;
+            c.cuda_graph = asked;
+            vr_train_run_opts o = {.progress = json ? VR_PROGRESS_JSON : VR_PROGRESS_LINES, .eval_every = -1};
+            char *buf = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&buf, &len);
+            assert_non_null(f);
+            if (vr_train_run(&c, &o, f, NULL))
+                fail_msg("run: %s", vr_last_error());
+            fclose(f);
+            const char *note = json ? "\"cuda_graph_off\":\"on a device without CUDA graphs\""
+                                    : "\n          cuda graph: off on a device without CUDA graphs\n";
+            if (asked && !strstr(buf, note))
+                fail_msg("no '%s' in:\n%s", note, buf);
+            if (!asked && strstr(buf, json ? "cuda_graph" : "cuda graph"))
+                fail_msg("CUDA graphs not asked for, yet:\n%s", buf);
+            free(buf);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(cuda_graph_off_is_in_the_summary),
         cmocka_unit_test(failed_step_keeps_the_data_position),
         cmocka_unit_test(accumulation_equals_large_batch),
         cmocka_unit_test(frozen_params_stay_and_own_no_state),

@@ -6,14 +6,10 @@
 
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/scratch.h"
 
-#define VR_CLS_CHUNK 128 /* recommended rows per chunk */
-
-size_t vr_cpu_classifier_scratch_bytes(int N, int V)
-{
-    size_t rows = N < VR_CLS_CHUNK ? (size_t)(N > 0 ? N : 1) : VR_CLS_CHUNK;
-    return rows * (size_t)V * sizeof(float);
-}
+/* Recommended rows per chunk: kernels/scratch.h (the plan sizes the node's scratch with it). */
+size_t vr_cpu_classifier_scratch_bytes(int N, int V) { return (size_t)vr_scratch_cpu_classifier(N, V); }
 
 /* One row of logits (V) -> returns the loss -log softmax(z)[t]; if grad, turns z into
  * (softmax(z) - onehot(t)) * g in place. t must be in [0,V).

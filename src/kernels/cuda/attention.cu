@@ -24,10 +24,10 @@
  *   the scratch beyond delta, then rounded into dqkv by a small kernel: 5 products per tile pair
  *   instead of 7. It runs when the scratch passed holds delta plus the fp32 dQ of at least one head
  *   (T*64*4 bytes); the heads go in chunks that fit (vr_cuda_attention_scratch_fused_bytes: all
- *   heads in one launch, as the training step's planned scratch of the node gives; the 32 MiB
- *   workspace: 2 chunks at GPT-2 124M, B=16). vr_cuda_attention_scratch_bytes is unchanged (delta
- *   only); given just that, the two deterministic kernels run. The atomics make dQ's last bits vary
- *   run to run (the order of fp32 additions).
+ *   heads in one launch, as the training step's planned scratch of the node gives; 32 MiB: 2 chunks
+ *   at GPT-2 124M, B=16). vr_cuda_attention_scratch_bytes is the minimum (delta only); given just
+ *   that, the two deterministic kernels run. The atomics make dQ's last bits vary run to run (the
+ *   order of fp32 additions). Both sizes and the layout are kernels/scratch.h's.
  * Scalar path (fp32, or other head sizes up to 128): one warp per query row (or key row in the dK/dV
  * backward), the same maths in fp32. It is the fp32 path and the reference the tensor-core path is
  * tested against. */
@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
+#include "kernels/scratch.h"
 
 #define VR_LOG2E 1.4426950408889634f
 #define VR_LN2 0.6931471805599453f
@@ -62,18 +63,19 @@ static att_geom att_geom_of(int NH, int NKV, int hs)
     return a;
 }
 
+/* The sizes: kernels/scratch.h (the plan sizes the node's scratch with the same functions). */
 extern "C" size_t vr_cuda_attention_scratch_bytes(int B, int T, int C, int NH)
 {
     (void)C;
     if (B <= 0 || T <= 0 || NH <= 0) return 0;
-    return (size_t)B * NH * T * sizeof(float);
+    return (size_t)vr_scratch_cuda_attention_delta(B, T, NH);
 }
 
 extern "C" size_t vr_cuda_attention_scratch_fused_bytes(int B, int T, int C, int NH)
 {
-    size_t delta = vr_cuda_attention_scratch_bytes(B, T, C, NH);
-    if (!delta || C % NH || C / NH != 64) return delta;
-    return ((delta + 255) & ~(size_t)255) + (size_t)B * NH * T * 64 * sizeof(float);
+    if (B <= 0 || T <= 0 || NH <= 0) return 0;
+    if (C % NH) return (size_t)vr_scratch_cuda_attention_delta(B, T, NH);
+    return (size_t)vr_scratch_cuda_attention_fused(B, T, NH, C / NH);
 }
 
 /* ---------------------------------------------------------------- delta = rowsum(dout * out) */
@@ -297,6 +299,7 @@ __global__ void k_att_bwd_dkv_scalar(T *dqkv, const T *dout, const T *qkv, const
 /* ---------------------------------------------------------------- tensor-core path (hs = 64) */
 
 #define TC_D 64   /* head size */
+static_assert(TC_D == VR_SCRATCH_CUDA_ATTENTION_TC_HS, "kernels/scratch.h sizes the fused backward for TC_D");
 #define TC_BR 64  /* rows (queries or keys) per block */
 #define TC_LD 72  /* shared-memory row stride in elements (64 + 8 pad: no ldmatrix bank conflicts) */
 
@@ -1153,8 +1156,8 @@ static vr_status att_bwd_t(const vr_cuda_ctx *ctx, void *dqkv, const void *dout,
     if constexpr (!__is_same(T, float)) {
         // v2: the fused backward, when the scratch beyond delta holds the fp32 dQ of the query heads of at
         // least one (b, kv head) pair
-        size_t dbytes = (rows * sizeof(float) + 255) & ~(size_t)255;
-        size_t per_u = (size_t)a.G * T_ * TC_D * sizeof(float);
+        size_t dbytes = (size_t)vr_scratch_align(vr_scratch_cuda_attention_delta(B, T_, a.NH));
+        size_t per_u = (size_t)a.G * (size_t)vr_scratch_cuda_attention_dq_head(T_);
         if (tc && !att_v1(ctx, 1) && vr_aligned16(out) && vr_aligned16(delta) && scratch_bytes >= dbytes + per_u) {
             k_att_delta64<T><<<(unsigned)((rows * 8 + 255) / 256), 256, 0, s>>>(delta, (const T *)dout,
                                                                               (const T *)out, B, T_, a);

@@ -14,11 +14,12 @@
 #include <math.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
+#include "kernels/scratch.h"
 
-#define VR_CLS_CHUNK 1024
 #define VR_CLS_THREADS 1024
 
-static size_t cls_vp(int V) { return ((size_t)V + 63) / 64 * 64; }
+/* A row of logits padded to 64 elements, and the recommended rows: kernels/scratch.h (the plan's size). */
+static size_t cls_vp(int V) { return (size_t)vr_scratch_cuda_classifier_vp(V); }
 
 extern "C" int vr_cuda_classifier_chunk_rows(size_t scratch_bytes, int V, vr_cuda_dtype dt)
 {
@@ -30,8 +31,7 @@ extern "C" int vr_cuda_classifier_chunk_rows(size_t scratch_bytes, int V, vr_cud
 
 extern "C" size_t vr_cuda_classifier_scratch_bytes(int N, int V, vr_cuda_dtype dt)
 {
-    size_t rows = N < VR_CLS_CHUNK ? (size_t)(N > 0 ? N : 1) : VR_CLS_CHUNK;
-    return rows * cls_vp(V) * vr_cuda_dtype_size(dt);
+    return (size_t)vr_scratch_cuda_classifier(N, V, (int64_t)vr_cuda_dtype_size(dt));
 }
 
 /* Block-wide online max/normaliser over z[0..V), then loss and (grad) in-place dlogits.

@@ -8,6 +8,7 @@
 #include <cub/cub.cuh>
 
 #include "kernels/cuda/cuda_internal.cuh"
+#include "kernels/scratch.h"
 
 template <typename T>
 __global__ void k_emb_fwd(T *out, const int32_t *tok, const T *wte, const T *wpe, int B, int T_, int C)
@@ -50,27 +51,13 @@ static int key_bits(int V)
     return b;
 }
 
-static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
-
-/* CUB's temporary storage for the sort (histograms and look-back state; the key and value buffers
- * are ours). Asked of CUB where a device is present; else a bound that covers it. */
-static size_t cub_temp_bytes(int R, int V)
-{
-    size_t bytes = 0;
-    cub::DoubleBuffer<int32_t> k(NULL, NULL), v(NULL, NULL);
-    cudaError_t e = cub::DeviceRadixSort::SortPairs(NULL, bytes, k, v, R, 0, key_bits(V));
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        bytes = ((size_t)1 << 20) + (size_t)R * 8;
-    }
-    return bytes;
-}
-
+/* The scratch: the sort's four key/value arrays, then CUB's temporary storage (histograms and look-back
+ * state), sized by kernels/scratch.h for any vocabulary (the plan's size too); emb_bwd_t checks CUB's own
+ * figure against what is left. */
 extern "C" size_t vr_cuda_embedding_bwd_scratch_bytes(int B, int T, int V)
 {
-    size_t R = (size_t)(B > 0 ? B : 0) * (size_t)(T > 0 ? T : 0);
-    if (R == 0) return 0;
-    return 4 * align256(R * sizeof(int32_t)) + align256(cub_temp_bytes((int)R, V));
+    (void)V;
+    return (size_t)vr_scratch_cuda_embedding_bwd(B, T);
 }
 
 __global__ void k_emb_keys(int32_t *keys, int32_t *vals, const int32_t *tok, int R)
@@ -180,12 +167,20 @@ static vr_status emb_bwd_t(const vr_cuda_ctx *ctx, void *dwte, void *dwpe, const
     if (dwte) {
         if (!acc) VR_CU_CHECK(cudaMemsetAsync(dwte, 0, (size_t)V * C * sizeof(T), s), op);
         if (R > 0) {
-            size_t seg = align256((size_t)R * sizeof(int32_t));
+            size_t seg = (size_t)vr_scratch_cuda_embedding_seg(R);
             char *p = (char *)scratch;
             int32_t *k0 = (int32_t *)p, *k1 = (int32_t *)(p + seg), *v0 = (int32_t *)(p + 2 * seg),
                     *v1 = (int32_t *)(p + 3 * seg);
             void *temp = p + 4 * seg;
             size_t temp_bytes = scratch_bytes - 4 * seg;
+            /* CUB's own figure for this device, against what the planned bound left */
+            size_t cub_need = 0;
+            cub::DoubleBuffer<int32_t> qk(NULL, NULL), qv(NULL, NULL);
+            VR_CU_CHECK(cub::DeviceRadixSort::SortPairs(NULL, cub_need, qk, qv, R, 0, key_bits(V), s), op);
+            if (cub_need > temp_bytes)
+                return vr_error(VR_ERR_INVALID, "cuda kernels: %s: the radix sort of %d rows needs %zu bytes of "
+                                "temporary storage, the scratch leaves %zu (the bound of kernels/scratch.h is too "
+                                "small)", op, R, cub_need, temp_bytes);
             k_emb_keys<<<(R + 255) / 256, 256, 0, s>>>(k0, v0, tok, R);
             VR_CU_LAUNCHED(ctx, op);
             cub::DoubleBuffer<int32_t> keys(k0, k1), vals(v0, v1);

@@ -26,9 +26,10 @@
  * 1 accumulate; parameter gradients have acc_dparam); a gradient output passed as NULL is not
  * computed; int32 token/target ids, target -1 = ignore the row. Outputs never alias inputs unless
  * stated. Functions that need scratch beyond the cuBLASLt workspace take it from the caller and
- * expose its size (vr_cuda_*_scratch_bytes); since all work is ordered on one stream, the ctx's
- * cuBLASLt workspace may itself be passed as that scratch when it is large enough and the function
- * makes no matmul call while using it (the functions that allow this say so).
+ * expose its size (vr_cuda_*_scratch_bytes, computed by kernels/scratch.h, with which the plan sizes
+ * each node's scratch tensor: the executor passes that). Since all work is ordered on one stream,
+ * the ctx's cuBLASLt workspace may itself be passed as that scratch when it is large enough and the
+ * function makes no matmul call while using it (the functions that allow this say so; tests).
  *
  * Determinism: everything is run-to-run deterministic except vr_cuda_sumsq / vr_cuda_sum with
  * many blocks (fp32 atomics of per-block partial sums; the order of those few additions varies) and
@@ -259,7 +260,7 @@ vr_status vr_cuda_gemm(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, const 
 vr_status vr_cuda_layernorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *mean,
                                 float *rstd, const void *inp, const void *w, const void *b, int N,
                                 int C);
-/* dinp(N,C), dw(C), db(C) as the CPU op (dw and db both or neither; either group may be NULL).
+/* dinp(N,C), dw(C), db(C) as the CPU op (any of them may be NULL: a frozen weight or bias).
  * dw/db need scratch of vr_cuda_layernorm_bwd_scratch_bytes(N,C) (fp32 partial sums over row
  * blocks, summed in a fixed order: deterministic; the ctx workspace may serve). */
 vr_status vr_cuda_layernorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
@@ -278,10 +279,11 @@ vr_status vr_cuda_attention_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *
                                 const void *qkv, int B, int T, int C, int NH);
 /* dqkv(B,T,3C) (=|+=) gradient w.r.t. qkv from dout(B,T,C), the forward's qkv, out and lse.
  * Needs scratch of vr_cuda_attention_scratch_bytes (delta = rowsum(dout*out), (B,NH,T) fp32; the ctx
- * workspace may serve). Given more scratch (the 32 MiB workspace, as training passes), bf16/fp16 with
- * head size 64 runs one fused FA2-order kernel per key block, adding dq with fp32 atomics: dk/dv are
- * run-to-run deterministic, dq is not. With the minimum scratch, or VRAM_ATTN_V1=1|bwd, two kernels
- * with no atomics (dk/dv per key block, dq per query block): fully deterministic. */
+ * workspace may serve). Given more scratch (a training step plans
+ * vr_cuda_attention_scratch_fused_bytes), bf16/fp16 with head size 64 runs one fused FA2-order
+ * kernel per key block, adding dq with fp32 atomics: dk/dv are run-to-run deterministic, dq is
+ * not. With the minimum scratch, or VRAM_ATTN_V1=1|bwd, two kernels with no atomics (dk/dv per
+ * key block, dq per query block): fully deterministic. */
 vr_status vr_cuda_attention_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dqkv,
                                 const void *dout, const void *qkv, const void *out,
                                 const float *lse, int B, int T, int C, int NH, int acc,

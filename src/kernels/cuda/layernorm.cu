@@ -5,24 +5,20 @@
  * Backward: dinp one warp per row: dinp = rstd (g - mean_c(g) - xhat mean_c(g xhat)), g = dout w.
  * dw = sum_n dout xhat and db = sum_n dout in two steps: blocks over (64 columns) x (a slice of
  * rows) write fp32 partial sums to scratch, then one thread per column adds the slices in order
- * (deterministic, no atomics). */
+ * (deterministic, no atomics); either of dw and db may be NULL (a frozen weight or bias). */
 #include <math.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
+#include "kernels/scratch.h"
 
 #define VR_LN_EPS 1e-5f
-#define VR_LN_MAX_SLICES 128
-#define VR_LN_ROWS_PER_SLICE 128
 
-static int ln_slices(int N)
-{
-    int s = (N + VR_LN_ROWS_PER_SLICE - 1) / VR_LN_ROWS_PER_SLICE;
-    return s < 1 ? 1 : s > VR_LN_MAX_SLICES ? VR_LN_MAX_SLICES : s;
-}
+/* Row slices of the partial sums and the scratch they take: kernels/scratch.h (the plan's size too). */
+static int ln_slices(int N) { return vr_scratch_norm_slices(N); }
 
 extern "C" size_t vr_cuda_layernorm_bwd_scratch_bytes(int N, int C)
 {
-    return (size_t)ln_slices(N) * 2 * (size_t)(C > 0 ? C : 0) * sizeof(float);
+    return (size_t)vr_scratch_cuda_layernorm_bwd(N, C);
 }
 
 template <typename T>
@@ -229,8 +225,8 @@ __global__ void k_ln_bwd_final(T *dw, T *db, const float *part, int slices, int 
         tw += part[(size_t)s * 2 * C + c];
         tb += part[(size_t)s * 2 * C + C + c];
     }
-    dw[c] = vr_fromf<T>(acc ? vr_tof(dw[c]) + tw : tw);
-    db[c] = vr_fromf<T>(acc ? vr_tof(db[c]) + tb : tb);
+    if (dw) dw[c] = vr_fromf<T>(acc ? vr_tof(dw[c]) + tw : tw);
+    if (db) db[c] = vr_fromf<T>(acc ? vr_tof(db[c]) + tb : tb);
 }
 
 template <typename T>
@@ -250,7 +246,7 @@ static vr_status ln_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, void *db
                                                      mean, rstd, N, C, acc_dinp);
         VR_CU_LAUNCHED(ctx, "layernorm_bwd");
     }
-    if (dw) {
+    if (dw || db) {
         int slices = ln_slices(N);
         int rps = N > 0 ? (N + slices - 1) / slices : 0;
         if (N > 0) {
@@ -285,9 +281,8 @@ extern "C" vr_status vr_cuda_layernorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype
     VR_CU_CTX_OK(ctx, op);
     VR_CU_DT_OK(dt, op);
     if (N < 0 || C <= 0) return vr_cu_bad(op, "bad shape");
-    if (!dw != !db) return vr_cu_bad(op, "dw and db must be both given or both NULL");
     if (N > 0 && (!dout || !inp || !mean || !rstd || (dinp && !w))) return vr_cu_bad(op, "NULL pointer");
-    if (dw && N > 0 && (!scratch || scratch_bytes < vr_cuda_layernorm_bwd_scratch_bytes(N, C)))
+    if ((dw || db) && N > 0 && (!scratch || scratch_bytes < vr_cuda_layernorm_bwd_scratch_bytes(N, C)))
         return vr_error(VR_ERR_INVALID, "cuda kernels: %s: scratch of %zu bytes < %zu needed", op,
                         scratch_bytes, vr_cuda_layernorm_bwd_scratch_bytes(N, C));
     return VR_CU_DISPATCH(dt, ln_bwd_t, ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C, acc_dinp,

@@ -13,19 +13,14 @@
 #include <math.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
+#include "kernels/scratch.h"
 
-#define VR_RMS_MAX_SLICES 128
-#define VR_RMS_ROWS_PER_SLICE 128
-
-static int rms_slices(int N)
-{
-    int s = (N + VR_RMS_ROWS_PER_SLICE - 1) / VR_RMS_ROWS_PER_SLICE;
-    return s < 1 ? 1 : s > VR_RMS_MAX_SLICES ? VR_RMS_MAX_SLICES : s;
-}
+/* Row slices of dw's partial sums and the scratch they take: kernels/scratch.h (the plan's size too). */
+static int rms_slices(int N) { return vr_scratch_norm_slices(N); }
 
 extern "C" size_t vr_cuda_rmsnorm_bwd_scratch_bytes(int N, int C)
 {
-    return (size_t)rms_slices(N) * (size_t)(C > 0 ? C : 0) * sizeof(float);
+    return (size_t)vr_scratch_cuda_rmsnorm_bwd(N, C);
 }
 
 /* W consecutive elements as fp32: one 16-byte load when W is the vector width, else W scalar loads. */

@@ -1,0 +1,146 @@
+/* vram kernels — the scratch each kernel takes from its caller, sized in one place.
+ *
+ * Some kernels need memory beyond their inputs and outputs: a chunk of logits (the fused classifier),
+ * per-row statistics and an fp32 dQ accumulator (attention's backward), partial column sums (the weight
+ * gradients of LayerNorm and RMSNorm), a radix sort's keys and CUB's temporary storage (the embedding's
+ * backward). One function below computes each kernel's need from plain integers (shapes, element sizes),
+ * and both sides call it:
+ *   - the kernels (src/kernels/cpu, src/kernels/cuda) check the scratch they are given against it
+ *     and lay it out with the helpers beside it; their vr_cpu_*_scratch_bytes / vr_cuda_*_scratch_bytes
+ *     return it;
+ *   - the graph (vr_node_scratch_bytes, src/graph/graph.c) gives each node whose kernel needs scratch a
+ *     tensor of that size (role temp), which the plan counts like any other: a step takes no memory the
+ *     plan did not see (the step's cuBLASLt workspace is a tensor of its own, vr_step_config.workspace_bytes).
+ * Header-only (static inline; C and CUDA C++) so that the graph, which sits below the kernels, computes the
+ * sizes without linking them, in builds without CUDA too. Sizes are bytes (uint64_t), shapes int64_t; a
+ * dimension <= 0 counts as 0. */
+#ifndef VRAM_KERNELS_SCRATCH_H
+#define VRAM_KERNELS_SCRATCH_H
+
+#include <stdint.h>
+
+/* Alignment of each region inside one scratch buffer (the buffers themselves come 256-aligned). */
+#define VR_SCRATCH_ALIGN 256
+
+static inline uint64_t vr_scratch_align(uint64_t bytes)
+{
+    return (bytes + VR_SCRATCH_ALIGN - 1) / VR_SCRATCH_ALIGN * VR_SCRATCH_ALIGN;
+}
+
+static inline uint64_t vr_scratch_dim(int64_t n) { return n > 0 ? (uint64_t)n : 0; }
+
+/* ---------------------------------------------------------------- fused classifier */
+
+/* CPU (vr_cpu_classifier): chunks of min(N, 128) rows (at least one) of V fp32 logits. */
+#define VR_SCRATCH_CPU_CLASSIFIER_ROWS 128
+
+static inline uint64_t vr_scratch_cpu_classifier(int64_t N, int64_t V)
+{
+    uint64_t rows = N < VR_SCRATCH_CPU_CLASSIFIER_ROWS ? (N > 0 ? (uint64_t)N : 1) : VR_SCRATCH_CPU_CLASSIFIER_ROWS;
+    return rows * vr_scratch_dim(V) * 4u;
+}
+
+/* CUDA (vr_cuda_classifier): rows of wte's Vw logits padded to a multiple of 64 elements (every row starts
+ * 16-byte aligned) in the activations' dtype (esize bytes); planned: min(N, 1024) rows (at least one). The
+ * kernel runs chunks of as many rows as the scratch it is given holds (one at least). */
+#define VR_SCRATCH_CUDA_CLASSIFIER_ROWS 1024
+#define VR_SCRATCH_CUDA_CLASSIFIER_PAD 64
+
+/* Elements of one padded row of logits. */
+static inline uint64_t vr_scratch_cuda_classifier_vp(int64_t Vw)
+{
+    return (vr_scratch_dim(Vw) + VR_SCRATCH_CUDA_CLASSIFIER_PAD - 1) / VR_SCRATCH_CUDA_CLASSIFIER_PAD *
+           VR_SCRATCH_CUDA_CLASSIFIER_PAD;
+}
+
+static inline uint64_t vr_scratch_cuda_classifier(int64_t N, int64_t Vw, int64_t esize)
+{
+    uint64_t rows = N < VR_SCRATCH_CUDA_CLASSIFIER_ROWS ? (N > 0 ? (uint64_t)N : 1) : VR_SCRATCH_CUDA_CLASSIFIER_ROWS;
+    return rows * vr_scratch_cuda_classifier_vp(Vw) * vr_scratch_dim(esize);
+}
+
+/* ---------------------------------------------------------------- attention backward (CUDA) */
+
+/* The head size of the tensor-core kernels (bf16/fp16): the fused backward runs for it only. */
+#define VR_SCRATCH_CUDA_ATTENTION_TC_HS 64
+
+/* The minimum (vr_cuda_attention_scratch_bytes): delta = rowsum(dout * out), (B,NH,T) fp32. With it the
+ * backward runs two kernels without atomics (and the fp32 / other head sizes' scalar kernels need no more). */
+static inline uint64_t vr_scratch_cuda_attention_delta(int64_t B, int64_t T, int64_t NH)
+{
+    return vr_scratch_dim(B) * vr_scratch_dim(NH) * vr_scratch_dim(T) * 4u;
+}
+
+/* The fp32 dQ accumulator of one query head of the fused backward: T rows of 64. */
+static inline uint64_t vr_scratch_cuda_attention_dq_head(int64_t T)
+{
+    return vr_scratch_dim(T) * VR_SCRATCH_CUDA_ATTENTION_TC_HS * 4u;
+}
+
+/* The fused backward over all heads in one launch (vr_cuda_attention_scratch_fused_bytes): delta
+ * (256-aligned), then every query head's fp32 dQ; head sizes other than 64: the minimum. The kernel takes
+ * the heads in chunks that fit when given less (down to one (b, kv head) pair's query heads). */
+static inline uint64_t vr_scratch_cuda_attention_fused(int64_t B, int64_t T, int64_t NH, int64_t hs)
+{
+    uint64_t delta = vr_scratch_cuda_attention_delta(B, T, NH);
+    if (!delta || hs != VR_SCRATCH_CUDA_ATTENTION_TC_HS)
+        return delta;
+    return vr_scratch_align(delta) + vr_scratch_dim(B) * vr_scratch_dim(NH) * vr_scratch_cuda_attention_dq_head(T);
+}
+
+/* What a training step plans for the node: the fused scratch where the tensor cores run (activations of
+ * esize 2, head size 64), else the minimum (fp32: the scalar kernels). */
+static inline uint64_t vr_scratch_cuda_attention_bwd(int64_t B, int64_t T, int64_t NH, int64_t hs, int64_t esize)
+{
+    return esize == 4 ? vr_scratch_cuda_attention_delta(B, T, NH) : vr_scratch_cuda_attention_fused(B, T, NH, hs);
+}
+
+/* ---------------------------------------------------------------- LayerNorm / RMSNorm backward (CUDA) */
+
+/* dw (and db) are summed in two steps: blocks over (columns) x (a slice of rows) write fp32 partial sums,
+ * then one thread per column adds the slices in order. Slices of 128 rows, at most 128 of them. */
+#define VR_SCRATCH_NORM_ROWS_PER_SLICE 128
+#define VR_SCRATCH_NORM_MAX_SLICES 128
+
+static inline int vr_scratch_norm_slices(int64_t N)
+{
+    int64_t s = (N + VR_SCRATCH_NORM_ROWS_PER_SLICE - 1) / VR_SCRATCH_NORM_ROWS_PER_SLICE;
+    return s < 1 ? 1 : s > VR_SCRATCH_NORM_MAX_SLICES ? VR_SCRATCH_NORM_MAX_SLICES : (int)s;
+}
+
+/* LayerNorm (vr_cuda_layernorm_bwd): slices x (dw | db) x C fp32, slice s's dw at s*2C, its db at s*2C + C. */
+static inline uint64_t vr_scratch_cuda_layernorm_bwd(int64_t N, int64_t C)
+{
+    return (uint64_t)vr_scratch_norm_slices(N) * 2u * vr_scratch_dim(C) * 4u;
+}
+
+/* RMSNorm (vr_cuda_rmsnorm_bwd): slices x C fp32. */
+static inline uint64_t vr_scratch_cuda_rmsnorm_bwd(int64_t N, int64_t C)
+{
+    return (uint64_t)vr_scratch_norm_slices(N) * vr_scratch_dim(C) * 4u;
+}
+
+/* ---------------------------------------------------------------- embedding backward (CUDA) */
+
+/* dwte sorts the R = B*T rows by token: keys and values double-buffered (four int32 arrays of R, each
+ * 256-aligned: vr_scratch_cuda_embedding_seg apart), then CUB's temporary storage for
+ * cub::DeviceRadixSort::SortPairs. CUB's own figure needs a GPU to ask (its tuning depends on the
+ * architecture), so the plan reserves a bound over it: 1 MiB + 8 bytes per row (CUB's onesweep sort asks for
+ * its histograms, a few KiB, and 1 KiB of look-back state per tile of thousands of rows). The kernel checks
+ * CUB's real figure against what is left. dwpe needs none. */
+static inline uint64_t vr_scratch_cuda_embedding_seg(int64_t R) { return vr_scratch_align(vr_scratch_dim(R) * 4u); }
+
+static inline uint64_t vr_scratch_cuda_embedding_sort_temp(int64_t R)
+{
+    return ((uint64_t)1 << 20) + vr_scratch_dim(R) * 8u;
+}
+
+static inline uint64_t vr_scratch_cuda_embedding_bwd(int64_t B, int64_t T)
+{
+    int64_t R = B > 0 && T > 0 ? B * T : 0;
+    if (!R)
+        return 0;
+    return 4u * vr_scratch_cuda_embedding_seg(R) + vr_scratch_align(vr_scratch_cuda_embedding_sort_temp(R));
+}
+
+#endif
