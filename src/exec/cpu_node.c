@@ -53,7 +53,7 @@ static vr_status update_check(const vr_exec_args *a, bool master_ok)
 }
 
 /* One update of elements [off, off + len) of node a's parameter: p, g point at them (fp32); the state
- * (fp32, bf16 with stochastic rounding from the step and the element's index in the flat state buffer,
+ * (fp32, bf16 with stochastic rounding from the step and the element's index: vr__exec_state_index,
  * or 8-bit) is taken from the same element on. */
 static void update(const vr_exec_args *a, float *p, const float *g, size_t len, size_t off)
 {
@@ -63,7 +63,7 @@ static void update(const vr_exec_args *a, float *p, const float *g, size_t len, 
     vr_dtype sdt = n->out[2] >= 0 ? T_(a, n->out[2])->dtype : VR_F32;
     void *s0 = state_at(a, 2, off), *s1 = state_at(a, 3, off);
     float *a0 = state_at(a, 4, off), *a1 = state_at(a, 5, off);
-    uint64_t idx = n->out[2] >= 0 ? (uint64_t)T_(a, n->out[2])->view_offset + off : 0;
+    uint64_t idx = vr__exec_state_index(a->g, n) + off;
     float wd = a->weight_decay, gs = a->grad_scale;
     int decoupled = n->op == VR_OP_ADAMW;
     switch (n->op) {

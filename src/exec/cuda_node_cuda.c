@@ -185,7 +185,7 @@ static void state_entry(const vr_exec_args *b, vr_cuda_dtype pdt, vr_cuda_mt_ten
     t->fmt = sdt == VR_U8 ? VR_CUDA_STATE_Q8 : sdt == VR_BF16 ? VR_CUDA_STATE_BF16 : VR_CUDA_STATE_F32;
     t->absmax_m = F(b->out[4]);
     t->absmax_v = F(b->out[5]);
-    t->sindex = n->out[2] >= 0 ? (uint64_t)T_(b, n->out[2])->view_offset : 0;
+    t->sindex = vr__exec_state_index(b->g, n);
     t->windex = (uint64_t)T_(b, n->out[0])->param_offset;
     *special = t->fmt != VR_CUDA_STATE_F32 || (!t->master && pdt != VR_CUDA_F32);
 }

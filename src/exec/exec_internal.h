@@ -104,6 +104,11 @@ void vr__host_worker_cancel(vr_exec *e);
  * collective; runs collective node a (on stream: NCCL's, NULL on the CPU); under ZeRO 2 (norm_sharded)
  * sums the squared norm over the ranks, in place (otherwise nothing). */
 vr_status vr__exec_comm_check(const vr_exec *e);
+/* The index of an update node's first element in the stream of stochastic rounding of its optimizer state:
+ * the parameter's element in the model's flat weights (param_offset), so that a rank holding a share of the
+ * state rounds each element as one process does; an offloaded update (the host copy, no param_offset) keeps
+ * the state buffer's own index. */
+uint64_t vr__exec_state_index(const vr_graph *g, const vr_node *n);
 bool vr__exec_is_comm(vr_op op);
 /* A collective over a gradient (all-reduce, reduce): the last micro-batch's only. */
 bool vr__exec_is_grad_comm(vr_op op);

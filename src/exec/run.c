@@ -124,6 +124,13 @@ static void measure(vr_exec *e, int i)
 static void *tensor_ptr(const vr_exec *e, int t) { return t >= 0 ? vr_exec_tensor_ptr(e, t) : NULL; }
 
 /* Fills the backend's arguments for node i. */
+uint64_t vr__exec_state_index(const vr_graph *g, const vr_node *n)
+{
+    if (n->out[0] >= 0 && g->tensors[n->out[0]].param_offset >= 0)
+        return (uint64_t)g->tensors[n->out[0]].param_offset;
+    return n->out[2] >= 0 ? (uint64_t)g->tensors[n->out[2]].view_offset : 0;
+}
+
 void vr__exec_node_args(vr_exec *e, int i, int micro, const vr_optim_hparams *h, float grad_scale, vr_exec_args *a)
 {
     const vr_graph *g = e->g;

@@ -44,12 +44,14 @@ for n in 2 3; do
 done
 
 # with the other strategies: 8-bit state, frozen parameters, recompute (2 ranks vs one process)
-for extra in "--optim-state 8bit" "--freeze wpe" "--recompute block"; do
+for extra in "--optim-state 8bit" "--optim-state bf16" "--freeze wpe" "--recompute block"; do
   "$vram" train ${common/--batch 2/--batch 4} $extra --steps 4 --save "$tmp/ox.bin" --quiet
   for z in 1 3; do
     run 2 $common $extra --steps 4 --zero $z --save "$tmp/dx.bin" --quiet 2>"$tmp/err" ||
       { cat "$tmp/err"; fail "mpirun -np 2 --zero $z $extra failed"; }
-    tol=1e-6; [ "$extra" = "--optim-state 8bit" ] && tol=1e-4  # 8-bit codes: a last-bit difference moves a code
+    # 8-bit codes and bf16 state: a last-bit difference of a sum moves a code or a rounding (the random bits of
+    # the bf16 state's rounding follow the parameter's element, so a rank's share rounds as one process does)
+    tol=1e-6; case $extra in *8bit) tol=1e-4 ;; *bf16) tol=1e-5 ;; esac
     TOL=$tol close "$tmp/ox.bin" "$tmp/dx.bin" "np 2 zero $z $extra vs one process" || fail "np 2 zero $z $extra: weights differ"
   done
 done

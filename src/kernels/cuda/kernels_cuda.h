@@ -411,7 +411,7 @@ typedef struct vr_cuda_mt_tensor {
     int32_t decay;     /* 1: weight decay applies to this tensor */
     int32_t fmt;       /* VR_CUDA_STATE_*: the state's format (the compact-state kernels) */
     float *absmax_m, *absmax_v; /* VR_CUDA_STATE_Q8: one f32 per block of VR_Q8_BLOCK */
-    uint64_t sindex;   /* the element index of m[0] in its flat state buffer (random bits of rounding) */
+    uint64_t sindex;   /* the index of m[0] in the stream of random bits of rounding (the executor's choice) */
     uint64_t windex;   /* the element index of param[0] in the parameter buffer (same) */
 } vr_cuda_mt_tensor;
 
