@@ -15,8 +15,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (vr_llmc_config_check(&cfg, path) != VR_OK)
         abort(); /* read_header promises a valid config */
     size_t n = vr_llmc_num_params(&cfg);
-    /* read_header checked the file size is header + n floats, so n is small here. */
-    if (n > size / sizeof(float) + 1)
+    /* read_header checked the file size is header + n parameters of 4 (fp32, version 3) or 2 bytes (bf16,
+     * version 5), so n is small here. */
+    if (n > size / 2 + 1)
         abort();
     float *params = malloc((n ? n : 1) * sizeof(float));
     if (!params)
