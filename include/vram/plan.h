@@ -14,7 +14,9 @@
  *     persistent tensors one after another in a region of their own at the
  *     start, then the rest packed by lifetime (greedy by size: largest first,
  *     each at the best-fitting gap among the tensors whose lifetimes overlap
- *     it, as in TFLite's and ggml-alloc's planners). Every offset and size is
+ *     it, as in TFLite's and ggml-alloc's planners; above VR_PLAN_GREEDY_MAX
+ *     such tensors, node by node by best fit in O(n log n): src/plan/pack.c).
+ *     Every offset and size is
  *     a multiple of the alignment, VR_PLAN_ALIGN = 256 bytes (cudaMalloc's);
  *   - with in-place reuse on (opt-in), the output of a gelu, relu or add
  *     takes over the bytes of an input of the same size that dies at that
@@ -43,6 +45,8 @@ extern "C" {
 VR_API_BEGIN
 
 #define VR_PLAN_ALIGN 256
+/* Packed tensors up to which the arena is packed greedy by size (O(n^2), tightest); above, in time order. */
+#define VR_PLAN_GREEDY_MAX 16384
 
 typedef enum vr_memory_mode { VR_MEMORY_PLANNED, VR_MEMORY_DYNAMIC } vr_memory_mode;
 
@@ -53,6 +57,8 @@ typedef struct vr_plan_config {
     uint64_t capacity;         /* dynamic: capacity of the simulated device (0 = unlimited) */
     int steps;                 /* dynamic: steps replayed (0 = 2; later steps find a warm cache) */
     bool inplace;              /* gelu/relu/add outputs reuse a dying input's bytes */
+    int greedy_max;            /* pack greedy by size up to this many packed tensors, in time order
+                                * above (0 = VR_PLAN_GREEDY_MAX; < 0: always in time order) */
 } vr_plan_config;
 
 /* Where one tensor lives. */

@@ -15,41 +15,6 @@
 #include "vram/alloc.h"
 #include "vram/device.h"
 
-/* Tensor ids bucketed by node: ids[start[i] .. start[i+1]) have key == i. */
-typedef struct buckets {
-    int *start, *ids;
-} buckets;
-
-/* Bases (in-place outputs share their input's block) by first use, or by the
- * last use of any tensor on them (ulast). */
-static bool bucket(const vr_plan *p, const int *ulast, bool by_last, buckets *b)
-{
-    int N = p->n_nodes, T = p->n_tensors;
-    b->start = calloc((size_t)N + 2, sizeof(int));
-    b->ids = malloc(sizeof(int) * ((size_t)T + 1));
-    if (!b->start || !b->ids)
-        return false;
-    for (int t = 0; t < T; t++) {
-        const vr_plan_tensor *pt = &p->tensors[t];
-        if (p->graph->tensors[t].view_of < 0 && !pt->persistent && pt->first >= 0 && pt->base == t)
-            b->start[(by_last ? ulast[t] : pt->first) + 1]++;
-    }
-    for (int i = 0; i < N; i++)
-        b->start[i + 1] += b->start[i];
-    int *fill = calloc((size_t)N + 1, sizeof(int));
-    if (!fill)
-        return false;
-    for (int t = 0; t < T; t++) {
-        const vr_plan_tensor *pt = &p->tensors[t];
-        if (p->graph->tensors[t].view_of < 0 && !pt->persistent && pt->first >= 0 && pt->base == t) {
-            int k = by_last ? ulast[t] : pt->first;
-            b->ids[b->start[k] + fill[k]++] = t;
-        }
-    }
-    free(fill);
-    return true;
-}
-
 static void oom(vr_plan *p, int node)
 {
     p->dynamic.status = VR_ERR_OOM;
@@ -66,13 +31,13 @@ vr_status vr__plan_dynamic(vr_plan *p)
     d->allocated = calloc((size_t)N + 1, sizeof(uint64_t));
     d->reserved = calloc((size_t)N + 1, sizeof(uint64_t));
     void **ptr = calloc((size_t)T + 1, sizeof(void *));
-    buckets first = {0}, last = {0};
+    vr__plan_buckets first = {0}, last = {0};
     vr_device *dev = NULL;
     vr_alloc *a = NULL;
     vr_status st = VR_OK;
     int *ulast = vr__plan_unit_last(p);
-    if (!d->allocated || !d->reserved || !ptr || !ulast || !bucket(p, ulast, false, &first) ||
-        !bucket(p, ulast, true, &last)) {
+    if (!d->allocated || !d->reserved || !ptr || !ulast || !vr__plan_bucket(p, ulast, false, &first) ||
+        !vr__plan_bucket(p, ulast, true, &last)) {
         st = vr_error(VR_ERR_OOM, "plan: out of host memory");
         goto out;
     }

@@ -74,6 +74,30 @@ int *vr__plan_unit_last(const vr_plan *p)
     return last;
 }
 
+bool vr__plan_bucket(const vr_plan *p, const int *ulast, bool by_last, vr__plan_buckets *b)
+{
+    int N = p->n_nodes, T = p->n_tensors;
+    b->start = calloc((size_t)N + 2, sizeof(int));
+    b->ids = malloc(sizeof(int) * ((size_t)T + 1));
+    int *fill = calloc((size_t)N + 1, sizeof(int));
+    if (!b->start || !b->ids || !fill) {
+        free(fill);
+        return false;
+    }
+    for (int t = 0; t < T; t++)
+        if (vr__plan_packed(p, t))
+            b->start[(by_last ? ulast[t] : p->tensors[t].first) + 1]++;
+    for (int i = 0; i < N; i++)
+        b->start[i + 1] += b->start[i];
+    for (int t = 0; t < T; t++)
+        if (vr__plan_packed(p, t)) {
+            int k = by_last ? ulast[t] : p->tensors[t].first;
+            b->ids[b->start[k] + fill[k]++] = t;
+        }
+    free(fill);
+    return true;
+}
+
 vr_status vr__plan_lifetimes(vr_plan *p)
 {
     const vr_graph *g = p->graph;

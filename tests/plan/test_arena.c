@@ -48,17 +48,17 @@ static void gpt_models(void **state)
     (void)state;
     const char *presets[] = {"tiny", "small"};
     int batches[] = {1, 4};
-    for (int ip = 0; ip < 2; ip++)
+    for (int ip = 0; ip < 4; ip++) /* in place off/on, greedy by size / in time order (src/plan/pack.c) */
         for (int m = 0; m < 2; m++)
             for (int bi = 0; bi < 2; bi++)
                 for (int s = 0; s < NSTRAT; s++) {
-                    vr_plan_config pc = {.inplace = ip};
+                    vr_plan_config pc = {.inplace = ip % 2, .greedy_max = ip / 2 ? -1 : 0};
                     built b = plan_gpt(presets[m], batches[bi], 0, strategies[s].s, &pc);
                     char what[64];
-                    snprintf(what, sizeof what, "%s B=%d %s%s", presets[m], batches[bi], strategies[s].name,
-                             ip ? " inplace" : "");
+                    snprintf(what, sizeof what, "%s B=%d %s%s%s", presets[m], batches[bi], strategies[s].name,
+                             ip % 2 ? " inplace" : "", ip / 2 ? " in time" : "");
                     check(&b, what);
-                    if (ip)
+                    if (ip % 2)
                         assert_true(b.p->n_inplace > 0);
                     built_free(&b);
                 }
@@ -67,10 +67,11 @@ static void gpt_models(void **state)
 static void gpt2_124m(void **state)
 {
     (void)state;
-    for (int s = 0; s < NSTRAT; s++) {
-        built b = plan_gpt("gpt2", 4, 1024, strategies[s].s, NULL);
+    for (int s = 0; s < 2 * NSTRAT; s++) {
+        vr_plan_config pc = {.greedy_max = s < NSTRAT ? 0 : -1};
+        built b = plan_gpt("gpt2", 4, 1024, strategies[s % NSTRAT].s, &pc);
         char what[64];
-        snprintf(what, sizeof what, "gpt2 B=4 %s", strategies[s].name);
+        snprintf(what, sizeof what, "gpt2 B=4 %s%s", strategies[s % NSTRAT].name, s < NSTRAT ? "" : " in time");
         check(&b, what);
         built_free(&b);
     }
@@ -80,13 +81,13 @@ static void mlp_models(void **state)
 {
     (void)state;
     vr_op acts[] = {VR_OP_RELU, VR_OP_GELU};
-    for (int a = 0; a < 2; a++)
+    for (int a = 0; a < 4; a++)
         for (int s = 0; s < NSTRAT; s++) {
-            vr_plan_config pc = {.inplace = s % 2};
-            built b = plan_mlp("mnist", acts[a], 64, strategies[s].s, &pc);
+            vr_plan_config pc = {.inplace = s % 2, .greedy_max = a / 2 ? -1 : 0};
+            built b = plan_mlp("mnist", acts[a % 2], 64, strategies[s].s, &pc);
             char what[64];
-            snprintf(what, sizeof what, "mnist %s B=64 %s%s", vr_op_name(acts[a]), strategies[s].name,
-                     pc.inplace ? " inplace" : "");
+            snprintf(what, sizeof what, "mnist %s B=64 %s%s%s", vr_op_name(acts[a % 2]), strategies[s].name,
+                     pc.inplace ? " inplace" : "", a / 2 ? " in time" : "");
             check(&b, what);
             built_free(&b);
         }
@@ -116,10 +117,18 @@ static void check_catches_errors(void **state)
     (void)state;
     built b = plan_gpt("tiny", 2, 0, strategies[0].s, NULL);
     int qkv = vr_graph_find(b.g, "h.0.qkv"), atty = vr_graph_find(b.g, "h.0.atty");
-    uint64_t saved = b.p->tensors[atty].offset;
+    uint64_t saved = b.p->tensors[atty].offset, qkv_off = b.p->tensors[qkv].offset;
     b.p->tensors[atty].offset = b.p->tensors[qkv].offset; /* both live during the attention */
     assert_int_equal(vr_plan_check(b.p), VR_ERR_INVALID);
     assert_non_null(strstr(vr_last_error(), "overlap"));
+    b.p->tensors[atty].offset = b.p->tensors[qkv].offset + b.p->tensors[qkv].size - 256; /* its last 256 B */
+    assert_int_equal(vr_plan_check(b.p), VR_ERR_INVALID);
+    assert_non_null(strstr(vr_last_error(), "overlap"));
+    b.p->tensors[qkv].offset = saved + b.p->tensors[atty].size - 256; /* the other way round */
+    b.p->tensors[atty].offset = saved;
+    assert_int_equal(vr_plan_check(b.p), VR_ERR_INVALID);
+    assert_non_null(strstr(vr_last_error(), "overlap"));
+    b.p->tensors[qkv].offset = qkv_off;
     b.p->tensors[atty].offset = saved + 8;
     assert_int_equal(vr_plan_check(b.p), VR_ERR_INVALID);
     assert_non_null(strstr(vr_last_error(), "aligned"));
@@ -145,14 +154,15 @@ static void layout(void **state)
     built_free(&b);
 }
 
-/* Planning a deep model is not quadratic-with-a-sort any more: 1000 tiny layers plan (graph, lifetimes, arena
- * and the check) in seconds; the bound is generous (sanitizer builds), the point is "not minutes". */
+/* The deepest model the flags accept (VR_GPT_MAX_LAYERS tiny layers: ~80k packed tensors, above
+ * VR_PLAN_GREEDY_MAX, so packed in time order, O(n log n), and checked by the O(n log n) sweep) plans in
+ * well under a second; the bound is generous (sanitizer builds), the point is "not minutes". */
 static void deep_models_plan_quickly(void **state)
 {
     (void)state;
     vr_model_config m = {.kind = VR_MODEL_GPT, .B = 1, .T = 64};
     assert_int_equal(vr_gpt_preset("tiny", &m.gpt, NULL), VR_OK);
-    m.gpt.L = 1000;
+    m.gpt.L = VR_GPT_MAX_LAYERS;
     vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW};
     vr_plan_config pc = {0};
     uint64_t t0 = vr_now_ns();
@@ -162,8 +172,16 @@ static void deep_models_plan_quickly(void **state)
     assert_int_equal(vr_plan_create(g, &pc, &p), VR_OK);
     double secs = (double)(vr_now_ns() - t0) / 1e9;
     assert_int_equal(vr_plan_check(p), VR_OK);
+    int packed = 0;
+    for (int t = 0; t < p->n_tensors; t++)
+        packed += g->tensors[t].view_of < 0 && !p->tensors[t].persistent && p->tensors[t].first >= 0 &&
+                  p->tensors[t].base == t;
+    assert_true(packed > VR_PLAN_GREEDY_MAX);
+    print_message("  %d layers, %d packed tensors: planned and checked in %.2f s, factor %.4f\n", m.gpt.L, packed,
+                  secs, vr_plan_arena_factor(p));
+    assert_true(vr_plan_arena_factor(p) < 1.05);
     if (secs > 60.0)
-        fail_msg("1000 layers took %.1f s to plan", secs);
+        fail_msg("%d layers took %.1f s to plan", m.gpt.L, secs);
     vr_plan_free(p);
     vr_graph_free(g);
     m.gpt.L = VR_GPT_MAX_LAYERS + 1; /* above the bound: refused at once */
