@@ -49,9 +49,9 @@ extern "C" {
 VR_API_BEGIN
 
 #define VR_FIT_MAX_BATCH (1 << 20) /* the search stops here (reported as capped) */
-#define VR_FIT_MAX_ROWS 216        /* 3 precisions × 3 recompute policies × 3 state formats × 2 masters × 2
-                                    * placements of the master and state (device, host), or with ranks (no
-                                    * offload) × 4 ZeRO stages */
+#define VR_FIT_MAX_ROWS 252        /* 3 recompute policies × 3 state formats × 7 precision, master and
+                                    * placement choices (bf16: fp32 master on the device or the host, or none;
+                                    * fp32, fp16: on the device or the host) × 4 ZeRO stages */
 #define VR_FIT_SAME_SPEED 0.02     /* rows within 2% of the fastest's tokens/s count as equally fast: the best
                                     * is then the most exact of them (fp32 state before bf16 before 8-bit, an
                                     * fp32 master before none), then the one on the device */

@@ -70,6 +70,7 @@ void vr_cli_status_path(char *buf, size_t cap);
 /* Data parallel ranks (dist.c): --gpus N launches N ranks of the command, mpirun's are MPI's world. */
 typedef struct vr_cli_dist {
     vr_comm *comm;       /* this rank's communicator */
+    vr_comm *boot;       /* mpirun --device cuda: MPI's world, which carried NCCL's id (kept until the end) */
     vr_device *dev;      /* the rank's GPU, held while the communicator lives */
     bool launcher;       /* this process started the ranks and waited for them: exit with status */
     int status;

@@ -120,19 +120,23 @@ static int resolve_device(const opts *o, target *t)
  * ranks 0 and N-1 (whole parameters in buffer order: the last rank holds the tail, the first the embeddings). */
 #define PLAN_RANKS_MAX 64
 
-/* --gpus N: every rank's plan (its own shard of master and optimizer state), as a table or JSON (into root).
- * Returns 0, or a one-line error's status. */
+/* --gpus N: every rank's plan (its own shard of master and optimizer state), as a table or JSON (into root);
+ * offloaded, each rank's pinned host bytes too, and their sum over the ranks (all on this host) into
+ * *host_total. Returns 0, or a one-line error's status. */
 static int ranks_report(const vr_model_config *m, const vr_step_config *s0, const vr_plan_config *pc, uint64_t context,
-                        const vr_plan *p0, cJSON *root)
+                        const vr_plan *p0, cJSON *root, uint64_t *host_total)
 {
     int N = s0->world;
+    bool off = s0->offload == VR_OFFLOAD_OPTIM;
     cJSON *arr = root ? cJSON_AddArrayToObject(root, "ranks") : NULL;
     if (!root)
-        printf("\nranks     %d (ZeRO %d): each rank's plan%s\n%-6s %11s %11s %11s %11s %11s %11s %11s\n", N, s0->zero,
-               N > PLAN_RANKS_MAX ? " (first and last rank)" : "", "rank", "params", "master", "grads", "optim",
-               "acts+temp", "arena", "+ context");
+        printf("\nranks     %d (ZeRO %d): each rank's plan%s\n%-6s %11s %11s %11s %11s %11s %11s %11s%s\n", N,
+               s0->zero, N > PLAN_RANKS_MAX ? " (first and last rank)" : "", "rank", "params", "master", "grads",
+               "optim", "acts+temp", "arena", "+ context", off ? "   host (pinned)" : "");
+    *host_total = 0;
     for (int r = 0; r < N; r++) {
-        if (N > PLAN_RANKS_MAX && r > 0 && r < N - 1)
+        bool shown = !(N > PLAN_RANKS_MAX && r > 0 && r < N - 1);
+        if (!shown && !off) /* offloaded: every rank's host bytes are summed */
             continue;
         vr_step_config s = *s0;
         s.rank = r;
@@ -144,6 +148,12 @@ static int ranks_report(const vr_model_config *m, const vr_step_config *s0, cons
             return rc;
         }
         const vr_plan *p = own ? own : p0;
+        *host_total += p->host_size;
+        if (!shown) {
+            vr_plan_free(own);
+            vr_graph_free(g);
+            continue;
+        }
         uint64_t v[7] = {p->max_live[VR_ROLE_PARAM], p->max_live[VR_ROLE_MASTER], p->max_live[VR_ROLE_GRAD],
                          p->max_live[VR_ROLE_OPTIM], p->at_peak[VR_ROLE_ACT] + p->at_peak[VR_ROLE_TEMP], p->arena_size,
                          p->arena_size + context};
@@ -156,12 +166,15 @@ static int ranks_report(const vr_model_config *m, const vr_step_config *s0, cons
             cJSON_AddNumberToObject(o, "peak", (double)p->peak);
             cJSON_AddNumberToObject(o, "arena", (double)p->arena_size);
             cJSON_AddNumberToObject(o, "need", (double)(p->arena_size + context));
+            cJSON_AddNumberToObject(o, "host", (double)p->host_size);
             cJSON_AddItemToArray(arr, o);
         } else {
-            char b[7][32];
+            char b[8][32];
             for (int k = 0; k < 7; k++)
                 vr_format_size(v[k], b[k], sizeof b[k]);
-            printf("%-6d %11s %11s %11s %11s %11s %11s %11s\n", r, b[0], b[1], b[2], b[3], b[4], b[5], b[6]);
+            vr_format_size(p->host_size, b[7], sizeof b[7]);
+            printf("%-6d %11s %11s %11s %11s %11s %11s %11s", r, b[0], b[1], b[2], b[3], b[4], b[5], b[6]);
+            printf(off ? " %15s\n" : "\n", b[7]);
         }
         vr_plan_free(own);
         vr_graph_free(g);
@@ -169,6 +182,11 @@ static int ranks_report(const vr_model_config *m, const vr_step_config *s0, cons
     if (!root)
         printf("          params, master, grads, optim: most bytes live at once; acts+temp at the peak. NCCL's own\n"
                "          buffers are outside the arena: measured when the ranks start (vram train prints them)\n");
+    if (!root && off) {
+        char b[32];
+        printf("          host: master, state and gradient copy of the rank's share; %s pinned by all %d ranks\n",
+               vr_format_size(*host_total, b, sizeof b), N);
+    }
     return 0;
 }
 
@@ -206,7 +224,8 @@ static int run(int argc, char **argv)
     uint64_t need = (p->has_dynamic ? p->dynamic.peak_reserved : p->arena_size) + t.context;
     bool fits = t.capacity ? need <= t.capacity && (!p->has_dynamic || p->dynamic.status == VR_OK) : true;
     uint64_t host_cap = o.host_capacity ? o.host_capacity : p->host_size ? vr_host_mem_available() : 0;
-    bool host_fits = !host_cap || p->host_size <= host_cap;
+    uint64_t host_need = p->host_size; /* with ranks: all of theirs (ranks_report) */
+    bool host_fits = !host_cap || host_need <= host_cap;
     char a[32], b[32], c[32];
     if (o.json) {
         char *js = vr_plan_json(p, o.timeline);
@@ -224,15 +243,17 @@ static int run(int argc, char **argv)
         cJSON_AddNumberToObject(d, "capacity", (double)t.capacity);
         cJSON_AddNumberToObject(d, "need", (double)need);
         cJSON_AddBoolToObject(d, "fits", fits);
-        cJSON *h = cJSON_GetObjectItem(root, "host");
-        cJSON_AddNumberToObject(h, "capacity", (double)host_cap);
-        cJSON_AddBoolToObject(h, "fits", host_fits);
-        if (s.world >= 1 && (rc = ranks_report(&m, &s, &pc, t.context, p, root))) {
+        if (s.world >= 1 && (rc = ranks_report(&m, &s, &pc, t.context, p, root, &host_need))) {
             cJSON_Delete(root);
             vr_plan_free(p);
             vr_graph_free(g);
             return rc;
         }
+        host_fits = !host_cap || host_need <= host_cap;
+        cJSON *h = cJSON_GetObjectItem(root, "host");
+        cJSON_AddNumberToObject(h, "capacity", (double)host_cap);
+        cJSON_AddNumberToObject(h, "need", (double)host_need);
+        cJSON_AddBoolToObject(h, "fits", host_fits);
         char *out = cJSON_Print(root);
         printf("%s\n", out);
         free(out);
@@ -257,21 +278,22 @@ static int run(int argc, char **argv)
                    vr_format_size(fits ? t.capacity - need : need - t.capacity, b, sizeof b));
         else
             printf("capacity  none given (--capacity SIZE to check a fit)\n");
-        if (s.world >= 1 && (rc = ranks_report(&m, &s, &pc, t.context, p, NULL))) {
+        if (s.world >= 1 && (rc = ranks_report(&m, &s, &pc, t.context, p, NULL, &host_need))) {
             vr_plan_free(p);
             vr_graph_free(g);
             return rc;
         }
+        host_fits = !host_cap || host_need <= host_cap;
         if (host_cap)
             printf("host cap  %s%s: %s (%s %s)\n", vr_format_size(host_cap, a, sizeof a),
                    o.host_capacity ? "" : " available (MemAvailable)", host_fits ? "fits" : "DOES NOT FIT",
                    host_fits ? "headroom" : "short by",
-                   vr_format_size(host_fits ? host_cap - p->host_size : p->host_size - host_cap, b, sizeof b));
+                   vr_format_size(host_fits ? host_cap - host_need : host_need - host_cap, b, sizeof b));
     }
     rc = 0;
     if (!host_fits)
         rc = vr_cli_fail("plan", 1, "--offload optim: the plan pins %s of host memory, more than the host's %s%s",
-                         vr_format_size(p->host_size, a, sizeof a), vr_format_size(host_cap, b, sizeof b),
+                         vr_format_size(host_need, a, sizeof a), vr_format_size(host_cap, b, sizeof b),
                          o.host_capacity ? " (--host-capacity)" : " available");
     vr_plan_free(p);
     vr_graph_free(g);

@@ -8,7 +8,10 @@
  *                   the others (SIGTERM, then SIGKILL after 10 s) and exits with its status: a dead or stuck
  *                   rank never leaves the others hanging in a collective
  *   a child         rank VRAM_DIST_RANK on cuda:RANK, joins the NCCL world
- *   mpirun -np N    MPI's world, on the cpu device (every sharding rule with real processes, in CI)
+ *   mpirun -np N    MPI's world: on the cpu device MPI's collectives (every sharding rule with real processes, in
+ *                   CI); with --device cuda an NCCL world whose id rank 0 makes and MPI broadcasts, each rank on
+ *                   the GPU of its local rank on its host (the launcher's OMPI_COMM_WORLD_LOCAL_RANK,
+ *                   MPI_LOCALRANKID or SLURM_LOCALID), so the same command spans hosts (mpirun -H, srun)
  *
  * Rank 0 prints; the other ranks run quietly. */
 #define _GNU_SOURCE
@@ -110,6 +113,42 @@ static int launch(const char *cmd, int argc, char **argv, int world)
     return rc;
 }
 
+/* The rank's index among the ranks on its host, from the launcher's environment (-1: it says none). */
+static int local_rank(void)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "PMIX_LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        long long v = 0;
+        const char *e = getenv(vars[i]);
+        if (e && !vr_parse_int(e, vars[i], 0, VR_MAX_RANKS - 1, &v))
+            return (int)v;
+    }
+    return -1;
+}
+
+/* mpirun with --device cuda: MPI's world (in *boot) carries rank 0's NCCL id to every rank, which then joins the
+ * NCCL world on the GPU of its local rank. A rank 0 that cannot make an id sends an empty one: every rank then
+ * fails with a message instead of waiting. */
+static int nccl_over_mpi(const char *cmd, const char **device, vr_cli_dist *d)
+{
+    int r = vr_comm_rank(d->boot), w = vr_comm_size(d->boot), local = local_rank();
+    char id[VR_COMM_ID_HEX] = {0}, why[512] = "";
+    snprintf(d->device, sizeof d->device, "cuda:%d", local >= 0 ? local : r);
+    *device = d->device;
+    if (r == 0 && vr_comm_nccl_id(id)) {
+        snprintf(why, sizeof why, "%s", vr_last_error());
+        id[0] = 0;
+    }
+    if (vr_comm_broadcast(d->boot, id, VR_COMM_ID_HEX, VR_U8, 0, NULL))
+        return vr_cli_fail(cmd, 1, "mpirun: rank %d: %s", r, vr_last_error());
+    if (!id[0])
+        return vr_cli_fail(cmd, 1, "mpirun --device cuda: rank 0 could not make an NCCL id%s%s", why[0] ? ": " : "",
+                           why);
+    if (vr_device_open(*device, &d->dev) || vr_device_use(d->dev) || vr_comm_nccl(id, r, w, &d->comm))
+        return vr_cli_fail(cmd, 1, "mpirun: rank %d of %d on %s: %s", r, w, *device, vr_last_error());
+    return 0;
+}
+
 int vr_cli_dist_setup(const char *cmd, int argc, char **argv, vr_step_config *s, const char **device,
                       vr_cli_dist *d)
 {
@@ -119,16 +158,21 @@ int vr_cli_dist_setup(const char *cmd, int argc, char **argv, vr_step_config *s,
     if (!child && !mpi && s->world < 1)
         return -1; /* not distributed */
     if (mpi) {
-        if (*device && strncmp(*device, "cpu", 3))
-            return vr_cli_fail(cmd, 2, "--device: under mpirun the ranks run on the cpu device (MPI's collectives); "
-                               "for GPUs use --gpus N");
-        if (vr_comm_mpi(&d->comm))
+        bool gpu = *device && !strncmp(*device, "cuda", 4);
+        if (*device && !gpu && strncmp(*device, "cpu", 3))
+            return vr_cli_fail(cmd, 2, "--device: under mpirun the ranks run on cpu (MPI's collectives) or cuda "
+                               "(NCCL's)");
+        if (vr_comm_mpi(gpu ? &d->boot : &d->comm))
             return vr_cli_fail(cmd, 1, "mpirun: %s", vr_last_error());
-        if (s->world >= 1 && s->world != vr_comm_size(d->comm)) {
-            int n = vr_comm_size(d->comm);
-            vr_comm_free(d->comm);
-            d->comm = NULL;
+        int n = vr_comm_size(gpu ? d->boot : d->comm);
+        if (s->world >= 1 && s->world != n) {
+            vr_cli_dist_end(d);
             return vr_cli_fail(cmd, 2, "--gpus %d: mpirun started %d ranks", s->world, n);
+        }
+        int rc = gpu ? nccl_over_mpi(cmd, device, d) : 0;
+        if (rc) {
+            vr_cli_dist_end(d);
+            return rc;
         }
     } else if (!child) {
         if (*device && strncmp(*device, "cuda", 4))
@@ -163,6 +207,7 @@ int vr_cli_dist_setup(const char *cmd, int argc, char **argv, vr_step_config *s,
 void vr_cli_dist_end(vr_cli_dist *d)
 {
     vr_comm_free(d->comm);
+    vr_comm_free(d->boot); /* MPI's world, after NCCL's */
     if (d->dev)
         vr_device_close(d->dev);
     memset(d, 0, sizeof *d);

@@ -6,7 +6,8 @@
  * weights are broadcast from their owner. A gather (ZeRO-3) broadcasts into its output, which the backend has
  * first filled from the parameter on the owner. On the CPU the call blocks (MPI); on CUDA it is queued on the
  * stream the backend gives (NCCL). Under ZeRO 2 and 3 each rank's sumsq nodes cover its own gradients only, and
- * the squared norm is summed over the ranks before the clipping factor (vr__exec_comm_normsq). */
+ * the squared norm is summed over the ranks before the clipping factor (vr__exec_comm_normsq; offloaded, ZeRO >= 1:
+ * each rank's norm of the gradients it copied down, on the host: vr__exec_comm_normsq_host). */
 #include "exec/exec_internal.h"
 
 vr_status vr__exec_comm_check(const vr_exec *e)
@@ -44,9 +45,23 @@ vr_status vr__exec_comm_node(const vr_exec_args *a, void *stream)
     }
 }
 
-bool vr__exec_norm_sharded(const vr_exec *e) { return e->g->step.world >= 1 && e->g->step.zero >= 2; }
+bool vr__exec_norm_sharded(const vr_exec *e)
+{
+    const vr_step_config *s = &e->g->step; /* offloaded: each rank copies down (and sums) its own gradients */
+    return s->world >= 1 && (s->zero >= 2 || (s->zero >= 1 && s->offload == VR_OFFLOAD_OPTIM));
+}
 
 vr_status vr__exec_comm_normsq(vr_exec *e, float *normsq, void *stream)
 {
     return vr__exec_norm_sharded(e) ? vr_comm_allreduce(e->cfg.comm, normsq, 1, VR_F32, VR_COMM_SUM, stream) : VR_OK;
+}
+
+vr_status vr__exec_comm_normsq_host(vr_exec *e, float *normsq)
+{
+    if (!vr__exec_norm_sharded(e))
+        return VR_OK;
+    double v = *normsq;
+    vr_status st = vr_comm_sum_host(e->cfg.comm, &v, 1);
+    *normsq = (float)v;
+    return st;
 }

@@ -17,6 +17,9 @@
 vr_status vr__cuda_comms_init(vr_cuda_side *c, const vr_exec *e);
 /* Runs collective node a->node (ctx: the compute stream). */
 vr_status vr__cuda_comm_run(vr_cuda_side *c, const vr_cuda_ctx *ctx, const vr_exec_args *a);
+/* Offload with ranks: the done event of the collective over the gradient that copy node a->node sends down
+ * (placed just before it), NULL when none. */
+void *vr__cuda_comm_before_copy(const vr_cuda_side *c, const vr_exec_args *a);
 /* Before node a->node: the compute stream waits for the gathers whose copies it reads. */
 vr_status vr__cuda_comm_wait(const vr_cuda_side *c, const vr_cuda_ctx *ctx, const vr_exec_args *a);
 

@@ -60,3 +60,18 @@ vr_status vr__cuda_comm_wait(const vr_cuda_side *c, const vr_cuda_ctx *ctx, cons
     }
     return st;
 }
+
+void *vr__cuda_comm_before_copy(const vr_cuda_side *c, const vr_exec_args *a)
+{
+    const vr_graph *g = a->g;
+    int src = vr_graph_storage(g, a->node->in[0]);
+    /* the graph places a bucket's copies right after its collective: look back over copies and collectives */
+    for (int k = (int)(a->node - g->nodes) - 1; c->stream && k >= 0; k--) {
+        const vr_node *n = &g->nodes[k];
+        if (c->done[k] && vr__exec_is_grad_comm(n->op) && vr_graph_storage(g, n->in[0]) == src)
+            return c->done[k];
+        if (n->op != VR_OP_COPY && !vr__exec_is_grad_comm(n->op))
+            break;
+    }
+    return NULL;
+}

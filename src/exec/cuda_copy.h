@@ -35,8 +35,9 @@ vr_status vr__cuda_times_after(vr_cuda_copies *c, const vr_cuda_ctx *ctx, int i)
 /* Node i's span in the last step (its events complete): host-clock ns, lane 0 compute, 1 copies; false none. */
 bool vr__cuda_times_span(vr_cuda_copies *c, const vr_graph *g, int i, uint64_t *t0, uint64_t *t1, int *lane);
 void vr__cuda_copies_free(vr_cuda_copies *c);
-/* Queues copy node a (down or up) after the work on ctx's stream. */
-vr_status vr__cuda_copy_run(vr_cuda_copies *c, const vr_cuda_ctx *ctx, const vr_exec_args *a);
+/* Queues copy node a (down or up) after the work on ctx's stream (a copy down also after event `after`, when
+ * given: the collective over its gradient, on the communication stream). */
+vr_status vr__cuda_copy_run(vr_cuda_copies *c, const vr_cuda_ctx *ctx, const vr_exec_args *a, void *after);
 /* The host waits for copy node i (down) to land. */
 vr_status vr__cuda_copy_wait(vr_cuda_copies *c, int i);
 /* The host waits for every copy queued. */

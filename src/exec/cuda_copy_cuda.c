@@ -47,7 +47,7 @@ void vr__cuda_copies_free(vr_cuda_copies *c)
     *c = (vr_cuda_copies){.side.last = -1};
 }
 
-vr_status vr__cuda_copy_run(vr_cuda_copies *c, const vr_cuda_ctx *ctx, const vr_exec_args *a)
+vr_status vr__cuda_copy_run(vr_cuda_copies *c, const vr_cuda_ctx *ctx, const vr_exec_args *a, void *after)
 {
     const vr_node *n = a->node;
     int i = (int)(n - a->g->nodes);
@@ -58,6 +58,13 @@ vr_status vr__cuda_copy_run(vr_cuda_copies *c, const vr_cuda_ctx *ctx, const vr_
     void *begin = c->begin ? c->begin[i] : NULL, *end = c->end ? c->end[i] : NULL;
     if (!s->done[i]) /* up: the host wrote the source already */
         return vr_cuda_copy_up(s->stream, begin, end, a->out[0], a->in[0], bytes);
+    if (after) {
+        vr_cuda_ctx on = *ctx;
+        on.stream = s->stream;
+        vr_status st = vr_cuda_stream_join(&on, after);
+        if (st)
+            return st;
+    }
     return vr_cuda_copy_down(ctx, s->stream, s->mark, vr__cuda_side_fence(s, a->g, i), begin, s->done[i], a->out[0],
                              a->in[0], bytes);
 }

@@ -605,7 +605,7 @@ static vr_status run_kernels(const vr_exec_args *a)
         return optimizer(a, s);
     }
     case VR_OP_COPY:
-        return vr__cuda_copy_run(&s->copies, c, a);
+        return vr__cuda_copy_run(&s->copies, c, a, vr__cuda_comm_before_copy(&s->comms, a));
     case VR_OP_ALLREDUCE:
     case VR_OP_REDUCE:
     case VR_OP_BROADCAST:

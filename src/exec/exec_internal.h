@@ -102,7 +102,7 @@ void vr__host_worker_cancel(vr_exec *e);
 
 /* Data parallel (comm_node.c): the communicator fits the step (none needed without ranks); whether op is a
  * collective; runs collective node a (on stream: NCCL's, NULL on the CPU); under ZeRO 2 (norm_sharded)
- * sums the squared norm over the ranks, in place (otherwise nothing). */
+ * sums the squared norm over the ranks, in place (otherwise nothing); also offloaded under ZeRO >= 1. */
 vr_status vr__exec_comm_check(const vr_exec *e);
 /* The index of an update node's first element in the stream of stochastic rounding of its optimizer state:
  * the parameter's element in the model's flat weights (param_offset), so that a rank holding a share of the
@@ -115,6 +115,8 @@ bool vr__exec_is_grad_comm(vr_op op);
 vr_status vr__exec_comm_node(const vr_exec_args *a, void *stream);
 bool vr__exec_norm_sharded(const vr_exec *e);
 vr_status vr__exec_comm_normsq(vr_exec *e, float *normsq, void *stream);
+/* The same for a norm in host memory, whatever the engine (the host's phase of an offloaded step). */
+vr_status vr__exec_comm_normsq_host(vr_exec *e, float *normsq);
 
 /* The CPU backend (cpu_node.c). */
 const vr_exec_backend *vr__exec_backend_cpu(void);

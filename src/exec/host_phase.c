@@ -71,7 +71,8 @@ vr_status vr__exec_run_node(vr_exec *e, int i, int micro, const vr_optim_hparams
         }
     }
     if (i == e->last_sumsq && (nd->host || !e->be->clip_result)) {
-        st = vr__exec_comm_normsq(e, vr_exec_tensor_ptr(e, nd->out[0]), NULL); /* host memory: the CPU backend */
+        float *sq = vr_exec_tensor_ptr(e, nd->out[0]); /* host memory: the CPU backend, or an offloaded norm */
+        st = nd->host ? vr__exec_comm_normsq_host(e, sq) : vr__exec_comm_normsq(e, sq, NULL);
         if (!st)
             st = clip_factor(e, nd->out[0], ps);
     }
@@ -117,13 +118,21 @@ static void *worker_main(void *arg)
     vr_exec *e = w->e;
     const vr_graph *g = e->g;
     vr_status st = vr_device_use(e->dev);
+    bool synced = false;
     for (int i = e->opt_start; i < g->n_nodes && !st; i++) {
         const vr_node *nd = &g->nodes[i];
         int copy = nd->host ? g->tensors[nd->in[0]].producer : -1;
-        if (copy >= 0 && !wait_issued(w, copy)) {
+        /* a device node here (under ZeRO 1 and 2 the broadcasts of the new weights): after every node of the
+         * main thread (the communicator's calls keep one order on every rank) and every copy up */
+        int wait = nd->host || nd->op == VR_OP_COPY ? copy : e->opt_start - 1;
+        if (wait >= 0 && !wait_issued(w, wait)) {
             st = vr_error(VR_ERR_INVALID, "exec: the step stopped before node %d (%s)", i, nd->name);
             break;
         }
+        if (!nd->host && nd->op != VR_OP_COPY && !synced && e->be->copies_done &&
+            (st = e->be->copies_done(e)))
+            break;
+        synced |= !nd->host && nd->op != VR_OP_COPY;
         e->host_t0[i] = vr_now_ns();
         st = vr__exec_run_node(e, i, w->micro, w->h, w->ps);
         e->host_t1[i] = vr_now_ns();

@@ -39,9 +39,6 @@ vr_status vr_step_config_check(const vr_step_config *s)
     if (s->zero && s->world < 1)
         return vr_error(VR_ERR_INVALID, "vr_step_config.zero: stage %d needs data parallel ranks "
                         "(vr_step_config.world N, or mpirun)", s->zero);
-    if (s->world > 0 && s->offload)
-        return vr_error(VR_ERR_INVALID,
-                        "vr_step_config.offload: not yet with several ranks (vr_step_config.world, or mpirun)");
     return VR_OK;
 }
 

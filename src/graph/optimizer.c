@@ -29,7 +29,12 @@
  * flat buffers cover the rank's own parameters) and runs its update, after which a broadcast from the owner
  * brings every rank the new weights (ZeRO 1 and 2; ZeRO 3 gathers them where they are used: zero3.c). Under
  * ZeRO >= 2 the sumsq nodes cover the rank's own gradients and the
- * executor sums the squared norm over the ranks before the clipping factor. */
+ * executor sums the squared norm over the ranks before the clipping factor.
+ *
+ * Both (offload with ranks): each gradient's collective, then the copy down of the gradients this rank updates
+ * (all of them under ZeRO 0; its own under ZeRO >= 1, whose norm is then summed over the ranks too); the host
+ * updates them and copies the new weights up; under ZeRO 1 and 2 the owners then broadcast them. Each rank's
+ * host holds the master and state of its own share (ZeRO-Offload's layout). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,49 +327,6 @@ static int copy_node(vr_graph *g, const char *what, const char *pname, vr_phase 
     return id;
 }
 
-/* Offload: the copies down after the backward's last touch of each parameter; on the host the norm (its sumsq
- * nodes in buffer order, as on the device: the same sum, bit for bit) and the updates in arrival order, each
- * followed by its copy up (see the file comment). */
-static void offload_nodes(vr_graph *g, const vr_step_config *s, const int *order, int no)
-{
-    int (*key)[2] = calloc((size_t)no + 1, sizeof *key);
-    int *after = calloc((size_t)no + 1, sizeof(int)), *hv = calloc((size_t)no + 1, sizeof(int));
-    if (!key || !after || !hv) {
-        vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
-        goto out;
-    }
-    arrival(g, order, no, key);
-    for (int i = 0; i < no && !g->err; i++) {
-        vr_tensor pt = g->tensors[order[i]];
-        char name[VR_NAME_MAX];
-        snprintf(name, sizeof name, "host_grads.%.48s", pt.name);
-        hv[i] = vr_graph_view(g, g->host_grads, name, pt.ndim, pt.shape, g->tensors[pt.master].view_offset);
-    }
-    int first = g->n_nodes, fence = -1;
-    for (int k = 0; k < no && !g->err; k++) {
-        vr_tensor pt = g->tensors[order[key[k][1]]];
-        after[k] = key[k][0];
-        int id = copy_node(g, "down", pt.name, VR_PHASE_BACKWARD, pt.grad, fence, hv[key[k][1]]);
-        if (id >= 0)
-            g->nodes[id].layer = g->nodes[key[k][0]].layer;
-        fence = pt.grad;
-    }
-    if (!g->err)
-        vr_graph_place_after(g, first, after);
-    int normsq = norm_nodes(g, s, order, hv, no, true);
-    for (int k = 0; k < no && !g->err; k++) {
-        int i = key[k][1];
-        int id = update_node(g, s, order[i], hv[i], normsq, hv[i]);
-        if (id >= 0)
-            g->nodes[id].host = true;
-        copy_node(g, "up", g->tensors[order[i]].name, VR_PHASE_OPTIMIZER, hv[i], -1, order[i]);
-    }
-out:
-    free(key);
-    free(after);
-    free(hv);
-}
-
 /* Whether gradient x may join a bucket: a tensor of its own storage (not a view), on the device. */
 static bool bucketable(const vr_tensor *x) { return x->view_of < 0 && !x->host && !x->persistent; }
 
@@ -391,66 +353,101 @@ static int make_bucket(vr_graph *g, const int *grads, int (*key)[2], int a, int 
     return bt;
 }
 
-/* Data parallel: the collectives over the gradients as they arrive, the norm and the updates of this rank's
- * parameters, and under ZeRO 1 and 2 the owners' broadcasts of the new weights (see the file comment).
- * Consecutive gradients in arrival order share one collective (a bucket: about VR_DIST_BUCKET_BYTES, one
- * dtype, under ZeRO >= 2 one owner), made views of one flat tensor, placed after the last one's arrival:
- * fewer, larger NCCL calls, as DDP's buckets. */
-static void dist_nodes(vr_graph *g, const vr_step_config *s, const int *order, const int *grads, int no)
+/* Offload and data parallel: in the gradients' arrival order, data parallel's collectives and offload's copies
+ * down, each placed right after the arrival (a gradient's copy after its collective); then the norm and the
+ * updates of this rank's parameters (on the host when offloading, in arrival order, each followed by its copy
+ * up; on the device in buffer order), and under ZeRO 1 and 2 the owners' broadcasts of the new weights (see the
+ * file comment). Consecutive gradients in arrival order share one collective (a bucket: about
+ * VR_DIST_BUCKET_BYTES, one dtype, under ZeRO >= 2 one owner), made views of one flat tensor, placed after the
+ * last one's arrival: fewer, larger NCCL calls, as DDP's buckets. */
+static void step_nodes(vr_graph *g, const vr_step_config *s, const int *order, const int *grads, int no)
 {
+    bool host = s->offload == VR_OFFLOAD_OPTIM, dist = s->world >= 1;
     int (*key)[2] = calloc((size_t)no + 1, sizeof *key);
-    int *after = calloc((size_t)no + 1, sizeof(int)), *own = calloc((size_t)no + 1, sizeof(int));
-    int *owng = calloc((size_t)no + 1, sizeof(int));
-    if (!key || !after || !own || !owng) {
+    int *after = calloc(2 * (size_t)no + 1, sizeof(int)), *own = calloc((size_t)no + 1, sizeof(int));
+    int *owng = calloc((size_t)no + 1, sizeof(int)), *hv = calloc((size_t)no + 1, sizeof(int));
+    if (!key || !after || !own || !owng || !hv) {
         vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
         goto out;
     }
     arrival(g, order, no, key);
-    int first = g->n_nodes, fence = -1, nc = 0;
-    for (int a = 0, b; a < no && !g->err; a = b) {
-        const vr_tensor *pa = &g->tensors[order[key[a][1]]], *ga = &g->tensors[grads[key[a][1]]];
-        int64_t bytes = (int64_t)vr_tensor_bytes(ga);
-        for (b = a + 1; b < no && bucketable(ga); b++) {
-            const vr_tensor *pb = &g->tensors[order[key[b][1]]], *gb = &g->tensors[grads[key[b][1]]];
-            if (!bucketable(gb) || gb->dtype != ga->dtype || (s->zero >= 2 && pb->owner != pa->owner) ||
-                bytes + (int64_t)vr_tensor_bytes(gb) > VR_DIST_BUCKET_BYTES)
-                break;
-            bytes += (int64_t)vr_tensor_bytes(gb);
+    for (int i = 0; i < no && !g->err; i++) {
+        vr_tensor pt = g->tensors[order[i]];
+        hv[i] = -1;
+        if (host && updates_here(&pt, s)) {
+            char name[VR_NAME_MAX];
+            snprintf(name, sizeof name, "host_grads.%.48s", pt.name);
+            hv[i] = vr_graph_view(g, g->host_grads, name, pt.ndim, pt.shape, g->tensors[pt.master].view_offset);
         }
-        int buf = b - a > 1 ? make_bucket(g, grads, key, a, b, nc) : grads[key[a][1]];
-        char name[VR_NAME_MAX];
-        if (b - a > 1)
-            snprintf(name, sizeof name, "%s.grad_bucket.%d", s->zero >= 2 ? "reduce" : "allreduce", nc);
-        else
-            snprintf(name, sizeof name, "%s.%.48s", s->zero >= 2 ? "reduce" : "allreduce", pa->name);
-        int root = pa->owner > 0 ? pa->owner : 0;
-        int id = vr_graph_node(g, s->zero >= 2 ? VR_OP_REDUCE : VR_OP_ALLREDUCE, VR_PHASE_BACKWARD, name);
-        if (buf < 0 || id < 0)
-            break;
-        g->nodes[id].in[0] = buf;
-        g->nodes[id].in[1] = fence;
-        g->nodes[id].root = root;
-        g->nodes[id].layer = g->nodes[key[b - 1][0]].layer;
-        after[nc++] = key[b - 1][0];
-        fence = buf;
+    }
+    int first = g->n_nodes, fence = -1, cfence = -1, nc = 0, na = 0;
+    for (int a = 0, b = 1; a < no && !g->err; a = b) {
+        if (dist) {
+            const vr_tensor *pa = &g->tensors[order[key[a][1]]], *ga = &g->tensors[grads[key[a][1]]];
+            int64_t bytes = (int64_t)vr_tensor_bytes(ga);
+            for (b = a + 1; b < no && bucketable(ga); b++) {
+                const vr_tensor *pb = &g->tensors[order[key[b][1]]], *gb = &g->tensors[grads[key[b][1]]];
+                if (!bucketable(gb) || gb->dtype != ga->dtype || (s->zero >= 2 && pb->owner != pa->owner) ||
+                    bytes + (int64_t)vr_tensor_bytes(gb) > VR_DIST_BUCKET_BYTES)
+                    break;
+                bytes += (int64_t)vr_tensor_bytes(gb);
+            }
+            int buf = b - a > 1 ? make_bucket(g, grads, key, a, b, nc) : grads[key[a][1]];
+            char name[VR_NAME_MAX];
+            if (b - a > 1)
+                snprintf(name, sizeof name, "%s.grad_bucket.%d", s->zero >= 2 ? "reduce" : "allreduce", nc);
+            else
+                snprintf(name, sizeof name, "%s.%.48s", s->zero >= 2 ? "reduce" : "allreduce", pa->name);
+            int root = pa->owner > 0 ? pa->owner : 0;
+            int id = vr_graph_node(g, s->zero >= 2 ? VR_OP_REDUCE : VR_OP_ALLREDUCE, VR_PHASE_BACKWARD, name);
+            if (buf < 0 || id < 0)
+                break;
+            g->nodes[id].in[0] = buf;
+            g->nodes[id].in[1] = fence;
+            g->nodes[id].root = root;
+            g->nodes[id].layer = g->nodes[key[b - 1][0]].layer;
+            after[na++] = key[b - 1][0];
+            fence = buf;
+            nc++;
+        } else {
+            b = a + 1;
+        }
+        for (int k = a; k < b && host && !g->err; k++) { /* the copies down of this rank's gradients */
+            int i = key[k][1];
+            if (hv[i] < 0)
+                continue;
+            int id = copy_node(g, "down", g->tensors[order[i]].name, VR_PHASE_BACKWARD, grads[i], cfence, hv[i]);
+            if (id >= 0)
+                g->nodes[id].layer = g->nodes[key[b - 1][0]].layer;
+            after[na++] = key[b - 1][0];
+            cfence = grads[i];
+        }
     }
     if (!g->err)
         vr_graph_place_after(g, first, after);
     int nown = 0;
     for (int i = 0; i < no; i++)
-        if (s->zero < 2 || updates_here(&g->tensors[order[i]], s)) {
+        if (host ? hv[i] >= 0 : s->zero < 2 || updates_here(&g->tensors[order[i]], s)) {
             own[nown] = order[i];
-            owng[nown++] = grads[i];
+            owng[nown++] = host ? hv[i] : grads[i];
         }
-    if (!g->err && s->zero >= 2 && !nown && (s->grad_clip > 0 || s->precision == VR_PREC_FP16)) {
+    if (!g->err && (s->zero >= 2 || (host && s->zero >= 1)) && !nown && (s->grad_clip > 0 || s->precision == VR_PREC_FP16)) {
         vr_graph_fail(g, VR_ERR_INVALID, "vr_step_config.zero %d: rank %d of %d owns no parameter, so it has no part "
-                      "of the global norm to give; use fewer ranks or ZeRO 1", s->zero, s->rank, s->world);
+                      "of the global norm to give; use fewer ranks%s", s->zero, s->rank, s->world,
+                      host ? "" : " or ZeRO 1");
         goto out;
     }
-    int normsq = norm_nodes(g, s, own, owng, nown, false);
-    for (int i = 0; i < no && !g->err; i++)
-        if (updates_here(&g->tensors[order[i]], s))
-            update_node(g, s, order[i], grads[i], normsq, order[i]);
+    int normsq = norm_nodes(g, s, own, owng, nown, host);
+    for (int k = 0; k < no && !g->err; k++) {
+        int i = host ? key[k][1] : k;
+        if (!updates_here(&g->tensors[order[i]], s))
+            continue;
+        int id = update_node(g, s, order[i], host ? hv[i] : grads[i], normsq, host ? hv[i] : order[i]);
+        if (host && id >= 0) {
+            g->nodes[id].host = true;
+            copy_node(g, "up", g->tensors[order[i]].name, VR_PHASE_OPTIMIZER, hv[i], -1, order[i]);
+        }
+    }
     for (int i = 0; i < no && (s->zero == 1 || s->zero == 2) && !g->err; i++) { /* ZeRO-3 gathers at use */
         const vr_tensor *pt = &g->tensors[order[i]];
         char name[VR_NAME_MAX];
@@ -466,6 +463,7 @@ out:
     free(after);
     free(own);
     free(owng);
+    free(hv);
 }
 
 /* Clipping (sumsq) and one update node per parameter with a gradient, in buffer order. */
@@ -485,14 +483,8 @@ void vr_optimizer_nodes(vr_graph *g, const vr_step_config *s, int n0)
             grads[no] = g->tensors[order[i]].grad;
             order[no++] = order[i];
         }
-    if (s->offload == VR_OFFLOAD_OPTIM && s->optim != VR_OPTIM_NONE) {
-        offload_nodes(g, s, order, no);
-        free(order);
-        free(grads);
-        return;
-    }
-    if (s->world >= 1 && s->optim != VR_OPTIM_NONE) {
-        dist_nodes(g, s, order, grads, no);
+    if ((s->offload == VR_OFFLOAD_OPTIM || s->world >= 1) && s->optim != VR_OPTIM_NONE) {
+        step_nodes(g, s, order, grads, no);
         free(order);
         free(grads);
         return;

@@ -183,7 +183,7 @@ vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const
         opt->masters = 1u;
     if (!opt->offloads)
         opt->offloads = 3u;
-    if (!s->train || s->optim == VR_OPTIM_NONE || s->world > 0) /* offload does not run with ranks yet */
+    if (!s->train || s->optim == VR_OPTIM_NONE)
         opt->offloads = 1u;
     if (!opt->zeros)
         opt->zeros = s->world > 1 && s->train && s->optim != VR_OPTIM_NONE ? 15u : 1u << (s->world > 0 ? s->zero : 0);

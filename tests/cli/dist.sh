@@ -56,6 +56,30 @@ for extra in "--optim-state 8bit" "--optim-state bf16" "--freeze wpe" "--recompu
   done
 done
 
+# offload with ranks: each rank's share of master and state on its host (the gradients collected, copied down,
+# updated there, copied up; under ZeRO 1 and 2 broadcast): every stage, and 3 ranks, against one process
+"$vram" train ${common/--batch 2/--batch 4} --steps 4 --save "$tmp/oo.bin" --quiet
+for z in 0 1 2 3; do
+  run 2 $common --offload optim --steps 4 --zero $z --save "$tmp/do.bin" --quiet 2>"$tmp/err" ||
+    { cat "$tmp/err"; fail "mpirun -np 2 --zero $z --offload optim failed"; }
+  close "$tmp/oo.bin" "$tmp/do.bin" "np 2 zero $z --offload optim vs one process" || fail "np 2 zero $z offload: weights differ"
+done
+"$vram" train ${common/--batch 2/--batch 6} --steps 4 --save "$tmp/o3.bin" --quiet
+run 3 $common --offload optim --steps 4 --zero 2 --save "$tmp/d3o.bin" --quiet 2>"$tmp/err" ||
+  { cat "$tmp/err"; fail "mpirun -np 3 --zero 2 --offload optim failed"; }
+close "$tmp/o3.bin" "$tmp/d3o.bin" "np 3 zero 2 --offload optim vs one process" || fail "np 3 zero 2 offload: weights differ"
+# the plan: each rank's pinned host bytes, their sum over the ranks checked against the host
+"$vram" plan --preset tiny --batch 2 --seq 32 --gpus 3 --zero 2 --offload optim --json >"$tmp/po.json"
+$py - "$tmp/po.json" <<'PY' || fail "plan --gpus 3 --offload optim: host bytes per rank"
+import json, sys
+d = json.load(open(sys.argv[1]))
+hosts = [r["host"] for r in d["ranks"]]
+assert len(hosts) == 3 and all(h > 0 for h in hosts), hosts
+assert d["host"]["need"] == sum(hosts), (d["host"]["need"], hosts)
+assert d["host"]["bytes"] == hosts[0] and max(hosts) < 0.5 * sum(hosts), "the state is not sharded: %s" % hosts
+print("plan --gpus 3 --offload optim: host bytes per rank", hosts)
+PY
+
 # resume: the ranks' states (one file each) continue to the straight run's weights
 run 2 $common --steps 3 --zero 1 --save-state "$tmp/s3" --quiet
 [ -f "$tmp/s3.rank0" ] && [ -f "$tmp/s3.rank1" ] || fail "no state file per rank"
@@ -119,5 +143,12 @@ grep -q "^vram train: ranks: the 2 ranks were started with different settings" <
 expect 2 "^vram train: --zero: stage 1 needs data parallel ranks" train --preset tiny --zero 1 --steps 1
 expect 2 "^vram plan: --zero: 4 is out of range \[0, 3\]" plan --preset tiny --gpus 2 --zero 4
 expect 2 "^vram train: --gpus: ranks on GPUs need --device cuda" train --preset tiny --gpus 2 --device cpu
-expect 2 "^vram train: --offload: not yet with several ranks" train --preset tiny --gpus 2 --offload optim
+# mpirun with --device cuda: NCCL's id over MPI, each rank on its local GPU; without a GPU every rank says why
+if ! command -v nvidia-smi >/dev/null; then
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" mpirun -np 2 "$vram" train --device cuda --preset tiny \
+    --steps 1 >"$tmp/out" 2>"$tmp/err" && fail "mpirun --device cuda without a GPU exited 0"
+  grep -Eq "^vram train: mpirun( --device cuda)?: rank [01]( of 2 on cuda:[01])?: " "$tmp/err" ||
+    { cat "$tmp/err"; fail "mpirun --device cuda without a GPU: no line naming the rank"; }
+  echo "mpirun --device cuda without a GPU: $(grep -m1 '^vram train' "$tmp/err")"
+fi
 echo "dist: ok"
