@@ -125,7 +125,10 @@ static vr_alloc *get_or_create(int device)
             vt_fail("vram_torch: cannot create the %s allocator on %s: %s", g_policy, spec, vr_last_error());
             a = NULL;
         } else {
+            vr_device_mem mem = {0};
+            vr_device_mem_info(dev, &mem);
             s->dev = dev;
+            s->total = mem.total;
             s->is_cuda = vr_device_kind_of(dev) == VR_DEVICE_CUDA;
             g_created++;
             atomic_store_explicit(&s->alloc, a, memory_order_release);
@@ -154,6 +157,17 @@ void *vram_torch_try_malloc(ssize_t size, int device, void *stream)
                 "support CUDA graphs (PyTorch keeps a graph's memory in a private pool that a pluggable allocator "
                 "cannot provide); capture graphs with PyTorch's own allocator (run without vram_torch)",
                 (long long)size, device);
+        goto out;
+    }
+    if (vt_slots[device].total && (uint64_t)size > vt_slots[device].total) {
+        /* at once: stitch would otherwise create granules until the device refuses */
+        char ask[32], tot[32];
+        vt_fail("CUDA out of memory. vram_torch (policy %s) on GPU %d: tried to allocate %s, more than the "
+                "device's total memory (%s)", vr_alloc_policy(a), device,
+                vr_format_size((uint64_t)size, ask, sizeof ask), vr_format_size(vt_slots[device].total, tot, sizeof tot));
+        pthread_mutex_lock(&vt_lock);
+        snprintf(g_oom, sizeof g_oom, "%s", tl_err);
+        pthread_mutex_unlock(&vt_lock);
         goto out;
     }
     vr_status st = vr_alloc_malloc(a, (size_t)size, (vr_stream)(uintptr_t)stream, &p);

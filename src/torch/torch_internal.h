@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "torch/guard.h"
 #include "torch/vram_torch.h"
@@ -14,6 +15,7 @@ typedef struct vt_slot {
     _Atomic(vr_alloc *) alloc;   /* set once, under vt_lock; never replaced */
     vr_device *dev;
     bool is_cuda;
+    uint64_t total;              /* the device's memory, bytes */
     double fraction;             /* set by the memory fraction hook (fraction_set) */
     bool fraction_set;
 } vt_slot;

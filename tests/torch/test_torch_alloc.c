@@ -166,6 +166,9 @@ static void out_of_memory_and_fraction(void **state)
     assert_non_null(strstr(e, "tried to allocate 60.00 MiB"));
     assert_string_equal(vram_torch_last_oom(), e);
     assert_int_equal(stat_of(2, "num_ooms", 0, NULL), 1);
+    assert_null(vram_torch_try_malloc((ssize_t)2 << 30, 2, S1)); /* more than the device: at once */
+    assert_non_null(strstr(vram_torch_last_error(), "more than the device's total memory (1.00 GiB)"));
+    assert_string_equal(vram_torch_last_oom(), vram_torch_last_error());
     vram_torch_memory_fraction(0.5, 2);                         /* after: the cap moves */
     void *q = xmalloc(60 * MiB, 2, S1);
     xfree(q, 2);

@@ -262,7 +262,7 @@ class Library(unittest.TestCase):
             flat = _stats.flat(json.loads(_lib.take_string(L, L.vram_torch_stats_json(0))))
             print(flat["allocated_bytes.all.current"] == 1024 + (3 << 20) + (5 << 20), flat["allocation.all.current"])
             L.vram_torch_free(ps[0], 1000, 0, s)
-            assert not L.vram_torch_try_malloc(2 << 30, 0, s)
+            assert not L.vram_torch_try_malloc(1020 << 20, 0, s)
             print(_lib.last_error(L).startswith("CUDA out of memory. vram_torch (policy stitch) on GPU 0:"),
                   L.vram_torch_last_oom().decode() == _lib.last_error(L))
             per = {d: json.loads(_lib.take_string(L, L.vram_torch_snapshot_json(d))) for d in (0, 1)}
