@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""The markdown table of bench/torch_alloc/run.sh from OUT/<workload>-<mode>.json and .smi files.
+
+    python3 bench/torch_alloc/table.py OUT [BASE_MIB]
+
+Per workload, one row per mode: losses against native (bitwise, else the largest difference), peak
+reserved and allocated (PyTorch's statistics for native/expandable, vram_torch.memory_stats for vram),
+reserved/allocated, nvidia-smi's peak above the idle baseline (50-ms samples), median step time and its
+ratio to native. Writes OUT/summary.json too."""
+import json
+import os
+import sys
+
+WORKLOADS = ("gpt2", "bert", "resnet50")
+MODES = ("native", "expandable", "vram_stitch", "vram_pytorch")
+GiB = float(1 << 30)
+
+
+def load(out, w, m):
+    try:
+        with open(os.path.join(out, f"{w}-{m}.json")) as f:
+            lines = [l for l in f if l.startswith("{")]
+        return json.loads(lines[-1]) if lines else {"error": "no result (see the .log)"}
+    except OSError:
+        return {"error": "not run"}
+
+
+def smi_peak(out, w, m, base):
+    try:
+        vals = [int(x) for x in open(os.path.join(out, f"{w}-{m}.smi")).read().split() if x.strip().isdigit()]
+        return (max(vals) - base) / 1024 if vals else None
+    except OSError:
+        return None
+
+
+def main():
+    out = sys.argv[1]
+    base = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    summary = {}
+    lines = []
+    for w in WORKLOADS:
+        rs = {m: load(out, w, m) for m in MODES}
+        if "skipped" in rs["native"]:
+            lines += [f"\n**{w}**: skipped ({rs['native']['skipped']})"]
+            continue
+        nat = rs["native"]
+        lines += [f"\n**{w}**" + (f" ({nat.get('steps')} steps, {nat.get('device', '')}, torch {nat.get('torch', '')})"
+                                  if "losses" in nat else ""),
+                  "", "| mode | losses vs native | peak reserved GiB | peak allocated GiB | reserved/allocated "
+                  "| nvidia-smi peak GiB | step ms (median) | vs native |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for m in MODES:
+            r = rs[m]
+            if "losses" not in r:
+                lines.append(f"| {m} | {r.get('error') or r.get('skipped')} | | | | | | |")
+                continue
+            if m == "native":
+                lv = "(reference) last %.4f" % r["losses"][-1]
+            elif "losses" in nat:
+                d = max(abs(a - b) for a, b in zip(r["losses"], nat["losses"]))
+                lv = "bitwise equal" if r["losses"] == nat["losses"] else f"max diff {d:.2e}"
+            else:
+                lv = "no native run"
+            smi = smi_peak(out, w, m, base)
+            ratio = r["peak_reserved"] / r["peak_allocated"] if r["peak_allocated"] else float("nan")
+            vs = (f"{100 * (r['step_ms_median'] / nat['step_ms_median'] - 1):+.1f}%" if "losses" in nat else "")
+            lines.append(f"| {m} | {lv} | {r['peak_reserved'] / GiB:.2f} | {r['peak_allocated'] / GiB:.2f} | "
+                         f"{ratio:.3f} | {'' if smi is None else f'{smi:.2f}'} | {r['step_ms_median']:.1f} | {vs} |")
+            summary[f"{w}-{m}"] = dict(r, smi_peak_gib=smi)
+    print("\n".join(lines))
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""One PyTorch training run under one allocator, for bench/torch_alloc/run.sh.
+
+    python3 bench/torch_alloc/workload.py WORKLOAD MODE [--steps N]
+
+WORKLOAD: gpt2 (bench/gpu/torch_gpt2.py's nanoGPT-style GPT-2 124M, B=8 T=1024, bf16 autocast, fused
+AdamW, clip 1.0), bert (transformers BertForMaskedLM, bert-base from a BertConfig, no download; batch 32,
+sequence lengths drawn per step from 64..512, 15% masked, AdamW), resnet50 (torchvision, AMP fp16 with
+GradScaler, batch 64 at 224x224, SGD momentum; exit 3 when torchvision is missing).
+MODE: native (PyTorch's allocator), expandable (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, set by
+run.sh before python starts), vram_stitch / vram_pytorch (vram_torch.enable(policy) before CUDA starts).
+Every mode: the same seeds and inputs, torch.use_deterministic_algorithms(True, warn_only=True).
+Prints one JSON line: losses per step, median step ms (steps after the first 2), peak reserved and
+allocated (torch's own statistics for native/expandable; vram_torch.memory_stats for vram)."""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "gpu"))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("workload", choices=["gpt2", "bert", "resnet50"])
+    ap.add_argument("mode", choices=["native", "expandable", "vram_stitch", "vram_pytorch"])
+    ap.add_argument("--steps", type=int, default=int(os.environ.get("STEPS", "12")))
+    a = ap.parse_args()
+
+    import torch
+    vt = None
+    if a.mode.startswith("vram_"):
+        import vram_torch as vt
+        vt.enable(policy=a.mode[len("vram_"):])
+    if a.workload == "resnet50":
+        try:
+            import torchvision  # noqa: F401
+        except ImportError:
+            print(json.dumps({"workload": a.workload, "mode": a.mode, "skipped": "torchvision not importable"}))
+            return 3
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
+    torch.manual_seed(1234)
+    step = {"gpt2": gpt2, "bert": bert, "resnet50": resnet50}[a.workload](torch)
+    losses, times = [], []
+    for i in range(a.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        losses.append(step(i))
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1000)
+    if vt:
+        st = vt.memory_stats()
+        peak_res, peak_alloc = st["reserved_bytes.all.peak"], st["allocated_bytes.all.peak"]
+    else:
+        peak_res, peak_alloc = torch.cuda.max_memory_reserved(), torch.cuda.max_memory_allocated()
+    out = {"workload": a.workload, "mode": a.mode, "steps": a.steps, "losses": losses,
+           "step_ms_median": statistics.median(times[2:] if len(times) > 4 else times), "step_ms": times,
+           "peak_reserved": peak_res, "peak_allocated": peak_alloc, "torch": torch.__version__,
+           "device": torch.cuda.get_device_name(0)}
+    print(json.dumps(out))
+    return 0
+
+
+def gpt2(torch):
+    import torch_gpt2 as g
+    model = g.GPT().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
+    gen = torch.Generator().manual_seed(7)
+    B, T = 8, 1024
+
+    def step(i):
+        x = torch.randint(0, g.V, (B, T + 1), generator=gen).cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x[:, :-1], x[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+    return step
+
+
+def bert(torch):
+    from transformers import BertConfig, BertForMaskedLM
+    cfg = BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                     intermediate_size=3072, max_position_embeddings=512, attn_implementation="eager",
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = BertForMaskedLM(cfg).cuda().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    gen = torch.Generator().manual_seed(11)
+    B = 32
+
+    def step(i):
+        T = int(torch.randint(64, 513, (1,), generator=gen))
+        ids = torch.randint(1000, cfg.vocab_size, (B, T), generator=gen)
+        mask = torch.rand(B, T, generator=gen) < 0.15
+        labels = torch.where(mask, ids, torch.full_like(ids, -100))
+        ids = torch.where(mask, torch.full_like(ids, 103), ids)     # [MASK]
+        out = model(input_ids=ids.cuda(), attention_mask=torch.ones(B, T, dtype=torch.long).cuda(),
+                    labels=labels.cuda())
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return out.loss.item()
+    return step
+
+
+def resnet50(torch):
+    import torchvision
+    model = torchvision.models.resnet50(weights=None).cuda().train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scaler = torch.amp.GradScaler("cuda")
+    gen = torch.Generator().manual_seed(13)
+    B = 64
+
+    def step(i):
+        x = torch.randn(B, 3, 224, 224, generator=gen).cuda()
+        y = torch.randint(0, 1000, (B,), generator=gen).cuda()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+    return step
+
+
+if __name__ == "__main__":
+    sys.exit(main())
