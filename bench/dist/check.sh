@@ -14,22 +14,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 n=$(nvidia-smi -L | wc -l)
 f="--device cuda --preset gpt2 --seq 1024 --precision bf16 --clip 1.0 --lr 6e-4 --lr-schedule constant --warmup 0"
 "$V" info >"$out/info.txt" 2>&1
-nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits >"$out/idle.csv"
-mon() { # mon NAME CMD...: runs CMD with nvidia-smi sampling every 50 ms; prints the peak per GPU above idle
-  local name=$1; shift
-  nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 50 >"$out/$name.smi" &
-  local pid=$!
-  timeout 300 "$@" >"$out/$name.txt" 2>&1; local rc=$?
-  kill $pid; wait $pid 2>/dev/null
-  local peaks
-  peaks=$(awk -F', ' 'NR==FNR { idle[$1] = $2; next } { d = $2 - idle[$1]; if (d > m[$1]) m[$1] = d }
-    END { for (g in m) printf "gpu%s %.2f GiB  ", g, m[g] / 1024 }' "$out/idle.csv" "$out/$name.smi")
-  local tps
-  tps=$(grep -o '[0-9]* tokens/s' "$out/$name.txt" | tail -1)
-  echo "$name: rc $rc, $tps, peak above idle: $peaks"
-  grep -E "DIFFERS|error|rror:" "$out/$name.txt" | head -3
-}
-losses() { grep -o 'step [0-9]*/[0-9]* | loss [0-9.]*' "$1" | awk '{print $NF}' | tr '\n' ' '; }
+. "$(dirname "$0")/mon.sh" # mon NAME CMD..., losses FILE
 mon plain "$V" train $f --batch 16 --steps ${CURVE_STEPS:-20}
 for z in ${ZEROS:-0 1 2 3}; do mon g1z$z "$V" train $f --batch 16 --steps 20 --gpus 1 --zero $z; done
 echo "losses plain: $(losses "$out/plain.txt")"
