@@ -13,11 +13,13 @@ f="--device cuda --preset gpt2 --seq 1024 --batch 8 --precision bf16 --clip 1.0 
 "$V" info | grep -E "^dist" || true
 . "$(dirname "$0")/mon.sh"
 for z in ${ZEROS:-1 3}; do
-  mon gpus${n}z$z "$V" train $f --steps 20 --gpus "$n" --zero $z
-  mon mpi${n}z$z mpirun -np "$n" -x NCCL_NVLS_ENABLE -x OMP_NUM_THREADS "$V" train $f --steps 20 --zero $z
-  a=$(losses "$out/gpus${n}z$z.txt"); b=$(losses "$out/mpi${n}z$z.txt")
+  mon gpus${n}z$z "$V" train $f --steps 20 --gpus "$n" --zero $z --json
+  mon mpi${n}z$z mpirun -np "$n" -x NCCL_NVLS_ENABLE -x OMP_NUM_THREADS "$V" train $f --steps 20 --zero $z --json
+  # --json: mpirun gives its ranks a terminal, where a human run would draw a progress bar
+  jl() { grep '"event":"step"' "$1" | sed 's/.*"loss":\([-0-9.e]*\).*/\1/' | tr '\n' ' '; }
+  a=$(jl "$out/gpus${n}z$z.txt"); b=$(jl "$out/mpi${n}z$z.txt")
   echo "ZeRO $z --gpus $n:      $a"
   echo "ZeRO $z mpirun -np $n: $b"
   [ -n "$a" ] && [ "$a" = "$b" ] && echo "ZeRO $z: identical losses" || echo "ZeRO $z: losses DIFFER"
-  grep -E "^(device|nccl) " "$out/mpi${n}z$z.txt" | head -3
+  grep -o '"tokens_per_s":[0-9.e+]*' "$out/mpi${n}z$z.txt" | tail -1
 done

@@ -78,7 +78,7 @@ def gpt2(torch):
     def step(i):
         x = torch.randint(0, g.V, (B, T + 1), generator=gen).cuda()
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x[:, :-1], x[:, 1:])
+            loss = model(x[:, :-1].contiguous(), x[:, 1:].contiguous())
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
