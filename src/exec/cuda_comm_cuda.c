@@ -1,5 +1,6 @@
 /* vram exec — the collectives of a data-parallel step on CUDA (see cuda_comm.h). */
 #include "exec/cuda_comm.h"
+#include "exec/cuda_dtype.h"
 
 /* A collective over a gradient (in the backward) or a gather: on the communication stream. */
 static bool on_comm_stream(const vr_node *n)
@@ -17,7 +18,10 @@ static vr_status gather_source(const vr_cuda_ctx *ctx, void *stream, const vr_ex
     const vr_tensor *o = &a->g->tensors[n->out[0]];
     if (n->op != VR_OP_GATHER)
         return VR_OK;
-    vr_cuda_dtype dt = o->dtype == VR_BF16 ? VR_CUDA_BF16 : o->dtype == VR_F16 ? VR_CUDA_F16 : VR_CUDA_F32;
+    vr_cuda_dtype dt;
+    if (!vr__cuda_dtype(o->dtype, &dt))
+        return vr_error(VR_ERR_UNSUPPORTED, "cuda: gather %s: tensor %s has dtype %s, not a float", n->name, o->name,
+                        vr_dtype_name(o->dtype));
     vr_cuda_ctx on = *ctx;
     on.stream = stream;
     size_t off = 0;

@@ -44,6 +44,7 @@
 
 #include "exec/cuda_comm.h"
 #include "exec/cuda_copy.h"
+#include "exec/cuda_dtype.h"
 #include "exec/cuda_prof.h"
 #include "kernels/cpu/kernels_cpu.h"
 
@@ -88,12 +89,8 @@ static int rows(const vr_exec_args *a, int id) { return (int)(numel(a, id) / las
 
 static vr_status dtype_of(const vr_exec_args *a, int id, vr_cuda_dtype *out)
 {
-    switch (T_(a, id)->dtype) {
-    case VR_F32: *out = VR_CUDA_F32; return VR_OK;
-    case VR_BF16: *out = VR_CUDA_BF16; return VR_OK;
-    case VR_F16: *out = VR_CUDA_F16; return VR_OK;
-    default: break;
-    }
+    if (vr__cuda_dtype(T_(a, id)->dtype, out))
+        return VR_OK;
     return vr_error(VR_ERR_UNSUPPORTED, "cuda: tensor %s has dtype %s, not a float", T_(a, id)->name,
                     vr_dtype_name(T_(a, id)->dtype));
 }
@@ -115,7 +112,8 @@ static size_t cuda_scratch_need(const vr_graph *g, const vr_node *n)
     switch (n->op) {
     case VR_OP_CLASSIFIER: { /* x (N,C), wte (Vw,C) */
         const vr_tensor *w = &g->tensors[n->in[1]];
-        vr_cuda_dtype dt = in0->dtype == VR_BF16 ? VR_CUDA_BF16 : in0->dtype == VR_F16 ? VR_CUDA_F16 : VR_CUDA_F32;
+        vr_cuda_dtype dt = VR_CUDA_F32; /* not a float: the run fails at the node, naming it */
+        (void)vr__cuda_dtype(in0->dtype, &dt);
         return vr_cuda_classifier_scratch_bytes(1, t_rows(w), dt);
     }
     case VR_OP_ATTENTION_BWD: { /* qkv (B,T,(NH+2NKV)hd) */
