@@ -35,17 +35,21 @@ static vr_status gather_source(const vr_cuda_ctx *ctx, void *stream, const vr_ex
     return st;
 }
 
-vr_status vr__cuda_comm_run(vr_cuda_side *c, const vr_cuda_ctx *ctx, const vr_exec_args *a)
+vr_status vr__cuda_comm_run(vr_cuda_side *c, const vr_cuda_ctx *ctx, const vr_exec_args *a, void *begin, void *end)
 {
     int i = (int)(a->node - a->g->nodes);
     vr_status st;
     if (!c->stream || !c->done[i])
         return (st = gather_source(ctx, ctx->stream, a)) ? st : vr__exec_comm_node(a, ctx->stream);
     st = vr_cuda_stream_fork(ctx, c->stream, c->mark, vr__cuda_side_fence(c, a->g, i));
+    if (!st && begin)
+        st = vr_cuda_stream_record(c->stream, begin);
     if (!st)
         st = gather_source(ctx, c->stream, a);
     if (!st)
         st = vr__exec_comm_node(a, c->stream);
+    if (!st && end)
+        st = vr_cuda_stream_record(c->stream, end);
     if (!st)
         st = vr_cuda_stream_record(c->stream, c->done[i]);
     if (!st && i == c->last)

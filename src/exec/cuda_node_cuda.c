@@ -46,6 +46,7 @@
 #include "exec/cuda_copy.h"
 #include "exec/cuda_dtype.h"
 #include "exec/cuda_prof.h"
+#include "exec/cuda_times.h"
 #include "kernels/cpu/kernels_cpu.h"
 
 #define VR_CLIP_BYTES 256 /* tail of the workspace: clip factor, norm (fp32) */
@@ -80,6 +81,8 @@ typedef struct cuda_state {
     vr_cuda_prof *prof;       /* cfg.profile: per-node GPU time, NULL otherwise */
     vr_cuda_copies copies;    /* offload: the copy nodes' stream and events */
     vr_cuda_side comms;       /* data parallel: the collectives' stream and events */
+    vr_cuda_times times;      /* cfg.device_times: every node's span on the GPU (the trace) */
+    bool idle;                /* the node being run queued no device work (a multi-tensor group's member) */
 } cuda_state;
 
 static const vr_tensor *T_(const vr_exec_args *a, int id) { return &a->g->tensors[id]; }
@@ -491,6 +494,7 @@ static vr_status mt_node(const vr_exec_args *a, cuda_state *s, mt_group *grp, bo
     int i = (int)(a->node - a->g->nodes);
     if (i != grp->first) {
         *handled = grp->done;
+        s->idle = grp->done; /* the first node queued the group's work */
         return VR_OK;
     }
     bool ran = false;
@@ -602,13 +606,23 @@ static vr_status run_kernels(const vr_exec_args *a)
             return st;
         return optimizer(a, s);
     }
-    case VR_OP_COPY:
-        return vr__cuda_copy_run(&s->copies, c, a);
+    case VR_OP_COPY: {
+        void *begin, *end;
+        int i = (int)(n - a->g->nodes);
+        return (st = vr__cuda_times_events(&s->times, i, a->micro, &begin, &end))
+                   ? st
+                   : vr__cuda_copy_run(&s->copies, c, a, begin, end);
+    }
     case VR_OP_ALLREDUCE:
     case VR_OP_REDUCE:
     case VR_OP_BROADCAST:
-    case VR_OP_GATHER:
-        return vr__cuda_comm_run(&s->comms, c, a);
+    case VR_OP_GATHER: {
+        void *begin, *end;
+        int i = (int)(n - a->g->nodes);
+        return (st = vr__cuda_times_events(&s->times, i, a->micro, &begin, &end))
+                   ? st
+                   : vr__cuda_comm_run(&s->comms, c, a, begin, end);
+    }
     default:
         return vr_error(VR_ERR_UNSUPPORTED, "cuda: no kernel for op %s", vr_op_name(n->op));
     }
@@ -620,15 +634,16 @@ static vr_status cuda_run_node(const vr_exec_args *a)
     int i = (int)(a->node - a->g->nodes);
     vr_status st = vr__cuda_prof_before(s->prof, &s->ctx, i);
     if (!st)
-        st = vr__cuda_times_before(&s->copies, &s->ctx, i, a->micro);
-    if (!st)
         st = vr__cuda_comm_wait(&s->comms, &s->ctx, a);
+    if (!st) /* after the waits: the span is the node's own work */
+        st = vr__cuda_times_before(&s->times, &s->ctx, i, a->micro);
+    s->idle = false;
     if (!st)
         st = run_kernels(a);
     if (!st)
         st = vr__cuda_prof_after(s->prof, &s->ctx, i);
     if (!st)
-        st = vr__cuda_times_after(&s->copies, &s->ctx, i);
+        st = vr__cuda_times_after(&s->times, &s->ctx, i, a->micro, !s->idle);
     return st;
 }
 
@@ -666,6 +681,7 @@ static bool mt_groups(const vr_exec *e, cuda_state *s)
 
 static void cuda_state_free(cuda_state *s)
 {
+    vr__cuda_times_free(&s->times);
     vr__cuda_copies_free(&s->copies);
     vr__cuda_side_free(&s->comms);
     free(s->sq.host);
@@ -737,6 +753,8 @@ static vr_status cuda_init(vr_exec *e)
         st = vr__cuda_copies_init(&s->copies, e);
     if (!st)
         st = vr__cuda_comms_init(&s->comms, e);
+    if (!st)
+        st = vr__cuda_times_init(&s->times, e, s->copies.side.stream != NULL, &s->comms);
     if (st) {
         vr_cuda_ctx_destroy(&s->ctx);
         vr_cuda_stream_destroy(s->stream);
@@ -832,10 +850,16 @@ static vr_status cuda_copies_done(vr_exec *e)
     return vr__cuda_copies_done(&s->copies);
 }
 
-static bool cuda_device_span(vr_exec *e, int node, uint64_t *t0, uint64_t *t1, int *lane)
+static bool cuda_device_times(vr_exec *e)
+{
+    const cuda_state *s = e->be_state;
+    return s && s->times.start;
+}
+
+static bool cuda_device_span(vr_exec *e, int node, int pass, uint64_t *t0, uint64_t *t1, int *lane)
 {
     cuda_state *s = e->be_state;
-    return s && vr__cuda_times_span(&s->copies, e->g, node, t0, t1, lane);
+    return s && vr__cuda_times_span(&s->times, node, pass, t0, t1, lane);
 }
 
 const vr_exec_backend *vr__exec_backend_cuda(void)
@@ -852,6 +876,7 @@ const vr_exec_backend *vr__exec_backend_cuda(void)
                                          .replay = cuda_replay,
                                          .host_wait = cuda_host_wait,
                                          .copies_done = cuda_copies_done,
+                                         .device_times = cuda_device_times,
                                          .device_span = cuda_device_span,
                                          .cheap_mem_info = false};
     return &cuda;
