@@ -21,7 +21,9 @@ Rules:
     segment_free, segment_map, segment_unmap, oom, snapshot); an older snapshot's "free" becomes
     free_completed, and when a trace has no free_completed at all, free_requested stands for it;
   - the history is a ring buffer: a block freed in the trace but allocated before it began gets an
-    alloc at the start (size from its free), so the replay starts from the memory actually in use;
+    alloc at the start (size from its free), and so does a block still allocated in the snapshot's
+    segments that the trace never allocated (allocated before it began and never freed, such as
+    cuBLAS's workspaces: size its requested_size), so the replay starts from the memory actually in use;
   - streams (CUDA stream handles) become 0, 1, 2, ... in order of appearance;
   - peak_allocated / peak_reserved are computed from the converted events (allocated: live block
     bytes; reserved: the segments held at the start, from the snapshot's segment list, plus the
@@ -102,6 +104,17 @@ def convert(path, snap, device):
             if addr not in live:
                 prior.append(("alloc", addr, size, st))
             live.pop(addr, None)
+    # blocks live before the trace began and still live at its end: in the snapshot's segments only
+    for seg in snap.get("segments", []):
+        if not isinstance(seg, dict) or seg.get("device", device) != device:
+            continue
+        for b in seg.get("blocks", []) or []:
+            if not isinstance(b, dict) or b.get("state") != "active_allocated":
+                continue
+            addr, size = b.get("address"), b.get("requested_size") or b.get("size")
+            if isinstance(addr, int) and isinstance(size, int) and size > 0 and addr not in live:
+                prior.append(("alloc", addr, size, seg.get("stream", 0)))
+                live[addr] = size
     ev = prior + ev
     streams = {}
     rows = []

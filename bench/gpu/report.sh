@@ -40,5 +40,5 @@ print(f"{w}: PyTorch max_memory_reserved {rec['max_reserved']}, replay (policy p
       f"{r.get('peak_reserved')}, diff {r.get('peak_reserved', 0) - rec['max_reserved']:+d} B; "
       f"allocated {rec['max_allocated']} vs {r.get('peak_allocated')}")
 PY
-  rm -f "$OUT/snap/$w.csv" "$OUT/snap/$w.pickle"
+  rm -f "$OUT/snap/$w.csv" "$OUT/snap/$w.pickle" # $w.csv.gz stays: the converted trace, replayable here
 done

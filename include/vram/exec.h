@@ -93,8 +93,9 @@ typedef struct vr_exec_config {
      * bytes. For profilers (vram/prof.h); not called for the nodes of a replayed CUDA graph. */
     void (*on_node)(void *ctx, vr_exec *e, int node, uint64_t t0_ns, uint64_t t1_ns);
     void *on_node_ctx;
-    bool device_times;            /* CUDA, node by node: events around every node and copy, so that the last
-                                   * step's spans on the GPU can be read (vr_exec_device_span) */
+    bool device_times;            /* CUDA, node by node (not with cuda_graph): events before and after every
+                                   * node on its stream, so that the last step's spans on the GPU can be read
+                                   * (vr_exec_device_span); the host waits once per step, at its start */
     vr_comm *comm;                /* a graph of a data-parallel step (vr_step_config.world >= 1): its ranks'
                                    * communicator (of that size and rank; the caller's: freed by it) */
 } vr_exec_config;
@@ -130,10 +131,16 @@ typedef struct vr_exec_result {
                                    * and the loss scale is halved for the next step */
 } vr_exec_result;
 
-/* With vr_exec_config.device_times: node's span on the device in the last step, in the host's clock
- * (vr_now_ns), and its lane (0: the compute stream, 1: the copy stream of offload). false where the node
- * ran no device work (host nodes, reshapes) or the backend keeps no times. */
-bool vr_exec_device_span(vr_exec *e, int node, uint64_t *t0_ns, uint64_t *t1_ns, int *lane);
+/* Whether the executor keeps device times (vr_exec_config.device_times on a backend that has them: CUDA,
+ * node by node). */
+bool vr_exec_device_times(vr_exec *e);
+/* With device times: node's span on the device in pass `pass` (micro-batch, from 0; the optimizer's nodes
+ * run in the last) of the last step, in the host's clock (vr_now_ns: the step's start event is anchored to
+ * it when the host waits for it), and its lane (0: the compute stream, 1: offload's copy stream, 2: data
+ * parallel's communication stream). The first call after a step waits for the step's work on the device
+ * (once). false where the node queued no device work (host nodes, reshapes, the members of a multi-tensor
+ * group after the first, which runs the group) or the backend keeps no times. */
+bool vr_exec_device_span(vr_exec *e, int node, int pass, uint64_t *t0_ns, uint64_t *t1_ns, int *lane);
 
 /* What the run really held. Live bytes are raw (numel x dtype size), counted
  * when a tensor is bound to memory and uncounted when it is let go. */

@@ -15,8 +15,9 @@
 
 /* The communication stream: the backward's collectives and the gathers (stream NULL: none). */
 vr_status vr__cuda_comms_init(vr_cuda_side *c, const vr_exec *e);
-/* Runs collective node a->node (ctx: the compute stream). */
-vr_status vr__cuda_comm_run(vr_cuda_side *c, const vr_cuda_ctx *ctx, const vr_exec_args *a);
+/* Runs collective node a->node (ctx: the compute stream); begin, end (timing, may be NULL): events recorded
+ * on the communication stream around its work there. */
+vr_status vr__cuda_comm_run(vr_cuda_side *c, const vr_cuda_ctx *ctx, const vr_exec_args *a, void *begin, void *end);
 /* Offload with ranks: the done event of the collective over the gradient that copy node a->node sends down
  * (placed just before it), NULL when none. */
 void *vr__cuda_comm_before_copy(const vr_cuda_side *c, const vr_exec_args *a);

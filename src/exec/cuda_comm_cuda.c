@@ -1,5 +1,6 @@
 /* vram exec — the collectives of a data-parallel step on CUDA (see cuda_comm.h). */
 #include "exec/cuda_comm.h"
+#include "exec/cuda_dtype.h"
 
 /* A collective over a gradient (in the backward) or a gather: on the communication stream. */
 static bool on_comm_stream(const vr_node *n)
@@ -17,7 +18,10 @@ static vr_status gather_source(const vr_cuda_ctx *ctx, void *stream, const vr_ex
     const vr_tensor *o = &a->g->tensors[n->out[0]];
     if (n->op != VR_OP_GATHER)
         return VR_OK;
-    vr_cuda_dtype dt = o->dtype == VR_BF16 ? VR_CUDA_BF16 : o->dtype == VR_F16 ? VR_CUDA_F16 : VR_CUDA_F32;
+    vr_cuda_dtype dt;
+    if (!vr__cuda_dtype(o->dtype, &dt))
+        return vr_error(VR_ERR_UNSUPPORTED, "cuda: gather %s: tensor %s has dtype %s, not a float", n->name, o->name,
+                        vr_dtype_name(o->dtype));
     vr_cuda_ctx on = *ctx;
     on.stream = stream;
     size_t off = 0;
@@ -31,17 +35,21 @@ static vr_status gather_source(const vr_cuda_ctx *ctx, void *stream, const vr_ex
     return st;
 }
 
-vr_status vr__cuda_comm_run(vr_cuda_side *c, const vr_cuda_ctx *ctx, const vr_exec_args *a)
+vr_status vr__cuda_comm_run(vr_cuda_side *c, const vr_cuda_ctx *ctx, const vr_exec_args *a, void *begin, void *end)
 {
     int i = (int)(a->node - a->g->nodes);
     vr_status st;
     if (!c->stream || !c->done[i])
         return (st = gather_source(ctx, ctx->stream, a)) ? st : vr__exec_comm_node(a, ctx->stream);
     st = vr_cuda_stream_fork(ctx, c->stream, c->mark, vr__cuda_side_fence(c, a->g, i));
+    if (!st && begin)
+        st = vr_cuda_stream_record(c->stream, begin);
     if (!st)
         st = gather_source(ctx, c->stream, a);
     if (!st)
         st = vr__exec_comm_node(a, c->stream);
+    if (!st && end)
+        st = vr_cuda_stream_record(c->stream, end);
     if (!st)
         st = vr_cuda_stream_record(c->stream, c->done[i]);
     if (!st && i == c->last)

@@ -44,7 +44,9 @@
 
 #include "exec/cuda_comm.h"
 #include "exec/cuda_copy.h"
+#include "exec/cuda_dtype.h"
 #include "exec/cuda_prof.h"
+#include "exec/cuda_times.h"
 #include "kernels/cpu/kernels_cpu.h"
 
 #define VR_CLIP_BYTES 256 /* tail of the workspace: clip factor, norm (fp32) */
@@ -79,6 +81,8 @@ typedef struct cuda_state {
     vr_cuda_prof *prof;       /* cfg.profile: per-node GPU time, NULL otherwise */
     vr_cuda_copies copies;    /* offload: the copy nodes' stream and events */
     vr_cuda_side comms;       /* data parallel: the collectives' stream and events */
+    vr_cuda_times times;      /* cfg.device_times: every node's span on the GPU (the trace) */
+    bool idle;                /* the node being run queued no device work (a multi-tensor group's member) */
 } cuda_state;
 
 static const vr_tensor *T_(const vr_exec_args *a, int id) { return &a->g->tensors[id]; }
@@ -88,12 +92,8 @@ static int rows(const vr_exec_args *a, int id) { return (int)(numel(a, id) / las
 
 static vr_status dtype_of(const vr_exec_args *a, int id, vr_cuda_dtype *out)
 {
-    switch (T_(a, id)->dtype) {
-    case VR_F32: *out = VR_CUDA_F32; return VR_OK;
-    case VR_BF16: *out = VR_CUDA_BF16; return VR_OK;
-    case VR_F16: *out = VR_CUDA_F16; return VR_OK;
-    default: break;
-    }
+    if (vr__cuda_dtype(T_(a, id)->dtype, out))
+        return VR_OK;
     return vr_error(VR_ERR_UNSUPPORTED, "cuda: tensor %s has dtype %s, not a float", T_(a, id)->name,
                     vr_dtype_name(T_(a, id)->dtype));
 }
@@ -115,7 +115,8 @@ static size_t cuda_scratch_need(const vr_graph *g, const vr_node *n)
     switch (n->op) {
     case VR_OP_CLASSIFIER: { /* x (N,C), wte (Vw,C) */
         const vr_tensor *w = &g->tensors[n->in[1]];
-        vr_cuda_dtype dt = in0->dtype == VR_BF16 ? VR_CUDA_BF16 : in0->dtype == VR_F16 ? VR_CUDA_F16 : VR_CUDA_F32;
+        vr_cuda_dtype dt = VR_CUDA_F32; /* not a float: the run fails at the node, naming it */
+        (void)vr__cuda_dtype(in0->dtype, &dt);
         return vr_cuda_classifier_scratch_bytes(1, t_rows(w), dt);
     }
     case VR_OP_ATTENTION_BWD: { /* qkv (B,T,(NH+2NKV)hd) */
@@ -493,6 +494,7 @@ static vr_status mt_node(const vr_exec_args *a, cuda_state *s, mt_group *grp, bo
     int i = (int)(a->node - a->g->nodes);
     if (i != grp->first) {
         *handled = grp->done;
+        s->idle = grp->done; /* the first node queued the group's work */
         return VR_OK;
     }
     bool ran = false;
@@ -604,13 +606,23 @@ static vr_status run_kernels(const vr_exec_args *a)
             return st;
         return optimizer(a, s);
     }
-    case VR_OP_COPY:
-        return vr__cuda_copy_run(&s->copies, c, a, vr__cuda_comm_before_copy(&s->comms, a));
+    case VR_OP_COPY: {
+        void *begin, *end;
+        int i = (int)(n - a->g->nodes);
+        return (st = vr__cuda_times_events(&s->times, i, a->micro, &begin, &end))
+                   ? st
+                   : vr__cuda_copy_run(&s->copies, c, a, vr__cuda_comm_before_copy(&s->comms, a), begin, end);
+    }
     case VR_OP_ALLREDUCE:
     case VR_OP_REDUCE:
     case VR_OP_BROADCAST:
-    case VR_OP_GATHER:
-        return vr__cuda_comm_run(&s->comms, c, a);
+    case VR_OP_GATHER: {
+        void *begin, *end;
+        int i = (int)(n - a->g->nodes);
+        return (st = vr__cuda_times_events(&s->times, i, a->micro, &begin, &end))
+                   ? st
+                   : vr__cuda_comm_run(&s->comms, c, a, begin, end);
+    }
     default:
         return vr_error(VR_ERR_UNSUPPORTED, "cuda: no kernel for op %s", vr_op_name(n->op));
     }
@@ -622,15 +634,16 @@ static vr_status cuda_run_node(const vr_exec_args *a)
     int i = (int)(a->node - a->g->nodes);
     vr_status st = vr__cuda_prof_before(s->prof, &s->ctx, i);
     if (!st)
-        st = vr__cuda_times_before(&s->copies, &s->ctx, i, a->micro);
-    if (!st)
         st = vr__cuda_comm_wait(&s->comms, &s->ctx, a);
+    if (!st) /* after the waits: the span is the node's own work */
+        st = vr__cuda_times_before(&s->times, &s->ctx, i, a->micro);
+    s->idle = false;
     if (!st)
         st = run_kernels(a);
     if (!st)
         st = vr__cuda_prof_after(s->prof, &s->ctx, i);
     if (!st)
-        st = vr__cuda_times_after(&s->copies, &s->ctx, i);
+        st = vr__cuda_times_after(&s->times, &s->ctx, i, a->micro, !s->idle);
     return st;
 }
 
@@ -668,6 +681,7 @@ static bool mt_groups(const vr_exec *e, cuda_state *s)
 
 static void cuda_state_free(cuda_state *s)
 {
+    vr__cuda_times_free(&s->times);
     vr__cuda_copies_free(&s->copies);
     vr__cuda_side_free(&s->comms);
     free(s->sq.host);
@@ -739,6 +753,8 @@ static vr_status cuda_init(vr_exec *e)
         st = vr__cuda_copies_init(&s->copies, e);
     if (!st)
         st = vr__cuda_comms_init(&s->comms, e);
+    if (!st)
+        st = vr__cuda_times_init(&s->times, e, s->copies.side.stream != NULL, &s->comms);
     if (st) {
         vr_cuda_ctx_destroy(&s->ctx);
         vr_cuda_stream_destroy(s->stream);
@@ -834,10 +850,16 @@ static vr_status cuda_copies_done(vr_exec *e)
     return vr__cuda_copies_done(&s->copies);
 }
 
-static bool cuda_device_span(vr_exec *e, int node, uint64_t *t0, uint64_t *t1, int *lane)
+static bool cuda_device_times(vr_exec *e)
+{
+    const cuda_state *s = e->be_state;
+    return s && s->times.start;
+}
+
+static bool cuda_device_span(vr_exec *e, int node, int pass, uint64_t *t0, uint64_t *t1, int *lane)
 {
     cuda_state *s = e->be_state;
-    return s && vr__cuda_times_span(&s->copies, e->g, node, t0, t1, lane);
+    return s && vr__cuda_times_span(&s->times, node, pass, t0, t1, lane);
 }
 
 const vr_exec_backend *vr__exec_backend_cuda(void)
@@ -854,6 +876,7 @@ const vr_exec_backend *vr__exec_backend_cuda(void)
                                          .replay = cuda_replay,
                                          .host_wait = cuda_host_wait,
                                          .copies_done = cuda_copies_done,
+                                         .device_times = cuda_device_times,
                                          .device_span = cuda_device_span,
                                          .cheap_mem_info = false};
     return &cuda;

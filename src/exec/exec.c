@@ -566,9 +566,12 @@ void vr_exec_reset_peaks(vr_exec *e)
         vr_alloc_reset_peak(e->alloc);
 }
 
-bool vr_exec_device_span(vr_exec *e, int node, uint64_t *t0_ns, uint64_t *t1_ns, int *lane)
+bool vr_exec_device_times(vr_exec *e) { return e->be->device_times && e->be->device_times(e); }
+
+bool vr_exec_device_span(vr_exec *e, int node, int pass, uint64_t *t0_ns, uint64_t *t1_ns, int *lane)
 {
-    return e->be->device_span && node >= 0 && node < e->g->n_nodes && e->be->device_span(e, node, t0_ns, t1_ns, lane);
+    return e->be->device_span && node >= 0 && node < e->g->n_nodes &&
+           e->be->device_span(e, node, pass, t0_ns, t1_ns, lane);
 }
 
 vr_alloc *vr_exec_allocator(vr_exec *e) { return e->alloc; }

@@ -63,8 +63,9 @@ typedef struct vr_exec_backend {
      * copies_done waits until every copy queued is done (the end of a step). */
     vr_status (*host_wait)(vr_exec *e, int copy);
     vr_status (*copies_done)(vr_exec *e);
-    /* Optional: vr_exec_device_span. */
-    bool (*device_span)(vr_exec *e, int node, uint64_t *t0_ns, uint64_t *t1_ns, int *lane);
+    /* Optional: vr_exec_device_times, vr_exec_device_span. */
+    bool (*device_times)(vr_exec *e);
+    bool (*device_span)(vr_exec *e, int node, int pass, uint64_t *t0_ns, uint64_t *t1_ns, int *lane);
     /* Device memory figures are cheap to read per node (host memory: yes; a GPU
      * through NVML: no, so they are sampled during the first step only). */
     bool cheap_mem_info;

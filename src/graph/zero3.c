@@ -1,8 +1,8 @@
 /* vram graph — ZeRO-3: each trainable parameter held by its owner only.
  *
  * Under ZeRO 3 (vr_step_config.zero, with ranks) a trainable parameter lives on its owner alone (the owner of
- * its master and optimizer state: whole parameters, vr_graph_assign_owners). Before every node outside the
- * optimizer that reads such a parameter, a gather node gives every rank a copy of it (the owner sends) in a
+ * its master and optimizer state: whole parameters, vr_graph_assign_owners, as vr_optimizer_state set them; a
+ * no-grad graph's are assigned here). Before every node outside the optimizer that reads such a parameter, a gather node gives every rank a copy of it (the owner sends) in a
  * temporary of the parameter's shape, role params, which dies after that node; the node reads the copy. So a
  * weight is gathered once in the forward, once more in the backward (and in a recompute). The parameter buffer then holds this rank's
  * parameters (and the frozen ones, which every rank keeps) in buffer order; the other parameter tensors stop
@@ -128,7 +128,13 @@ vr_status vr_graph_zero3(vr_graph *g, const vr_step_config *s)
     int no = vr_graph_param_order(g, T, order);
     if (no < 0)
         goto out;
-    vr_graph_assign_owners(g, s, order, no);
+    /* a training graph's owners are those its optimizer state was made for (vr_optimizer_state assigned
+     * them); a no-grad graph has none yet, so they are assigned here */
+    bool owned = false;
+    for (int k = 0; k < no && !owned; k++)
+        owned = g->tensors[order[k]].owner >= 0;
+    if (!owned)
+        vr_graph_assign_owners(g, s, order, no);
     for (int k = 0; k < no; k++)
         sharded[order[k]] = g->tensors[order[k]].owner >= 0;
     for (int i = 0; i < N; i++) {

@@ -30,36 +30,37 @@ static vr_status probe_rank(const vr_model_config *m, const vr_step_config *s, i
     return st;
 }
 
-/* probe_rank for rank 0, and with ranks the largest rank's plan (rank 0's cost). */
+/* probe_rank for rank 0, and with ranks the largest rank's plan (rank 0's cost); *big (may be NULL): that rank. */
 static vr_status probe(const vr_model_config *m, const vr_step_config *s, int B, uint64_t capacity,
-                       vr_fit_point *pt, const vr_fit_cost_model *cm, vr_fit_cost *cost, int *plans)
+                       vr_fit_point *pt, const vr_fit_cost_model *cm, vr_fit_cost *cost, int *plans, int *big)
 {
     vr_step_config s0 = *s;
     s0.rank = 0;
     vr_status st = probe_rank(m, &s0, B, capacity, pt, cm, cost, plans);
+    if (big)
+        *big = 0;
     for (int r = 1; !st && s->world > 1 && r < s->world; r++) {
         vr_fit_point q;
         s0.rank = r;
         if ((st = probe_rank(m, &s0, B, capacity, &q, NULL, NULL, plans)))
             break;
-        if (q.need > pt->need)
+        if (q.need > pt->need) {
             *pt = q;
+            if (big)
+                *big = r;
+        }
     }
     return st;
 }
 
-vr_status vr_fit_max_batch(const vr_model_config *m, const vr_step_config *s, uint64_t capacity,
-                           vr_fit_batch *out)
+/* The search for the largest batch; rank >= 0: only that rank is planned at each probe (else every rank). */
+static vr_status max_batch(const vr_model_config *m, const vr_step_config *s, uint64_t capacity, int rank,
+                           const vr_fit_point *first, vr_fit_batch *out)
 {
-    memset(out, 0, sizeof *out);
-    vr_fit_point lo, hi = {0}, pt;
-    vr_status st = probe(m, s, 1, capacity, &lo, NULL, NULL, &out->plans);
-    if (st)
-        return st;
-    if (!lo.fits) {
-        out->next = lo;
-        return VR_OK;
-    }
+    vr_fit_point lo = *first, hi = {0}, pt;
+    vr_step_config one = *s;
+    one.rank = rank;
+    vr_status st = VR_OK;
     /* Exponential: double until a probe does not fit (or the cap fits). */
     while (!hi.B) {
         if (lo.B == VR_FIT_MAX_BATCH) {
@@ -67,14 +68,16 @@ vr_status vr_fit_max_batch(const vr_model_config *m, const vr_step_config *s, ui
             break;
         }
         int b = lo.B > VR_FIT_MAX_BATCH / 2 ? VR_FIT_MAX_BATCH : 2 * lo.B;
-        if ((st = probe(m, s, b, capacity, &pt, NULL, NULL, &out->plans)))
+        if ((st = rank >= 0 ? probe_rank(m, &one, b, capacity, &pt, NULL, NULL, &out->plans)
+                            : probe(m, s, b, capacity, &pt, NULL, NULL, &out->plans, NULL)))
             return st;
         *(pt.fits ? &lo : &hi) = pt;
     }
     /* Binary: lo fits, hi does not; stop when they are neighbours. */
     while (hi.B && hi.B - lo.B > 1) {
         int b = lo.B + (hi.B - lo.B) / 2;
-        if ((st = probe(m, s, b, capacity, &pt, NULL, NULL, &out->plans)))
+        if ((st = rank >= 0 ? probe_rank(m, &one, b, capacity, &pt, NULL, NULL, &out->plans)
+                            : probe(m, s, b, capacity, &pt, NULL, NULL, &out->plans, NULL)))
             return st;
         *(pt.fits ? &lo : &hi) = pt;
     }
@@ -82,6 +85,44 @@ vr_status vr_fit_max_batch(const vr_model_config *m, const vr_step_config *s, ui
     out->at = lo;
     out->next = hi;
     return VR_OK;
+}
+
+/* With ranks, the search plans only the rank that needs the most at B = 1 (found once for the configuration:
+ * the ranks differ by their shares of the parameters and state, the same at every B). The two batches it ends
+ * on are then planned on every rank, so that its points are the largest rank's, as a search over every rank
+ * gives them; should those disagree with it (at a larger B another rank's arena packed larger), the search
+ * runs again over every rank. */
+vr_status vr_fit_max_batch(const vr_model_config *m, const vr_step_config *s, uint64_t capacity,
+                           vr_fit_batch *out)
+{
+    memset(out, 0, sizeof *out);
+    vr_fit_point first;
+    int big = 0;
+    vr_status st = probe(m, s, 1, capacity, &first, NULL, NULL, &out->plans, &big);
+    if (st)
+        return st;
+    if (!first.fits) {
+        out->next = first;
+        return VR_OK;
+    }
+    if (s->world <= 1)
+        return max_batch(m, s, capacity, -1, &first, out);
+    if ((st = max_batch(m, s, capacity, big, &first, out)))
+        return st;
+    vr_fit_point at = first, next = {0};
+    if (out->B > 1 && (st = probe(m, s, out->B, capacity, &at, NULL, NULL, &out->plans, NULL)))
+        return st;
+    if (out->next.B && (st = probe(m, s, out->next.B, capacity, &next, NULL, NULL, &out->plans, NULL)))
+        return st;
+    if (at.fits && (!out->next.B || !next.fits)) {
+        out->at = at;
+        out->next = next;
+        return VR_OK;
+    }
+    int plans = out->plans;
+    memset(out, 0, sizeof *out);
+    out->plans = plans;
+    return max_batch(m, s, capacity, -1, &first, out);
 }
 
 /* The largest divisor of n that is at most k (k >= 1). */
@@ -135,7 +176,7 @@ static vr_status search_row(const vr_model_config *m, vr_step_config s, const vr
         return VR_OK;
     }
     s.accum = row->accum;
-    if ((st = probe(m, &s, row->micro, o->capacity, &row->point, &o->cost, &row->cost, plans)))
+    if ((st = probe(m, &s, row->micro, o->capacity, &row->point, &o->cost, &row->cost, plans, NULL)))
         return st;
     row->fits = row->point.fits && (!o->host_capacity || row->point.host <= o->host_capacity);
     row->tokens = (int64_t)row->micro * row->accum * (m->kind != VR_MODEL_MLP ? m->T : 1);

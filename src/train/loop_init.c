@@ -22,13 +22,27 @@ static double normal01(vr_rng *r)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-/* The parameter at `offset` of the model's flat weights (held by this rank or not: ZeRO-3), or -1. */
-static int param_at(const vr_graph *g, int64_t offset)
+/* The parameter tensors by their place in the model's flat weights (held by this rank or not: ZeRO-3): pairs
+ * {param_offset, id} in increasing order, the lower id first at one offset. */
+static int by_offset(const void *a, const void *b)
 {
-    for (int t = 0; t < g->n_tensors; t++)
-        if (g->tensors[t].param_offset == offset)
-            return t;
-    return -1;
+    const int64_t *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* The parameter at `offset` (the first tensor, by id, that starts there), or -1; *k: where the previous
+ * lookup stopped in key (the offsets asked only grow). key NULL (no memory for it): a scan of the tensors. */
+static int param_at(const vr_graph *g, const int64_t (*key)[2], int nk, int *k, int64_t offset)
+{
+    if (!key) {
+        for (int t = 0; t < g->n_tensors; t++)
+            if (g->tensors[t].param_offset == offset)
+                return t;
+        return -1;
+    }
+    while (*k < nk && key[*k][0] < offset)
+        (*k)++;
+    return *k < nk && key[*k][0] == offset ? (int)key[*k][1] : -1;
 }
 
 /* Draws of the RNG per element of an initialisation (normal: two uniforms, Box-Muller). */
@@ -41,8 +55,17 @@ void vr_train_init_params(const vr_graph *g, uint64_t seed, float *params)
 {
     vr_rng r = vr_rng_seed(seed);
     memset(params, 0, sizeof(float) * (size_t)g->n_params);
+    int64_t (*key)[2] = malloc(sizeof *key * ((size_t)g->n_tensors + 1));
+    int nk = 0, k = 0;
+    for (int t = 0; key && t < g->n_tensors; t++)
+        if (g->tensors[t].param_offset >= 0) {
+            key[nk][0] = g->tensors[t].param_offset;
+            key[nk++][1] = t;
+        }
+    if (key)
+        qsort(key, (size_t)nk, sizeof *key, by_offset);
     for (int64_t off = 0; off < g->n_params;) {
-        int t = param_at(g, off);
+        int t = param_at(g, (const int64_t(*)[2])key, nk, &k, off);
         if (t < 0)
             break;
         const vr_tensor *x = &g->tensors[t];
@@ -71,6 +94,7 @@ void vr_train_init_params(const vr_graph *g, uint64_t seed, float *params)
         r = vr_rng_jump(base, (uint64_t)n * per);
         off += vr_tensor_numel(x);
     }
+    free(key);
 }
 
 /* ------------------------------------------------------------------ the MLP task */

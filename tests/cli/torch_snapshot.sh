@@ -46,6 +46,11 @@ snap = {
   "device_traces": [tr],
 }
 pickle.dump(snap, open(d + "/snap.pickle", "wb"))
+# a block allocated before the history began and never freed (a cuBLAS workspace): in the segments only
+W = 0x7f0100000000
+kept = {"device": 0, "address": W, "total_size": 32 * MiB, "stream": S, "segment_type": "large",
+        "blocks": blocks((W, 32 * MiB, "active_allocated"))}
+pickle.dump({"segments": snap["segments"] + [kept], "device_traces": [tr]}, open(d + "/kept.pickle", "wb"))
 pickle.dump({"segments": snap["segments"], "device_traces": [[]]}, open(d + "/empty.pickle", "wb"))
 pickle.dump({"segments": []}, open(d + "/nokeys.pickle", "wb"))
 open(d + "/corrupt.pickle", "wb").write(pickle.dumps(snap)[:200])
@@ -69,6 +74,18 @@ assert head["peak_allocated"] == 1024 + 8 * MiB, head
 # reserved: 4 MiB held before the trace + 2 + 20 MiB of segment_alloc
 assert head["peak_reserved"] == 26 * MiB, head
 PY
+python3 "$conv" "$tmp/kept.pickle" "$tmp/k.csv" >/dev/null || { echo "conversion failed (kept)"; exit 1; }
+python3 - "$tmp/k.csv" <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+head, rows = json.loads(lines[0][2:]), [l.split(",") for l in lines[2:]]
+MiB = 1 << 20
+assert ["alloc", str(0x7f0100000000), str(32 * MiB), "0"] in rows[:2], rows[:3]   # seeded at the start
+assert len(rows) == 14, rows
+assert head["peak_allocated"] == 1024 + 8 * MiB + 32 * MiB, head
+PY
+"$vram" replay "$tmp/k.csv" --json >"$tmp/kreplay.json" || { echo "vram replay rejected the seeded trace"; exit 1; }
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["peak_allocated"] >= 32 << 20, r' "$tmp/kreplay.json"
 "$vram" replay "$tmp/t.csv" --json >"$tmp/replay.json" || { echo "vram replay rejected the converted trace"; exit 1; }
 python3 - "$tmp/replay.json" <<'PY'
 import json, sys

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "graph/graph_internal.h"
 #include "kernels/scratch.h"
 #include "vram/graph.h"
 
@@ -461,6 +462,45 @@ static void unknown_loss_is_an_error(void **state)
     vr_graph_free(g);
 }
 
+/* ZeRO 3: the gathers follow the owners the optimizer state was made for (vr_graph_zero3 does not assign
+ * them again), and a no-grad graph, which has no optimizer state, gets owners there. */
+static void zero3_takes_the_owners_set(void **state)
+{
+    (void)state;
+    vr_graph *g = vr_graph_new(VR_PREC_FP32);
+    vr_graph_param_buffer(g, 32);
+    int64_t ws[2] = {4, 4};
+    int a = vr_graph_param(g, "a", 2, ws, 0, VR_INIT_UNIFORM, 1.0f);
+    int b = vr_graph_param(g, "b", 2, ws, 16, VR_INIT_UNIFORM, 1.0f);
+    int64_t xs[2] = {2, 4}, ts[1] = {2};
+    int x = vr_graph_tensor(g, "x", VR_F32, VR_ROLE_INPUT, 2, xs);
+    int t = vr_graph_tensor(g, "t", VR_I32, VR_ROLE_INPUT, 1, ts);
+    assert_int_equal(vr_graph_set_inputs(g, x, t), VR_OK);
+    int y = vr_graph_linear(g, "y", vr_graph_linear(g, "h", x, a, -1), b, -1);
+    int probs = -1;
+    assert_int_equal(vr_graph_set_loss(g, vr_graph_softmax_xent(g, "loss", y, t, &probs)), VR_OK);
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_SGD, .world = 2, .rank = 0, .zero = 3};
+    assert_int_equal(vr_graph_backward(g, &s), VR_OK);
+    assert_int_equal(g->tensors[a].owner, 0);
+    assert_int_equal(g->tensors[b].owner, 1);
+    g->tensors[b].owner = 0; /* set otherwise than vr_graph_assign_owners would */
+    assert_int_equal(vr_graph_zero3(g, &s), VR_OK);
+    assert_int_equal(g->tensors[b].owner, 0);
+    assert_int_equal(g->tensors[b].view_of, g->params); /* rank 0 holds it in its parameter buffer */
+    assert_int_equal(g->tensors[g->params].shape[0], 32);
+    vr_graph_free(g);
+
+    vr_step_config e = {.train = false, .world = 2, .rank = 0, .zero = 3};
+    g = gpt("tiny", 2, e);
+    int sharded = 0;
+    for (int i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i].param_offset >= 0 && g->tensors[i].ndim > 0 && i != g->params)
+            sharded += g->tensors[i].owner == 1 && g->tensors[i].view_of < 0;
+    assert_true(sharded > 0);
+    assert_true(count_op(g, VR_OP_GATHER) > 0);
+    vr_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -476,6 +516,7 @@ int main(void)
         cmocka_unit_test(clipping_reads_every_grad_first),
         cmocka_unit_test(unsafe_alias_gets_a_copy),
         cmocka_unit_test(unknown_loss_is_an_error),
+        cmocka_unit_test(zero3_takes_the_owners_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -100,6 +100,47 @@ static void test_max_batch_small_gpt_and_mlp(void **state)
     check_boundaries(&tiny, &eval);
 }
 
+/* The largest rank's arena at micro-batch B (every rank planned). */
+static uint64_t arena_ranks(const vr_model_config *m, const vr_step_config *s0, int B)
+{
+    uint64_t most = 0;
+    for (int r = 0; r < s0->world; r++) {
+        vr_step_config s = *s0;
+        s.rank = r;
+        uint64_t a = arena_at(m, &s, B);
+        most = a > most ? a : most;
+    }
+    return most;
+}
+
+/* With ranks: the answer is every rank's (the largest arena at B fits, at B + 1 it does not), found with
+ * one rank planned per probe after the first (not every rank at every probe). */
+static void test_max_batch_ranks(void **state)
+{
+    (void)state;
+    vr_model_config m = gpt_model("tiny", 0);
+    for (int zero = 1; zero <= 3; zero += 2) {
+        vr_step_config s = adamw;
+        s.world = 4;
+        s.zero = zero;
+        const int Bs[] = {3, 20};
+        for (size_t i = 0; i < sizeof Bs / sizeof *Bs; i++) {
+            uint64_t cap = arena_ranks(&m, &s, Bs[i]);
+            vr_fit_batch b;
+            assert_int_equal(vr_fit_max_batch(&m, &s, cap, &b), VR_OK);
+            assert_true(b.B >= Bs[i]);
+            assert_int_equal(b.next.B, b.B + 1);
+            assert_true(b.at.fits && !b.next.fits);
+            assert_int_equal(b.at.need, arena_ranks(&m, &s, b.B));
+            assert_int_equal(b.next.need, arena_ranks(&m, &s, b.B + 1));
+            int probes = 2; /* the doubling and the halving: at most 2 log2(B + 1) + 2 probes */
+            for (int x = b.B + 1; x > 1; x /= 2)
+                probes += 2;
+            assert_true(b.plans <= 3 * s.world + probes);
+        }
+    }
+}
+
 /* A capacity far above any step stops at the cap, every probe fitting. */
 static void test_max_batch_capped(void **state)
 {
@@ -376,6 +417,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_max_batch_tiny_gpt),   cmocka_unit_test(test_max_batch_small_gpt_and_mlp),
         cmocka_unit_test(test_max_batch_capped),     cmocka_unit_test(test_no_fit),
+        cmocka_unit_test(test_max_batch_ranks),
         cmocka_unit_test(test_cost_flops),           cmocka_unit_test(test_search_global_batch),
         cmocka_unit_test(test_search_json),
         cmocka_unit_test(test_search_state_formats),

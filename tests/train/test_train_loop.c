@@ -321,6 +321,43 @@ static double stdev(const float *x, size_t n, double *mean)
     return sqrt(q / (double)n);
 }
 
+/* A graph of many parameters declared in any order initialises as in buffer order (the parameters are
+ * found by offset through one index, not a scan per parameter): 3000 of them declared last to first give
+ * the values of the same ones declared first to last. */
+static vr_graph *many_params(int n, bool reversed)
+{
+    vr_graph *g = vr_graph_new(VR_PREC_FP32);
+    vr_graph_param_buffer(g, 2 * (int64_t)n);
+    int64_t shape[1] = {2};
+    for (int k = 0; k < n; k++) {
+        int i = reversed ? n - 1 - k : k;
+        char name[32];
+        snprintf(name, sizeof name, "p%d", i);
+        assert_true(vr_graph_param(g, name, 1, shape, 2 * (int64_t)i, i % 3 ? VR_INIT_NORMAL : VR_INIT_UNIFORM,
+                                   0.5f) >= 0);
+    }
+    return g;
+}
+
+static void initialisation_by_offset(void **state)
+{
+    (void)state;
+    const int n = 3000;
+    vr_graph *f = many_params(n, false), *r = many_params(n, true);
+    float *a = malloc(sizeof(float) * 2 * n), *b = malloc(sizeof(float) * 2 * n);
+    vr_train_init_params(f, 5, a);
+    vr_train_init_params(r, 5, b);
+    assert_memory_equal(a, b, sizeof(float) * 2 * n);
+    int zeros = 0;
+    for (int i = 0; i < 2 * n; i++)
+        zeros += a[i] == 0.0f;
+    assert_true(zeros < 2); /* every parameter was drawn */
+    free(a);
+    free(b);
+    vr_graph_free(f);
+    vr_graph_free(r);
+}
+
 static void gpt2_initialisation(void **state)
 {
     (void)state;
@@ -552,7 +589,7 @@ int main(void)
         cmocka_unit_test(frozen_params_stay_and_own_no_state),
         cmocka_unit_test(resume_is_bit_exact),
         cmocka_unit_test(resume_refuses_mismatches),
-        cmocka_unit_test(gpt2_initialisation),
+        cmocka_unit_test(gpt2_initialisation), cmocka_unit_test(initialisation_by_offset),
         cmocka_unit_test(loss_falls_and_eval_shares_params),
         cmocka_unit_test(llmc_checkpoints),
         cmocka_unit_test(bad_inputs_are_named),

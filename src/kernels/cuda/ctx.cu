@@ -165,6 +165,12 @@ extern "C" vr_status vr_cuda_event_ms(void *from, void *to, float *ms)
     return VR_OK;
 }
 
+extern "C" vr_status vr_cuda_event_elapsed(void *from, void *to, float *ms)
+{
+    VR_CU_CHECK(cudaEventElapsedTime(ms, (cudaEvent_t)from, (cudaEvent_t)to), "event_elapsed");
+    return VR_OK;
+}
+
 extern "C" void vr_cuda_events_destroy(void **ev, int n)
 {
     for (int i = 0; ev && i < n; i++)

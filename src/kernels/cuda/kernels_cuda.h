@@ -115,6 +115,8 @@ void vr_cuda_graph_destroy(void *exec);
 vr_status vr_cuda_events_create(void **ev, int n);
 vr_status vr_cuda_event_record(const vr_cuda_ctx *ctx, void *ev);
 vr_status vr_cuda_event_ms(void *from, void *to, float *ms);
+/* Milliseconds between two events that have both completed (no wait; VR_ERR_DEVICE if one has not). */
+vr_status vr_cuda_event_elapsed(void *from, void *to, float *ms);
 void vr_cuda_events_destroy(void **ev, int n);
 /* Offload copies, on a stream of their own (non-blocking: beside ctx's, the legacy one included).
  * copy_down: ctx's stream first waits for `fence` (an earlier copy's `done`: its source may then be reused
