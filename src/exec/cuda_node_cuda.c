@@ -36,6 +36,13 @@
  * dtype (fp32 or bf16), statistics fp32, and under mixed precision the
  * optimizer updates the fp32 master and rounds it into the params.
  *
+ * Attention: vr_step_config.attention picks vram's kernels or cuDNN's fused flash attention
+ * (kernels/cuda/attention_cudnn_cuda.c); attention_choose decides per node before the first step,
+ * building cuDNN's plans then, so a step never meets a plan it cannot build or a workspace it was not
+ * given: cuDNN's plan workspace comes from the step's library workspace (checked against it), its
+ * backward's dQ accumulator and softmax_sum from the node's planned scratch (sized for the choice by
+ * kernels/scratch.h). vr_exec_attention_kernels says what was chosen.
+ *
  * As on the CPU, the embedding backward zeroes rows T..maxT-1 of dwpe and the
  * classifier rows V..Vp-1 of dwte when they overwrite (the CUDA classifier's products
  * cover the padded rows and write 0 there). */

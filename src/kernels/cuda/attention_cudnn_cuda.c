@@ -469,7 +469,8 @@ static void build_bwd(gb *g, const shape *s)
         gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, dKf, dK);
     }
     /* dQ = dS K (fp32 accumulator, then rounded) */
-    cudnnBackendDescriptor_t K = gb_tensor(g, g->next_uid++, io, B, HK, T, D, sq, true, false);
+    cudnnBackendDescriptor_t K = gb_tensor(g, g->next_uid++, f, B, HK, T, D, sq, true, false); /* fp32, as the
+                                                              frontend's reshape_k (a virtual tensor's default type) */
     gb_reshape(g, KT, K);
     gb_matmul(g, dS, K, dqacc);
     gb_pw(g, CUDNN_POINTWISE_IDENTITY, f, dqacc, NULL, NULL, dQ, -1);
@@ -719,7 +720,7 @@ static vr_status run(const vr_cuda_ctx *ctx, const shape *s, bool bwd, const int
     if (e != cudaSuccess)
         return vr_error(VR_ERR_DEVICE, "cuda kernels: %s: %s", op, cudaGetErrorString(e));
 #ifndef NDEBUG
-    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     if (!(ctx->stream && cudaStreamIsCapturing((cudaStream_t)ctx->stream, &cap) == cudaSuccess &&
           cap != cudaStreamCaptureStatusNone)) {
         e = cudaStreamSynchronize((cudaStream_t)ctx->stream);
