@@ -195,6 +195,12 @@ void *vr_exec_tensor_ptr(const vr_exec *e, int t);
  * memory (vr_exec_config.memory)"); "" when on or not asked. Valid while the executor lives. */
 bool vr_exec_cuda_graph_state(const vr_exec *e, bool *on, const char **reason);
 
+/* CUDA: whose attention kernels the step's attention nodes run (vr_step_config.attention), decided when the
+ * executor was made (cuDNN's plans are built then): "cudnn", "vram", or "vram (cuDNN not used: <why>)" under
+ * auto when cuDNN could not run them; "" without attention nodes or on the CPU. Valid while the executor
+ * lives. */
+const char *vr_exec_attention_kernels(const vr_exec *e);
+
 /* fp16 dynamic loss scaling: the scale the next step runs with and the good steps counted toward
  * its growth (1 and 0 without scaling); set restores them (a resumed run). */
 void vr_exec_get_loss_scale(const vr_exec *e, float *scale, int *good);

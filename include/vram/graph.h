@@ -239,6 +239,11 @@ typedef enum vr_model_kind { VR_MODEL_GPT, VR_MODEL_MLP, VR_MODEL_LLAMA } vr_mod
 const char *vr_model_kind_name(vr_model_kind k);
 /* Whose kernels will run the graph: it sizes the nodes' scratch by their formulas. */
 typedef enum vr_kernels { VR_KERNELS_CPU, VR_KERNELS_CUDA } vr_kernels;
+/* Which attention kernels a CUDA step runs (vr_step_config.attention): auto (0, the default) cuDNN's fused
+ * flash attention where libcudnn loads and takes the shape (16-bit activations, head size a multiple of 8
+ * up to 128), else vram's own; vram: vram's own; cudnn: cuDNN's, or the executor refuses the graph. The
+ * choice sizes attention_bwd's scratch (vr_node_scratch_bytes): auto plans the larger of the two needs. */
+typedef enum vr_attention { VR_ATTENTION_AUTO, VR_ATTENTION_VRAM, VR_ATTENTION_CUDNN } vr_attention;
 
 /* Names of the enums above, and their parsers (VR_ERR_INVALID naming `what`). */
 const char *vr_precision_name(vr_precision p);
@@ -248,6 +253,8 @@ const char *vr_optim_state_name(vr_optim_state o); /* "fp32", "bf16", "8bit" */
 vr_status vr_optim_state_parse(const char *s, const char *what, vr_optim_state *out);
 const char *vr_offload_name(vr_offload o); /* "none", "optim" */
 vr_status vr_offload_parse(const char *s, const char *what, vr_offload *out);
+const char *vr_attention_name(vr_attention a); /* "auto", "vram", "cudnn" */
+vr_status vr_attention_parse(const char *s, const char *what, vr_attention *out);
 vr_status vr_precision_parse(const char *s, const char *what, vr_precision *out);
 vr_status vr_optim_parse(const char *s, const char *what, vr_optim *out);
 vr_status vr_recompute_parse(const char *s, const char *what, vr_recompute *out);
@@ -318,6 +325,8 @@ typedef struct vr_step_config {
     vr_kernels kernels;       /* whose kernels will run the step, CPU (0) or CUDA: sizes every node's scratch
                                * (vr_node_scratch_bytes); a CUDA executor refuses a graph sized for the CPU
                                * whose scratch is too small for its kernels */
+    vr_attention attention;   /* CUDA: whose attention kernels run (auto: cuDNN's where it can, else vram's);
+                               * sizes attention_bwd's scratch */
     int world;                /* data-parallel ranks: 0 none; >= 1 the step of rank `rank` of `world`, with
                                * its collectives (a world of 1 too: it runs them, over one rank) */
     int rank;                 /* this rank, [0, world) */

@@ -267,8 +267,8 @@ static int run(int argc, char **argv)
         printf("device    %s; CUDA context %s%s%s\n", t.spec, t.context ? vr_format_size(t.context, a, sizeof a) : "",
                t.context ? ", " : "", t.context_how);
         if (s.kernels == VR_KERNELS_CUDA)
-            printf("          CUDA kernels; library workspace %s (cuBLAS) counted as temp\n",
-                   vr_format_size(VR_CUDA_WORKSPACE_BYTES, a, sizeof a));
+            printf("          CUDA kernels; library workspace %s (cuBLAS; cuDNN's attention plans) counted as temp; "
+                   "attention %s\n", vr_format_size(VR_CUDA_WORKSPACE_BYTES, a, sizeof a), vr_attention_name(s.attention));
         printf("need      %s = %s %s + context %s\n", vr_format_size(need, a, sizeof a),
                p->has_dynamic ? "peak reserved" : "arena", vr_format_size(need - t.context, b, sizeof b),
                vr_format_size(t.context, c, sizeof c));

@@ -153,8 +153,6 @@ static void train_flags(vr_flagset *fs, void *p)
          .help = "one launch for the global norm and one for all updates (on)\n[VRAM_MULTI_TENSOR=0]"},
         {"--profile", VR_FLAG_SWITCH, &o->profile, NULL,
          .help = "GPU time per node and per op at the end (node by node only) [VRAM_PROFILE=1]"},
-        {"--attention", VR_FLAG_CUSTOM, &o->attention_v1, "v2|v1|v1-fwd|v1-bwd", .parse = parse_attention,
-         .help = "attention kernels; v1's backward is deterministic (v2)\n[VRAM_ATTN_V1=1|fwd|bwd]"},
         VR_FLAG_HEADING_TEXT("output"),
         {"--json", VR_FLAG_SWITCH, &o->json, NULL,
          .help = "JSON Lines: plan, one record per step, evaluations, summary"},
@@ -263,6 +261,8 @@ static int run(int argc, char **argv)
     c.per_node_optimizer = !o.multi_tensor;
     c.profile = o.profile;
     c.device_times = o.trace != NULL; /* the trace shows each node's time on the GPU too */
+    if (o.m.attention && o.m.attention[0] == 'v' && o.m.attention[1] != 'r') /* --attention v2|v1|v1-fwd|v1-bwd */
+        (void)parse_attention("train", "--attention", o.m.attention, &o.attention_v1);
     c.attention_v1 = o.attention_v1;
     if ((o.loss_scale > 0 || o.loss_scale_window > 0) && c.step.precision != VR_PREC_FP16)
         return vr_cli_fail("train", 2, "--loss-scale%s: only with --precision fp16 (bf16 and fp32 need no scaling)",

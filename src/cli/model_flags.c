@@ -166,6 +166,12 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
     s->no_master = o->master && !strcmp(o->master, "none");
     if (o->offload && vr_offload_parse(o->offload, "--offload", &s->offload))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
+    if (o->attention) { /* v2|v1|v1-fwd|v1-bwd: vram's kernels (vram train picks the variant) */
+        if (o->attention[0] == 'v' && o->attention[1] != 'r')
+            s->attention = VR_ATTENTION_VRAM;
+        else if (vr_attention_parse(o->attention, "--attention", &s->attention))
+            return vr_cli_fail(cmd, 2, "%s", vr_last_error());
+    }
     s->freeze = o->freeze;
     s->grad_clip = (float)o->clip;
     s->world = (int)o->gpus;
@@ -255,6 +261,12 @@ void vr_model_flags_add(vr_flagset *fs, vr_model_flags *f, const vr_model_defaul
         {"--offload", VR_FLAG_CHOICE, &f->offload, NULL, .choices = enum_choices(fs, offload_name, buf, sizeof buf),
          .help = "optim: fp32 master and optimizer state in pinned host memory, the update\n"
                  "run by the host while the backward goes on (none)"},
+        {"--attention", VR_FLAG_CHOICE, &f->attention, NULL, .choices = "auto|cudnn|vram|v2|v1|v1-fwd|v1-bwd",
+         .help = "CUDA attention kernels: cuDNN's fused flash attention where libcudnn.so.9\n"
+                 "loads and takes the shape (bf16/fp16, head size a multiple of 8 up to 128),\n"
+                 "else vram's (auto); cudnn: cuDNN's or an error; vram (= v2): vram's own;\n"
+                 "v1|v1-fwd|v1-bwd: vram's first kernels (deterministic backward), in either\n"
+                 "direction or one [vram train: VRAM_ATTN_V1=1|fwd|bwd]"},
         {"--clip", VR_FLAG_DOUBLE, &f->clip, "X", .min = 0, .max = DBL_MAX, .above = true,
          .help = "clip gradients to global norm X"},
         {"--gpus", VR_FLAG_INT, &f->gpus, "N", .lo = 1, .hi = most,

@@ -36,6 +36,13 @@
  * dtype (fp32 or bf16), statistics fp32, and under mixed precision the
  * optimizer updates the fp32 master and rounds it into the params.
  *
+ * Attention: vr_step_config.attention picks vram's kernels or cuDNN's fused flash attention
+ * (kernels/cuda/attention_cudnn_cuda.c); attention_choose decides per node before the first step,
+ * building cuDNN's plans then, so a step never meets a plan it cannot build or a workspace it was not
+ * given: cuDNN's plan workspace comes from the step's library workspace (checked against it), its
+ * backward's dQ accumulator and softmax_sum from the node's planned scratch (sized for the choice by
+ * kernels/scratch.h). vr_exec_attention_kernels says what was chosen.
+ *
  * As on the CPU, the embedding backward zeroes rows T..maxT-1 of dwpe and the
  * classifier rows V..Vp-1 of dwte when they overwrite (the CUDA classifier's products
  * cover the padded rows and write 0 there). */
@@ -79,6 +86,7 @@ typedef struct cuda_state {
     float *partials;   /* device, VR_CUDA_MT_MAX_PARTIALS floats (workspace tail) */
     vr_cuda_mt_tensor *build; /* host scratch table */
     vr_cuda_prof *prof;       /* cfg.profile: per-node GPU time, NULL otherwise */
+    unsigned char *cudnn;     /* [n_nodes] 1: the attention node runs cuDNN's kernels (attention_choose) */
     vr_cuda_copies copies;    /* offload: the copy nodes' stream and events */
     vr_cuda_side comms;       /* data parallel: the collectives' stream and events */
     vr_cuda_times times;      /* cfg.device_times: every node's span on the GPU (the trace) */
@@ -302,11 +310,19 @@ static vr_status headed(const vr_exec_args *a, const cuda_state *s, vr_cuda_dtyp
     int nkv = n->nkv > 0 ? n->nkv : n->nh;
     const vr_tensor *q = T_(a, n->in[n->op == VR_OP_ATTENTION_BWD ? 1 : 0]); /* rope_bwd: dout has qkv's shape */
     int B = (int)q->shape[0], T = (int)q->shape[1], hd = (int)(q->shape[2] / (n->nh + 2 * nkv));
+    bool dnn = s->cudnn && s->cudnn[n - a->g->nodes];
     switch (n->op) {
     case VR_OP_ATTENTION:
+        if (dnn) /* cuDNN's plan workspace: the ctx's (checked against it in attention_choose) */
+            return vr_cuda_attention_cudnn_fwd(c, dt, a->out[0], F(a->out[1]), a->in[0], B, T, n->nh, nkv, hd);
         return vr_cuda_attention_gqa_fwd(c, dt, a->out[0], F(a->out[1]), a->in[0], B, T, n->nh, nkv, hd);
     case VR_OP_ATTENTION_BWD: /* the planned scratch: delta, and in 16 bits every head's fp32 dQ (one fused
-                               * launch; given less, the kernel takes the heads in chunks or runs two kernels) */
+                               * launch; given less, the kernel takes the heads in chunks or runs two kernels);
+                               * cuDNN: its dQ accumulator and softmax_sum. cuDNN overwrites dqkv: an
+                               * accumulating node runs vram's kernel (the same lse) */
+        if (dnn && !a->acc[0])
+            return vr_cuda_attention_cudnn_bwd(c, dt, a->out[0], a->in[0], a->in[1], a->in[2], CF(a->in[3]), B, T,
+                                               n->nh, nkv, hd, a->scratch, (size_t)a->scratch_bytes);
         return vr_cuda_attention_gqa_bwd(c, dt, a->out[0], a->in[0], a->in[1], a->in[2], CF(a->in[3]), B, T, n->nh,
                                          nkv, hd, a->acc[0], a->scratch, (size_t)a->scratch_bytes);
     default: { /* rope, rope_bwd */
@@ -679,6 +695,70 @@ static bool mt_groups(const vr_exec *e, cuda_state *s)
     return s->sq.count + s->opt.count > 0;
 }
 
+/* Which attention kernels each attention node runs (vr_step_config.attention), decided before the first
+ * step: cuDNN's where asked (cudnn) or allowed (auto), libcudnn loads, its plans for the node's shape build
+ * on this device (built now, kept), their workspace fits the step's library workspace (the ctx's: counted
+ * by the plan) and the node's planned scratch holds cuDNN's tensors. Under cudnn anything else is an error
+ * naming the node; under auto that node runs vram's kernels. e->attention says what was chosen. */
+static vr_status attention_choose(vr_exec *e, cuda_state *s)
+{
+    const vr_graph *g = e->g;
+    vr_attention want = g->step.attention;
+    int n_dnn = 0, n_ours = 0;
+    char why[400] = "";
+    for (int i = 0; i < g->n_nodes; i++) {
+        const vr_node *n = &g->nodes[i];
+        if (n->host || (n->op != VR_OP_ATTENTION && n->op != VR_OP_ATTENTION_BWD))
+            continue;
+        bool bwd = n->op == VR_OP_ATTENTION_BWD;
+        const vr_tensor *q = &g->tensors[n->in[bwd ? 1 : 0]];
+        int nkv = n->nkv > 0 ? n->nkv : n->nh, W = n->nh + 2 * nkv;
+        int B = (int)q->shape[0], T = (int)q->shape[1], hd = q->ndim == 3 && W > 0 ? (int)(q->shape[2] / W) : 0;
+        vr_cuda_dtype dt = q->dtype == VR_BF16 ? VR_CUDA_BF16 : q->dtype == VR_F16 ? VR_CUDA_F16 : VR_CUDA_F32;
+        char no[400] = "";
+        if (want == VR_ATTENTION_VRAM) {
+            n_ours++;
+            continue;
+        }
+        size_t fws = 0, bws = 0;
+        if (dt == VR_CUDA_F32) {
+            snprintf(no, sizeof no, "cuDNN's flash attention takes bf16/fp16, the step is fp32");
+        } else if (vr_cuda_attention_cudnn_prepare(&s->ctx, dt, B, T, n->nh, nkv, hd, &fws, &bws)) {
+            snprintf(no, sizeof no, "%s", vr_last_error());
+        } else if ((fws || bws) && (!s->ws || (fws > bws ? fws : bws) > s->ws_bytes)) {
+            snprintf(no, sizeof no, "its plans ask for %zu (forward) and %zu (backward) bytes of workspace, the "
+                     "step's library workspace holds %zu (vr_step_config.workspace_bytes)", fws, bws,
+                     s->ws ? s->ws_bytes : (size_t)0);
+        } else if (bwd) {
+            uint64_t have = n->scratch >= 0 ? vr_tensor_bytes(&g->tensors[n->scratch]) : 0;
+            size_t need = vr_cuda_attention_cudnn_scratch_bytes(B, T, n->nh, hd);
+            if (have < need)
+                snprintf(no, sizeof no, "its scratch holds %llu bytes, cuDNN's backward needs %zu (a graph "
+                         "planned for vram's attention: vr_step_config.attention)", (unsigned long long)have, need);
+        }
+        if (no[0] && want == VR_ATTENTION_CUDNN)
+            return vr_error(VR_ERR_UNSUPPORTED, "cuda: node %s (%s): attention cudnn: %s", n->name,
+                            vr_op_name(n->op), no);
+        if (no[0]) {
+            if (!why[0])
+                snprintf(why, sizeof why, "%s", no);
+            n_ours++;
+            continue;
+        }
+        s->cudnn[i] = 1;
+        n_dnn++;
+    }
+    if (n_dnn && n_ours)
+        snprintf(e->attention, sizeof e->attention, "cudnn and vram (cuDNN not used for some nodes: %s)", why);
+    else if (n_dnn)
+        snprintf(e->attention, sizeof e->attention, "cudnn");
+    else if (n_ours && why[0])
+        snprintf(e->attention, sizeof e->attention, "vram (cuDNN not used: %s)", why);
+    else if (n_ours)
+        snprintf(e->attention, sizeof e->attention, "vram");
+    return VR_OK;
+}
+
 static void cuda_state_free(cuda_state *s)
 {
     vr__cuda_times_free(&s->times);
@@ -687,6 +767,7 @@ static void cuda_state_free(cuda_state *s)
     free(s->sq.host);
     free(s->opt.host);
     free(s->build);
+    free(s->cudnn);
     vr__cuda_prof_end(s->prof, NULL);
     free(s);
 }
@@ -747,6 +828,10 @@ static vr_status cuda_init(vr_exec *e)
     if (!st)
         st = vr_cuda_ctx_init(&s->ctx, s->stream, s->ws, s->ws ? s->ws_bytes : 0);
     s->ctx.attention_v1 = (int)(e->cfg.attention_v1 & 3u);
+    if (!st && !(s->cudnn = calloc((size_t)e->g->n_nodes + 1, 1)))
+        st = vr_error(VR_ERR_OOM, "exec: out of host memory");
+    if (!st)
+        st = attention_choose(e, s);
     if (!st && !e->cfg.cuda_graph)
         st = vr__cuda_prof_new(e->g->n_nodes, e->cfg.profile, &s->prof);
     if (!st)

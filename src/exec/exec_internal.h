@@ -165,6 +165,7 @@ struct vr_exec {
     bool graph_asked;             /* cfg.cuda_graph as the caller gave it */
     char graph_off[512];          /* asked for but off: why, as it reads after "off" (vr_exec_cuda_graph_state) */
     bool graph_captured;          /* a captured step is ready to replay */
+    char attention[512];          /* CUDA: whose attention kernels the nodes run (vr_exec_attention_kernels) */
     vr_optim_hparams graph_h;     /* the hyperparameters baked into it (lr and step are not) */
     bool multi_tensor;            /* the backend runs the optimizer phase multi-tensor (CUDA: set by its
                                    * init, cleared if it falls back to node by node) */

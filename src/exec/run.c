@@ -268,6 +268,8 @@ bool vr_exec_cuda_graph_state(const vr_exec *e, bool *on, const char **reason)
     return e->graph_asked;
 }
 
+const char *vr_exec_attention_kernels(const vr_exec *e) { return e->attention; }
+
 void vr_exec_get_loss_scale(const vr_exec *e, float *scale, int *good)
 {
     *scale = e->loss_scale;

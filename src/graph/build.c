@@ -23,6 +23,8 @@ vr_status vr_step_config_check(const vr_step_config *s)
                                                      : "weights lose small updates without an fp32 master");
     if ((unsigned)s->offload > VR_OFFLOAD_OPTIM)
         return vr_error(VR_ERR_INVALID, "step config: bad offload value %d", (int)s->offload);
+    if ((unsigned)s->attention > VR_ATTENTION_CUDNN)
+        return vr_error(VR_ERR_INVALID, "step config: bad attention value %d", (int)s->attention);
     if (s->train && s->offload && s->optim == VR_OPTIM_NONE)
         return vr_error(VR_ERR_INVALID,
                         "vr_step_config.offload: 'optim' needs an optimizer (there is no state to offload)");

@@ -44,12 +44,17 @@ static const char *optim_names[] = {"none", "sgd", "momentum", "adam", "adamw"};
 static const char *recompute_names[] = {"none", "block", "selective"};
 static const char *ostate_names[] = {"fp32", "bf16", "8bit"};
 static const char *offload_names[] = {"none", "optim"};
+static const char *attention_names[] = {"auto", "vram", "cudnn"};
+_Static_assert(VR_ATTENTION_AUTO == VR_SCRATCH_ATTN_AUTO && VR_ATTENTION_VRAM == VR_SCRATCH_ATTN_VRAM &&
+                   VR_ATTENTION_CUDNN == VR_SCRATCH_ATTN_CUDNN,
+               "vr_attention and kernels/scratch.h's VR_SCRATCH_ATTN_* agree");
 
 const char *vr_precision_name(vr_precision p) { return (unsigned)p < 3 ? prec_names[p] : "?"; }
 const char *vr_optim_name(vr_optim o) { return (unsigned)o < 5 ? optim_names[o] : "?"; }
 const char *vr_recompute_name(vr_recompute r) { return (unsigned)r < 3 ? recompute_names[r] : "?"; }
 const char *vr_optim_state_name(vr_optim_state o) { return (unsigned)o < 3 ? ostate_names[o] : "?"; }
 const char *vr_offload_name(vr_offload o) { return (unsigned)o < 2 ? offload_names[o] : "?"; }
+const char *vr_attention_name(vr_attention a) { return (unsigned)a < 3 ? attention_names[a] : "?"; }
 
 static vr_status parse_name(const char *s, const char *what, const char **names, int n, int *out)
 {
@@ -104,6 +109,14 @@ vr_status vr_offload_parse(const char *s, const char *what, vr_offload *out)
     int v = 0;
     vr_status st = parse_name(s, what, offload_names, 2, &v);
     *out = (vr_offload)v;
+    return st;
+}
+
+vr_status vr_attention_parse(const char *s, const char *what, vr_attention *out)
+{
+    int v = 0;
+    vr_status st = parse_name(s, what, attention_names, 3, &v);
+    *out = (vr_attention)v;
     return st;
 }
 
@@ -424,8 +437,8 @@ uint64_t vr_node_scratch_bytes_for(const vr_graph *g, const vr_node *n, vr_kerne
         int64_t nkv = n->nkv > 0 ? n->nkv : n->nh, W = n->nh + 2 * nkv;
         if (!cuda || n->nh < 1 || q->ndim != 3 || q->shape[2] % W)
             return 0; /* the CPU kernels: none (vr_cpu_attention_scratch_bytes) */
-        return vr_scratch_cuda_attention_bwd(q->shape[0], q->shape[1], n->nh, q->shape[2] / W,
-                                             (int64_t)vr_dtype_size(in0->dtype));
+        return vr_scratch_cuda_attention_bwd_for(q->shape[0], q->shape[1], n->nh, q->shape[2] / W,
+                                                 (int64_t)vr_dtype_size(in0->dtype), (int)g->step.attention);
     }
     case VR_OP_LAYERNORM_BWD: /* dout (N,C); dw and db partial sums when either is computed */
         if (!cuda || (n->out[1] < 0 && n->out[2] < 0))

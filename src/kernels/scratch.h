@@ -95,6 +95,60 @@ static inline uint64_t vr_scratch_cuda_attention_bwd(int64_t B, int64_t T, int64
     return esize == 4 ? vr_scratch_cuda_attention_delta(B, T, NH) : vr_scratch_cuda_attention_fused(B, T, NH, hs);
 }
 
+/* ---------------------------------------------------------------- attention through cuDNN (CUDA) */
+
+/* cuDNN's fused flash attention (src/kernels/cuda/attention_cudnn_cuda.c) runs for 16-bit activations and
+ * head sizes that are a multiple of 8 up to 128. Its backward takes two fp32 tensors that its operation
+ * graph names and that live outside cuDNN (as cudnn-frontend's sdpa_backward keeps them in its part of the
+ * workspace): the dQ accumulator (B,NH,T,hs) at offset 0, then softmax_sum = rowsum(dO * O) (B,NH,T) at the
+ * 256-aligned offset after it. Those are the node's scratch, sized here exactly. What the execution plan
+ * itself asks for beyond them (CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, known once a plan is built on a
+ * GPU) comes out of the step's library workspace (the cuBLASLt one, vr_step_config.workspace_bytes, 32 MiB),
+ * as the forward's does: the executor builds both plans before the first step and refuses (or, with
+ * attention auto, leaves cuDNN for vram's kernels) a plan that asks for more than that workspace holds. */
+#define VR_SCRATCH_CUDNN_HS_MAX 128
+
+static inline int vr_scratch_cudnn_attention_ok(int64_t hs, int64_t esize)
+{
+    return esize == 2 && hs > 0 && hs % 8 == 0 && hs <= VR_SCRATCH_CUDNN_HS_MAX;
+}
+
+/* The dQ accumulator's bytes (the offset of softmax_sum is their 256-aligned size). */
+static inline uint64_t vr_scratch_cudnn_attention_dq(int64_t B, int64_t T, int64_t NH, int64_t hs)
+{
+    return vr_scratch_dim(B) * vr_scratch_dim(NH) * vr_scratch_dim(T) * vr_scratch_dim(hs) * 4u;
+}
+
+static inline uint64_t vr_scratch_cudnn_attention_bwd(int64_t B, int64_t T, int64_t NH, int64_t hs)
+{
+    uint64_t dq = vr_scratch_cudnn_attention_dq(B, T, NH, hs);
+    if (!dq)
+        return 0;
+    return vr_scratch_align(dq) + vr_scratch_dim(B) * vr_scratch_dim(NH) * vr_scratch_dim(T) * 4u;
+}
+
+/* Which attention kernels a CUDA step may run (vr_step_config.attention, include/vram/graph.h, same values):
+ * 0 auto (cuDNN where it loads and takes the shape, else vram's), 1 vram's own, 2 cuDNN. */
+#define VR_SCRATCH_ATTN_AUTO 0
+#define VR_SCRATCH_ATTN_VRAM 1
+#define VR_SCRATCH_ATTN_CUDNN 2
+
+/* What a training step plans for attention_bwd's node on CUDA: vram's (vr_scratch_cuda_attention_bwd) with
+ * attention vram or where cuDNN cannot run the shape; cuDNN's with attention cudnn; the larger of the two
+ * with auto, since the choice is made on the GPU (whether libcudnn loads) and the plan is the same on
+ * every device it is made on. */
+static inline uint64_t vr_scratch_cuda_attention_bwd_for(int64_t B, int64_t T, int64_t NH, int64_t hs, int64_t esize,
+                                                         int attention)
+{
+    uint64_t ours = vr_scratch_cuda_attention_bwd(B, T, NH, hs, esize);
+    if (attention == VR_SCRATCH_ATTN_VRAM || !vr_scratch_cudnn_attention_ok(hs, esize))
+        return ours;
+    uint64_t theirs = vr_scratch_cudnn_attention_bwd(B, T, NH, hs);
+    if (attention == VR_SCRATCH_ATTN_CUDNN)
+        return theirs;
+    return ours > theirs ? ours : theirs;
+}
+
 /* ---------------------------------------------------------------- LayerNorm / RMSNorm backward (CUDA) */
 
 /* dw (and db) are summed in two steps: blocks over (columns) x (a slice of rows) write fp32 partial sums,

@@ -154,6 +154,8 @@ char *vr_plan_json(const vr_plan *p, bool timeline)
     cJSON_AddStringToObject(step, "optim_state", vr_optim_state_name(g->step.optim_state));
     cJSON_AddStringToObject(step, "master", g->step.no_master ? "none" : "fp32");
     cJSON_AddStringToObject(step, "offload", vr_offload_name(g->step.offload));
+    cJSON_AddStringToObject(step, "kernels", g->step.kernels == VR_KERNELS_CUDA ? "cuda" : "cpu");
+    cJSON_AddStringToObject(step, "attention", vr_attention_name(g->step.attention));
     cJSON_AddNumberToObject(step, "ranks", g->step.world);
     cJSON_AddNumberToObject(step, "zero", g->step.zero);
     cJSON_AddStringToObject(step, "freeze", g->step.freeze ? g->step.freeze : "");

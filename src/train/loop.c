@@ -245,6 +245,7 @@ vr_status vr__trainer_eval_setup(vr_trainer *t)
     memset(&s, 0, sizeof s);
     s.precision = c->step.precision;
     s.kernels = c->step.kernels;
+    s.attention = c->step.attention;
     vr_status st = vr_graph_build(&c->model, &s, &t->eg);
     vr_plan_config pc = {.memory = c->memory, .alloc_policy = c->alloc_policy, .inplace = c->inplace};
     if (!st)

@@ -157,6 +157,8 @@ static void print_summary(vr_trainer *t, const vr_train_summary *s, bool json, F
         }
         if (graph_off)
             cJSON_AddStringToObject(o, "cuda_graph_off", graph_off);
+        if (*vr_exec_attention_kernels(t->exec))
+            cJSON_AddStringToObject(o, "attention", vr_exec_attention_kernels(t->exec));
         cJSON_AddItemToObject(o, "memory", memory_json(t));
         if (t->cfg.comm) {
             cJSON_AddNumberToObject(o, "ranks", vr_comm_size(t->cfg.comm));
@@ -178,6 +180,8 @@ static void print_summary(vr_trainer *t, const vr_train_summary *s, bool json, F
                 (long long)s->skipped, s->skipped == 1 ? "" : "s");
     if (graph_off)
         fprintf(out, "\n          cuda graph: off %s", graph_off);
+    if (*vr_exec_attention_kernels(t->exec))
+        fprintf(out, "\n          attention: %s", vr_exec_attention_kernels(t->exec));
     fprintf(out, "\n\n");
     vr_train_print_memory(t, out);
     if (t->cfg.comm) {

@@ -25,15 +25,22 @@ typedef struct shape {
 static int64_t esize_of(vr_precision p) { return p == VR_PREC_FP32 ? 4 : 2; }
 
 /* The scratch node n's kernel takes, from the model's numbers (N = B*T rows everywhere). */
-static uint64_t expected(const vr_node *n, const shape *sh, vr_kernels k, vr_precision p)
+static uint64_t expected(const vr_node *n, const shape *sh, vr_kernels k, vr_precision p, vr_attention a)
 {
     int64_t N = (int64_t)sh->B * sh->T, es = esize_of(p);
     bool cuda = k == VR_KERNELS_CUDA;
     switch (n->op) {
     case VR_OP_CLASSIFIER:
         return cuda ? vr_scratch_cuda_classifier(N, sh->Vp, es) : vr_scratch_cpu_classifier(N, sh->V);
-    case VR_OP_ATTENTION_BWD:
-        return cuda ? vr_scratch_cuda_attention_bwd(sh->B, sh->T, sh->NH, sh->hd, es) : 0;
+    case VR_OP_ATTENTION_BWD: { /* vram's; cuDNN's (16 bits, head size a multiple of 8 up to 128) by the choice */
+        if (!cuda)
+            return 0;
+        uint64_t ours = vr_scratch_cuda_attention_bwd(sh->B, sh->T, sh->NH, sh->hd, es);
+        if (a == VR_ATTENTION_VRAM || es != 2 || sh->hd % 8 || sh->hd > 128)
+            return ours;
+        uint64_t theirs = vr_scratch_cudnn_attention_bwd(sh->B, sh->T, sh->NH, sh->hd);
+        return a == VR_ATTENTION_CUDNN || theirs > ours ? theirs : ours;
+    }
     case VR_OP_LAYERNORM_BWD:
         return cuda && (n->out[1] >= 0 || n->out[2] >= 0) ? vr_scratch_cuda_layernorm_bwd(N, sh->C) : 0;
     case VR_OP_RMSNORM_BWD:
@@ -73,7 +80,7 @@ static void check_graph(const vr_graph *g, const shape *sh, vr_kernels k, vr_pre
 {
     for (int i = 0; i < g->n_nodes; i++) {
         const vr_node *n = &g->nodes[i];
-        uint64_t want = expected(n, sh, k, p);
+        uint64_t want = expected(n, sh, k, p, g->step.attention);
         uint64_t have = n->scratch >= 0 ? vr_tensor_bytes(&g->tensors[n->scratch]) : 0;
         if (have != want || vr_node_scratch_bytes_for(g, n, k) != want)
             fail_msg("%s %s B%d T%d C%d NH%d NKV%d hd%d V%d Vp%d %s %s: node %s (%s) scratch %llu, the kernels "
@@ -110,13 +117,15 @@ static void scratch_by_shape(void **state)
             sh.NKV = sh.NH, sh.hd = sh.C / sh.NH;
         for (int pk = 0; pk < 3; pk++)
             for (int k = 0; k < 2; k++)
-                for (int r = 0; r < 2; r++) {
-                    vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .precision = precs[pk],
-                                        .recompute = recs[r], .kernels = (vr_kernels)k};
-                    vr_graph *g = build(&sh, s);
-                    check_graph(g, &sh, (vr_kernels)k, precs[pk], seen[k]);
-                    vr_graph_free(g);
-                }
+                for (int r = 0; r < 2; r++)
+                    for (int at = 0; at < 3; at++) {
+                        vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .precision = precs[pk],
+                                            .recompute = recs[r], .kernels = (vr_kernels)k,
+                                            .attention = (vr_attention)at};
+                        vr_graph *g = build(&sh, s);
+                        check_graph(g, &sh, (vr_kernels)k, precs[pk], seen[k]);
+                        vr_graph_free(g);
+                    }
     }
     /* every op that takes scratch was met (else the loop above checked nothing of it) */
     assert_true(seen[VR_KERNELS_CPU][VR_OP_CLASSIFIER] > 0);
@@ -145,6 +154,19 @@ static void gpt2_figures(void **state)
     assert_int_equal(vr_scratch_cuda_attention_bwd(4, 256, 12, 64, 2), 49152 + 3145728);
     assert_int_equal(vr_scratch_cuda_attention_bwd(4, 256, 12, 32, 2), 49152); /* no fused kernel */
     assert_int_equal(vr_scratch_cuda_attention_bwd(1, 3, 1, 64, 2), 256 + 3 * 64 * 4); /* delta 256-aligned */
+    /* cuDNN's backward: the fp32 dQ accumulator (4,12,256,64), then softmax_sum (4,12,256) fp32: at head size
+     * 64 as much as vram's fused backward; at 128 twice the dQ, where vram's (scalar) takes delta only; auto
+     * plans the larger, vram and cudnn their own; fp32 and head sizes cuDNN does not take: vram's */
+    assert_int_equal(vr_scratch_cudnn_attention_bwd(4, 256, 12, 64), 3145728 + 49152);
+    assert_int_equal(vr_scratch_cudnn_attention_bwd(4, 256, 12, 128), 6291456 + 49152);
+    assert_int_equal(vr_scratch_cudnn_attention_bwd(1, 3, 1, 64), 768 + 12);
+    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 128, 2, VR_SCRATCH_ATTN_AUTO), 6291456 + 49152);
+    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 128, 2, VR_SCRATCH_ATTN_VRAM), 49152);
+    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 128, 2, VR_SCRATCH_ATTN_CUDNN), 6291456 + 49152);
+    assert_int_equal(vr_scratch_cuda_attention_bwd_for(1, 3, 1, 64, 2, VR_SCRATCH_ATTN_AUTO), 1024);
+    assert_int_equal(vr_scratch_cuda_attention_bwd_for(1, 3, 1, 64, 2, VR_SCRATCH_ATTN_CUDNN), 780);
+    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 64, 4, VR_SCRATCH_ATTN_CUDNN), 49152);
+    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 36, 2, VR_SCRATCH_ATTN_CUDNN), 49152);
     /* LayerNorm: 8 slices of 128 rows, dw and db of 768 fp32 each; RMSNorm dw only; at most 128 slices */
     assert_int_equal(vr_scratch_cuda_layernorm_bwd(1024, 768), 8ull * 2 * 768 * 4);
     assert_int_equal(vr_scratch_cuda_rmsnorm_bwd(1024, 768), 8ull * 768 * 4);
@@ -225,7 +247,7 @@ static void planned_step_holds_the_need(void **state)
                 uint64_t temp_need = 0;
                 for (int j = 0; j < g->n_nodes; j++) {
                     const vr_node *n = &g->nodes[j];
-                    uint64_t need = expected(n, &sh, VR_KERNELS_CUDA, precs[pk]);
+                    uint64_t need = expected(n, &sh, VR_KERNELS_CUDA, precs[pk], g->step.attention);
                     if (!need)
                         continue;
                     with++;

@@ -304,6 +304,33 @@ vr_status vr_cuda_attention_gqa_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, vo
  * every head (B*NH*T*64*4 bytes; GPT-2 124M B=16: 51 MB); head sizes other than 64: the minimum. */
 size_t vr_cuda_attention_scratch_fused_bytes(int B, int T, int C, int NH);
 
+/* ---------------------------------------------------------------- attention through cuDNN */
+/* cuDNN's fused flash attention (attention_cudnn_cuda.c): the same causal attention as the gqa functions
+ * above, for bf16/fp16 and head sizes that are a multiple of 8 up to 128, with the same layout and the same
+ * saved lse (cuDNN's softmax "Stats": the natural log-sum-exp of the scaled scores, (B,NH,T) fp32), so
+ * either path's forward feeds either path's backward. libcudnn.so.9 is loaded at run time (dlopen); where
+ * it does not load, or takes no engine for the shape, these return VR_ERR_UNSUPPORTED saying why.
+ * One forward and one backward execution plan per (device, dtype, B, T, NH, NKV, hs), built on first use
+ * (heuristics mode A, the first config that finalizes) and kept for the process.
+ * prepare: builds both plans on the ctx's device now (a GPU call: the executor makes it before the first
+ * step) and returns the workspace each plan asks for beyond its tensors; fwd/bwd take that workspace from
+ * ctx->workspace (VR_ERR_INVALID when it holds less), which they use without a matmul call in between.
+ * bwd overwrites dqkv (no acc) and needs scratch of vr_cuda_attention_cudnn_scratch_bytes (the fp32 dQ
+ * accumulator and rowsum(dout * out), kernels/scratch.h). Not deterministic in dQ (cuDNN's atomics). */
+vr_status vr_cuda_attention_cudnn_prepare(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, int B, int T, int NH, int NKV,
+                                          int hs, size_t *fwd_ws, size_t *bwd_ws);
+vr_status vr_cuda_attention_cudnn_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *lse,
+                                      const void *qkv, int B, int T, int NH, int NKV, int hs);
+vr_status vr_cuda_attention_cudnn_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dqkv, const void *dout,
+                                      const void *qkv, const void *out, const float *lse, int B, int T, int NH,
+                                      int NKV, int hs, void *scratch, size_t scratch_bytes);
+size_t vr_cuda_attention_cudnn_scratch_bytes(int B, int T, int NH, int hs);
+/* cudnnGetVersion() of the loaded library (e.g. 91900), 0 when none loads; then why says why. */
+int vr_cuda_cudnn_version(void);
+const char *vr_cuda_cudnn_why(void);
+/* Frees every cached plan and the handles (tests; the plans are otherwise kept until the process ends). */
+void vr_cuda_attention_cudnn_release(void);
+
 /* ---------------------------------------------------------------- Llama family (llama.cu) */
 
 /* RMSNorm: out(N,C) = inp * rstd * w, rstd(N) fp32 = 1/sqrt(mean(inp^2) + eps); fp32 maths. */
