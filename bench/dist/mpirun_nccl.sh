@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # NCCL under mpirun (issue #11): the same command as `--gpus N`, launched by mpirun instead (rank 0's NCCL id
-# broadcast over MPI; each rank on the GPU of its local rank): the losses equal the --gpus run's step for step.
+# broadcast over MPI; each rank on the GPU of its local rank): the losses equal the --gpus run's step for step
+# (vram's attention kernels, which are deterministic; cuDNN's backward is not).
 #   bash bench/dist/mpirun_nccl.sh [VRAM]      (a vram built with MPI and CUDA for sm_90; default build-carry/vram)
 set -uo pipefail
 V=${1:-build-carry/vram}
@@ -9,7 +10,7 @@ mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=8
 n=$(nvidia-smi -L | wc -l)
-f="--device cuda --preset gpt2 --seq 1024 --batch 8 --precision bf16 --clip 1.0 --lr 6e-4 --lr-schedule constant --warmup 0"
+f="--device cuda --preset gpt2 --seq 1024 --batch 8 --precision bf16 --clip 1.0 --lr 6e-4 --lr-schedule constant --warmup 0 --attention vram"
 "$V" info | grep -E "^dist" || true
 . "$(dirname "$0")/mon.sh"
 for z in ${ZEROS:-1 3}; do

@@ -55,6 +55,7 @@
 #include "exec/cuda_prof.h"
 #include "exec/cuda_times.h"
 #include "kernels/cpu/kernels_cpu.h"
+#include "kernels/scratch.h"
 
 #define VR_CLIP_BYTES 256 /* tail of the workspace: clip factor, norm (fp32) */
 
@@ -725,13 +726,15 @@ static vr_status attention_choose(vr_exec *e, cuda_state *s)
             snprintf(no, sizeof no, "cuDNN's flash attention takes bf16/fp16, the step is fp32");
         } else if (vr_cuda_attention_cudnn_prepare(&s->ctx, dt, B, T, n->nh, nkv, hd, &fws, &bws)) {
             snprintf(no, sizeof no, "%s", vr_last_error());
-        } else if ((fws || bws) && (!s->ws || (fws > bws ? fws : bws) > s->ws_bytes)) {
+        } else if ((fws || bws) && (!s->ws || (fws > bws && fws > s->ws_bytes) ||
+                                    (bws > vr_scratch_cudnn_attention_plan_ws(B, T, n->nh, nkv, hd) && bws > s->ws_bytes))) {
             snprintf(no, sizeof no, "its plans ask for %zu (forward) and %zu (backward) bytes of workspace, the "
-                     "step's library workspace holds %zu (vr_step_config.workspace_bytes)", fws, bws,
-                     s->ws ? s->ws_bytes : (size_t)0);
+                     "step's library workspace holds %zu (vr_step_config.workspace_bytes) and the backward's planned "
+                     "scratch %llu", fws, bws, s->ws ? s->ws_bytes : (size_t)0,
+                     (unsigned long long)vr_scratch_cudnn_attention_plan_ws(B, T, n->nh, nkv, hd));
         } else if (bwd) {
             uint64_t have = n->scratch >= 0 ? vr_tensor_bytes(&g->tensors[n->scratch]) : 0;
-            size_t need = vr_cuda_attention_cudnn_scratch_bytes(B, T, n->nh, hd);
+            size_t need = vr_cuda_attention_cudnn_scratch_bytes(B, T, n->nh, nkv, hd);
             if (have < need)
                 snprintf(no, sizeof no, "its scratch holds %llu bytes, cuDNN's backward needs %zu (a graph "
                          "planned for vram's attention: vr_step_config.attention)", (unsigned long long)have, need);

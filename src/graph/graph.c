@@ -437,7 +437,7 @@ uint64_t vr_node_scratch_bytes_for(const vr_graph *g, const vr_node *n, vr_kerne
         int64_t nkv = n->nkv > 0 ? n->nkv : n->nh, W = n->nh + 2 * nkv;
         if (!cuda || n->nh < 1 || q->ndim != 3 || q->shape[2] % W)
             return 0; /* the CPU kernels: none (vr_cpu_attention_scratch_bytes) */
-        return vr_scratch_cuda_attention_bwd_for(q->shape[0], q->shape[1], n->nh, q->shape[2] / W,
+        return vr_scratch_cuda_attention_bwd_for(q->shape[0], q->shape[1], n->nh, nkv, q->shape[2] / W,
                                                  (int64_t)vr_dtype_size(in0->dtype), (int)g->step.attention);
     }
     case VR_OP_LAYERNORM_BWD: /* dout (N,C); dw and db partial sums when either is computed */

@@ -119,12 +119,32 @@ static inline uint64_t vr_scratch_cudnn_attention_dq(int64_t B, int64_t T, int64
     return vr_scratch_dim(B) * vr_scratch_dim(NH) * vr_scratch_dim(T) * vr_scratch_dim(hs) * 4u;
 }
 
-static inline uint64_t vr_scratch_cudnn_attention_bwd(int64_t B, int64_t T, int64_t NH, int64_t hs)
+/* Grouped-query attention (NKV < NH): cuDNN's backward plan asks for a workspace of dK and dV spread over every
+ * query head, B*NH*T*hs 4-byte elements between them, plus 256 bytes (measured on an H100 with cuDNN 9.19:
+ * 409,856 B at B=2 T=200 NH=4 NKV=1 hs=64; 67,109,120 B at B=4 T=2048 NH=32 NKV=8 hs=64), more than the step's
+ * library workspace at long sequences. It is planned here, after softmax_sum (the executor checks the built
+ * plan's figure against it before the first step); with NKV == NH the plan asks for 256 bytes, which the
+ * library workspace gives. */
+static inline uint64_t vr_scratch_cudnn_attention_plan_ws(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs)
 {
-    uint64_t dq = vr_scratch_cudnn_attention_dq(B, T, NH, hs);
+    return NKV > 0 && NKV < NH ? vr_scratch_dim(B) * vr_scratch_dim(NH) * vr_scratch_dim(T) * vr_scratch_dim(hs) * 4u + 256u
+                               : 0;
+}
+
+/* The offset of the plan's workspace in the scratch (the end of softmax_sum, 256-aligned). */
+static inline uint64_t vr_scratch_cudnn_attention_ws_offset(int64_t B, int64_t T, int64_t NH, int64_t hs)
+{
+    return vr_scratch_align(vr_scratch_cudnn_attention_dq(B, T, NH, hs)) +
+           vr_scratch_align(vr_scratch_dim(B) * vr_scratch_dim(NH) * vr_scratch_dim(T) * 4u);
+}
+
+static inline uint64_t vr_scratch_cudnn_attention_bwd(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs)
+{
+    uint64_t dq = vr_scratch_cudnn_attention_dq(B, T, NH, hs), ws = vr_scratch_cudnn_attention_plan_ws(B, T, NH, NKV, hs);
     if (!dq)
         return 0;
-    return vr_scratch_align(dq) + vr_scratch_dim(B) * vr_scratch_dim(NH) * vr_scratch_dim(T) * 4u;
+    uint64_t sum = vr_scratch_dim(B) * vr_scratch_dim(NH) * vr_scratch_dim(T) * 4u;
+    return ws ? vr_scratch_cudnn_attention_ws_offset(B, T, NH, hs) + ws : vr_scratch_align(dq) + sum;
 }
 
 /* Which attention kernels a CUDA step may run (vr_step_config.attention, include/vram/graph.h, same values):
@@ -137,13 +157,13 @@ static inline uint64_t vr_scratch_cudnn_attention_bwd(int64_t B, int64_t T, int6
  * attention vram or where cuDNN cannot run the shape; cuDNN's with attention cudnn; the larger of the two
  * with auto, since the choice is made on the GPU (whether libcudnn loads) and the plan is the same on
  * every device it is made on. */
-static inline uint64_t vr_scratch_cuda_attention_bwd_for(int64_t B, int64_t T, int64_t NH, int64_t hs, int64_t esize,
-                                                         int attention)
+static inline uint64_t vr_scratch_cuda_attention_bwd_for(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs,
+                                                         int64_t esize, int attention)
 {
     uint64_t ours = vr_scratch_cuda_attention_bwd(B, T, NH, hs, esize);
     if (attention == VR_SCRATCH_ATTN_VRAM || !vr_scratch_cudnn_attention_ok(hs, esize))
         return ours;
-    uint64_t theirs = vr_scratch_cudnn_attention_bwd(B, T, NH, hs);
+    uint64_t theirs = vr_scratch_cudnn_attention_bwd(B, T, NH, NKV, hs);
     if (attention == VR_SCRATCH_ATTN_CUDNN)
         return theirs;
     return ours > theirs ? ours : theirs;

@@ -151,9 +151,9 @@ static void run_shape(vr_cuda_dtype dt, int B, int T, int NH, int NKV, int hs, i
     free(h);
 
     /* memory: what the plan reserves for the node, and what cuDNN's plans ask */
-    size_t need = vr_cuda_attention_cudnn_scratch_bytes(B, T, NH, hs);
-    uint64_t planned_cudnn = vr_scratch_cuda_attention_bwd_for(B, T, NH, hs, 2, VR_SCRATCH_ATTN_CUDNN);
-    uint64_t planned_auto = vr_scratch_cuda_attention_bwd_for(B, T, NH, hs, 2, VR_SCRATCH_ATTN_AUTO);
+    size_t need = vr_cuda_attention_cudnn_scratch_bytes(B, T, NH, NKV, hs);
+    uint64_t planned_cudnn = vr_scratch_cuda_attention_bwd_for(B, T, NH, NKV, hs, 2, VR_SCRATCH_ATTN_CUDNN);
+    uint64_t planned_auto = vr_scratch_cuda_attention_bwd_for(B, T, NH, NKV, hs, 2, VR_SCRATCH_ATTN_AUTO);
     CHECK(need == planned_cudnn && need <= planned_auto,
           "scratch: cuDNN's backward takes %zu, the plan reserves %llu (cudnn) / %llu (auto)", need,
           (unsigned long long)planned_cudnn, (unsigned long long)planned_auto);
@@ -161,7 +161,11 @@ static void run_shape(vr_cuda_dtype dt, int B, int T, int NH, int NKV, int hs, i
     OKS(vr_cuda_attention_cudnn_prepare(&ctx, dt, B, T, NH, NKV, hs, &fws, &bws));
     printf("   scratch %zu bytes (planned: cudnn %llu, auto %llu); plan workspace fwd %zu, bwd %zu (ctx's: %zu)\n",
            need, (unsigned long long)planned_cudnn, (unsigned long long)planned_auto, fws, bws, ctx.workspace_bytes);
-    CHECK(fws <= ctx.workspace_bytes && bws <= ctx.workspace_bytes, "plan workspace above the ctx's");
+    uint64_t own_ws = vr_scratch_cudnn_attention_plan_ws(B, T, NH, NKV, hs);
+    CHECK(fws <= ctx.workspace_bytes && (bws <= ctx.workspace_bytes || bws <= own_ws),
+          "plan workspace above the ctx's and the planned %llu", (unsigned long long)own_ws);
+    CHECK(NKV == NH || bws == own_ws, "GQA backward: the plan asks %zu, the formula says %llu", bws,
+          (unsigned long long)own_ws);
 
     /* reference: vram's fp32 kernels */
     float *rout = dmalloc(nout * 4), *rlse = dmalloc(nl * 4), *rdq = dmalloc(nqkv * 4);

@@ -38,7 +38,7 @@ static uint64_t expected(const vr_node *n, const shape *sh, vr_kernels k, vr_pre
         uint64_t ours = vr_scratch_cuda_attention_bwd(sh->B, sh->T, sh->NH, sh->hd, es);
         if (a == VR_ATTENTION_VRAM || es != 2 || sh->hd % 8 || sh->hd > 128)
             return ours;
-        uint64_t theirs = vr_scratch_cudnn_attention_bwd(sh->B, sh->T, sh->NH, sh->hd);
+        uint64_t theirs = vr_scratch_cudnn_attention_bwd(sh->B, sh->T, sh->NH, sh->NKV, sh->hd);
         return a == VR_ATTENTION_CUDNN || theirs > ours ? theirs : ours;
     }
     case VR_OP_LAYERNORM_BWD:
@@ -157,16 +157,22 @@ static void gpt2_figures(void **state)
     /* cuDNN's backward: the fp32 dQ accumulator (4,12,256,64), then softmax_sum (4,12,256) fp32: at head size
      * 64 as much as vram's fused backward; at 128 twice the dQ, where vram's (scalar) takes delta only; auto
      * plans the larger, vram and cudnn their own; fp32 and head sizes cuDNN does not take: vram's */
-    assert_int_equal(vr_scratch_cudnn_attention_bwd(4, 256, 12, 64), 3145728 + 49152);
-    assert_int_equal(vr_scratch_cudnn_attention_bwd(4, 256, 12, 128), 6291456 + 49152);
-    assert_int_equal(vr_scratch_cudnn_attention_bwd(1, 3, 1, 64), 768 + 12);
-    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 128, 2, VR_SCRATCH_ATTN_AUTO), 6291456 + 49152);
-    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 128, 2, VR_SCRATCH_ATTN_VRAM), 49152);
-    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 128, 2, VR_SCRATCH_ATTN_CUDNN), 6291456 + 49152);
-    assert_int_equal(vr_scratch_cuda_attention_bwd_for(1, 3, 1, 64, 2, VR_SCRATCH_ATTN_AUTO), 1024);
-    assert_int_equal(vr_scratch_cuda_attention_bwd_for(1, 3, 1, 64, 2, VR_SCRATCH_ATTN_CUDNN), 780);
-    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 64, 4, VR_SCRATCH_ATTN_CUDNN), 49152);
-    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 36, 2, VR_SCRATCH_ATTN_CUDNN), 49152);
+    assert_int_equal(vr_scratch_cudnn_attention_bwd(4, 256, 12, 12, 64), 3145728 + 49152);
+    assert_int_equal(vr_scratch_cudnn_attention_bwd(4, 256, 12, 12, 128), 6291456 + 49152);
+    assert_int_equal(vr_scratch_cudnn_attention_bwd(1, 3, 1, 1, 64), 768 + 12);
+    /* grouped-query attention: the plan's workspace of dK, dV over every query head (+256), after softmax_sum
+     * (sizes measured on an H100: 409,856 and 67,109,120 bytes) */
+    assert_int_equal(vr_scratch_cudnn_attention_plan_ws(2, 200, 4, 1, 64), 409856);
+    assert_int_equal(vr_scratch_cudnn_attention_plan_ws(4, 2048, 32, 8, 64), 67109120);
+    assert_int_equal(vr_scratch_cudnn_attention_plan_ws(4, 2048, 32, 32, 64), 0);
+    assert_int_equal(vr_scratch_cudnn_attention_bwd(2, 200, 4, 1, 64), 409600 + 3328 + 409856);
+    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 12, 128, 2, VR_SCRATCH_ATTN_AUTO), 6291456 + 49152);
+    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 12, 128, 2, VR_SCRATCH_ATTN_VRAM), 49152);
+    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 12, 128, 2, VR_SCRATCH_ATTN_CUDNN), 6291456 + 49152);
+    assert_int_equal(vr_scratch_cuda_attention_bwd_for(1, 3, 1, 1, 64, 2, VR_SCRATCH_ATTN_AUTO), 1024);
+    assert_int_equal(vr_scratch_cuda_attention_bwd_for(1, 3, 1, 1, 64, 2, VR_SCRATCH_ATTN_CUDNN), 780);
+    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 12, 64, 4, VR_SCRATCH_ATTN_CUDNN), 49152);
+    assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 12, 36, 2, VR_SCRATCH_ATTN_CUDNN), 49152);
     /* LayerNorm: 8 slices of 128 rows, dw and db of 768 fp32 each; RMSNorm dw only; at most 128 slices */
     assert_int_equal(vr_scratch_cuda_layernorm_bwd(1024, 768), 8ull * 2 * 768 * 4);
     assert_int_equal(vr_scratch_cuda_rmsnorm_bwd(1024, 768), 8ull * 768 * 4);

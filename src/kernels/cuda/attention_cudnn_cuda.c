@@ -47,9 +47,9 @@
 #endif
 #endif
 
-size_t vr_cuda_attention_cudnn_scratch_bytes(int B, int T, int NH, int hs)
+size_t vr_cuda_attention_cudnn_scratch_bytes(int B, int T, int NH, int NKV, int hs)
 {
-    return (size_t)vr_scratch_cudnn_attention_bwd(B, T, NH, hs);
+    return (size_t)vr_scratch_cudnn_attention_bwd(B, T, NH, NKV, hs);
 }
 
 #ifndef VR_HAVE_CUDNN_HEADERS
@@ -675,8 +675,10 @@ vr_status vr_cuda_attention_cudnn_prepare(const vr_cuda_ctx *ctx, vr_cuda_dtype 
     return VR_OK;
 }
 
-/* Executes plan p with the variant pack (uids, pointers); its workspace from the ctx's. */
-static vr_status run(const vr_cuda_ctx *ctx, const shape *s, bool bwd, const int64_t *uids, void **ptrs, int n)
+/* Executes plan p with the variant pack (uids, pointers); its workspace: `own` (own_bytes, planned in the node's
+ * scratch) when it holds it, else the ctx's. */
+static vr_status run(const vr_cuda_ctx *ctx, const shape *s, bool bwd, const int64_t *uids, void **ptrs, int n,
+                     void *own, size_t own_bytes)
 {
     const char *op = bwd ? "attention_bwd (cudnn)" : "attention_fwd (cudnn)";
     plan *p = NULL;
@@ -687,16 +689,18 @@ static vr_status run(const vr_cuda_ctx *ctx, const shape *s, bool bwd, const int
         pthread_mutex_unlock(&mu);
         return st;
     }
-    if ((size_t)p->ws > 0 && (!ctx->workspace || ctx->workspace_bytes < (size_t)p->ws)) {
+    bool mine = own && own_bytes >= (size_t)p->ws;
+    if ((size_t)p->ws > 0 && !mine && (!ctx->workspace || ctx->workspace_bytes < (size_t)p->ws)) {
         pthread_mutex_unlock(&mu);
-        return vr_error(VR_ERR_INVALID, "cuda kernels: %s: cuDNN's plan needs %lld bytes of workspace, the ctx's "
-                        "holds %zu", op, (long long)p->ws, ctx->workspace ? ctx->workspace_bytes : (size_t)0);
+        return vr_error(VR_ERR_INVALID, "cuda kernels: %s: cuDNN's plan needs %lld bytes of workspace, the scratch "
+                        "holds %zu and the ctx's %zu", op, (long long)p->ws, own ? own_bytes : (size_t)0,
+                        ctx->workspace ? ctx->workspace_bytes : (size_t)0);
     }
     gb g;
     g.nkeep = g.nops = 0;
     g.failed = false;
     g.err[0] = 0;
-    void *ws = p->ws > 0 ? ctx->workspace : NULL;
+    void *ws = p->ws > 0 ? (mine ? own : ctx->workspace) : NULL;
     cudnnBackendDescriptor_t vp = gb_new(&g, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
     gb_set(&g, vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids, "variant uids");
     gb_set(&g, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs, "variant pointers");
@@ -760,7 +764,7 @@ vr_status vr_cuda_attention_cudnn_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, 
     char *q = (char *)qkv;
     int64_t uids[] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
     void *ptrs[] = {q, q + (size_t)NH * hs * es, q + (size_t)(NH + NKV) * hs * es, out, lse, &scale, &ninf};
-    return run(ctx, &s, false, uids, ptrs, 7);
+    return run(ctx, &s, false, uids, ptrs, 7, NULL, 0);
 }
 
 vr_status vr_cuda_attention_cudnn_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dqkv, const void *dout,
@@ -773,7 +777,7 @@ vr_status vr_cuda_attention_cudnn_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, 
         return st;
     if (!dqkv || !dout || !qkv || !out || !lse)
         return vr_error(VR_ERR_INVALID, "cuda kernels: %s: NULL pointer", op);
-    size_t need = vr_cuda_attention_cudnn_scratch_bytes(B, T, NH, hs);
+    size_t need = vr_cuda_attention_cudnn_scratch_bytes(B, T, NH, NKV, hs);
     if (!scratch || scratch_bytes < need)
         return vr_error(VR_ERR_INVALID, "cuda kernels: %s: scratch of %zu bytes < %zu needed", op, scratch_bytes, need);
     shape s;
@@ -795,7 +799,9 @@ vr_status vr_cuda_attention_cudnn_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, 
     int64_t uids[] = {U_Q, U_K, U_V, U_O, U_DO, U_STATS, U_DQ, U_DK, U_DV, U_SCALE, U_NEGINF, U_ONE, U_SSUM, U_DQACC};
     void *ptrs[] = {q, q + ko, q + vo, (void *)out, (void *)dout, (void *)lse, dq, dq + ko, dq + vo,
                     &scale, &ninf, &one, ssum, dqacc};
-    return run(ctx, &s, true, uids, ptrs, 14);
+    size_t ws_off = (size_t)vr_scratch_cudnn_attention_ws_offset(B, T, NH, hs);
+    size_t ws = (size_t)vr_scratch_cudnn_attention_plan_ws(B, T, NH, NKV, hs);
+    return run(ctx, &s, true, uids, ptrs, 14, ws ? (char *)scratch + ws_off : NULL, ws);
 }
 
 void vr_cuda_attention_cudnn_release(void)

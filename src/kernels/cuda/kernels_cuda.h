@@ -324,7 +324,7 @@ vr_status vr_cuda_attention_cudnn_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, 
 vr_status vr_cuda_attention_cudnn_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dqkv, const void *dout,
                                       const void *qkv, const void *out, const float *lse, int B, int T, int NH,
                                       int NKV, int hs, void *scratch, size_t scratch_bytes);
-size_t vr_cuda_attention_cudnn_scratch_bytes(int B, int T, int NH, int hs);
+size_t vr_cuda_attention_cudnn_scratch_bytes(int B, int T, int NH, int NKV, int hs);
 /* cudnnGetVersion() of the loaded library (e.g. 91900), 0 when none loads; then why says why. */
 int vr_cuda_cudnn_version(void);
 const char *vr_cuda_cudnn_why(void);
