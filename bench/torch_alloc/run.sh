@@ -10,7 +10,7 @@
 #    (AMP; skipped without torchvision), each natively, with expandable_segments:True, and under
 #    vram_torch with policies stitch and pytorch (bench/torch_alloc/workload.py), nvidia-smi sampled
 #    every 50 ms (bench/gpu/gpumon.sh);
-# 4. a markdown table on stdout (bench/torch_alloc/table.py); raw JSON and logs under $OUT
+# 4. a markdown table on stdout (bench/torch_alloc/table.py); raw JSON and logs under $OUT (WORKLOADS: a subset)
 #    (default: a temporary folder). STEPS (12) steps per run. Exit 1 if a check failed.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
@@ -45,7 +45,7 @@ for p in stitch pytorch; do
 done
 
 OUT=$OUT . bench/gpu/gpumon.sh     # $base: idle nvidia-smi memory.used, MiB
-for w in gpt2 bert resnet50; do
+for w in ${WORKLOADS:-gpt2 bert resnet50}; do
   for m in native expandable vram_stitch vram_pytorch; do
     if [ $m = expandable ]; then conf="expandable_segments:True"; else conf=""; fi
     PYTORCH_CUDA_ALLOC_CONF=$conf PYTORCH_ALLOC_CONF=$conf gpumon "$w-$m" \
