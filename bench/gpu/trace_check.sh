@@ -4,8 +4,9 @@
 # Runs GPT-2 124M (bf16, B=8, T=1024) for 6 steps with --trace, then an accumulation run (2 micro-batches)
 # and an offloaded one (copies on their own stream); for each: every node slice on a GPU track has a
 # positive duration, the slices of one stream (track) do not overlap, every node of every pass has one
-# slice, and (plain run, steps after the first) the compute stream's span (first node's start to last node's end) is within 10% of
-# the step time the run printed (--json "ms"). Prints OK/FAIL per run; outputs under $OUT.
+# slice, and (plain run, steps after the first) the compute stream's span (first node's start to last node's end) lies
+# within the step time the run printed (--json "ms"; 2% slack); the gap between them, the GPU's idle time at the
+# step's boundary, and the busy fraction inside the span are printed. Prints OK/FAIL per run; outputs under $OUT.
 set -uo pipefail
 out=${OUT:-/tmp/out/trace}; mkdir -p "$out"
 V=${VRAM:-build-carry/vram}
@@ -49,14 +50,14 @@ for s in steps[1:]:
     sl = [e for e in gpu if e["tid"] == 1 and e["args"]["step"] == s]
     t = sum(e["dur"] for e in sl) / 1e3
     span = (max(e["ts"] + e["dur"] for e in sl) - min(e["ts"] for e in sl)) / 1e3
-    r = abs(span - ms[s]) / ms[s]
+    r = span / ms[s] - 1
     worst = max(worst, r)
     if t > span * 1.001:
         bad.append("step %d: node times %.2f ms exceed their span %.2f ms" % (s, t, span))
     print("  %s step %d: compute stream from first node to last %.2f ms (step %.2f ms, %.1f%%); busy %.2f ms (%.0f%%)"
           % (name, s, span, ms[s], 100 * (span / ms[s] - 1), t, 100 * t / span))
-if sumcheck and worst > 0.10:
-    bad.append("the compute stream's span differs from the step time by %.1f%% (> 10%%)" % (100 * worst))
+if sumcheck and worst > 0.02:
+    bad.append("the compute stream's span exceeds the step time by %.1f%% (> 2%%)" % (100 * worst))
 print("%s: %s (%d slices: %s)" % (name, "FAIL" if bad else "OK", len(nodes),
       ", ".join("%s %d" % (names.get(t, t), sum(1 for e in nodes if e["tid"] == t)) for t in sorted({e["tid"] for e in nodes}))))
 for b in bad:
