@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # NCCL under mpirun (issue #11): the same command as `--gpus N`, launched by mpirun instead (rank 0's NCCL id
-# broadcast over MPI; each rank on the GPU of its local rank): the losses equal the --gpus run's step for step
-# (vram's attention kernels, which are deterministic; cuDNN's backward is not).
+# broadcast over MPI; each rank on the GPU of its local rank). Each launch twice (run-to-run repeatability) and
+# the two launches against each other, fp32 (reductions then differ only in their order) and bf16.
 #   bash bench/dist/mpirun_nccl.sh [VRAM]      (a vram built with MPI and CUDA for sm_90; default build-carry/vram)
 set -uo pipefail
 V=${1:-build-carry/vram}
@@ -10,17 +10,27 @@ mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=8
 n=$(nvidia-smi -L | wc -l)
-f="--device cuda --preset gpt2 --seq 1024 --batch 8 --precision bf16 --clip 1.0 --lr 6e-4 --lr-schedule constant --warmup 0 --attention vram"
 "$V" info | grep -E "^dist" || true
-. "$(dirname "$0")/mon.sh"
-for z in ${ZEROS:-1 3}; do
-  mon gpus${n}z$z "$V" train $f --steps 20 --gpus "$n" --zero $z --json
-  mon mpi${n}z$z mpirun -np "$n" -x NCCL_NVLS_ENABLE -x OMP_NUM_THREADS "$V" train $f --steps 20 --zero $z --json
-  # --json: mpirun gives its ranks a terminal, where a human run would draw a progress bar
-  jl() { grep '"event":"step"' "$1" | sed 's/.*"loss":\([-0-9.e]*\).*/\1/' | tr '\n' ' '; }
-  a=$(jl "$out/gpus${n}z$z.txt"); b=$(jl "$out/mpi${n}z$z.txt")
-  echo "ZeRO $z --gpus $n:      $a"
-  echo "ZeRO $z mpirun -np $n: $b"
-  [ -n "$a" ] && [ "$a" = "$b" ] && echo "ZeRO $z: identical losses" || echo "ZeRO $z: losses DIFFER"
-  grep -o '"tokens_per_s":[0-9.e+]*' "$out/mpi${n}z$z.txt" | tail -1
+# --json: mpirun gives its ranks a terminal, where a human run would draw a progress bar
+jl() { grep '"event":"step"' "$1" | sed 's/.*"loss":\([-0-9.e]*\).*/\1/' | tr '\n' ' '; }
+cmp_losses() { python3 - "$1" "$2" "$3" <<'PY'
+import sys
+a = [float(x) for x in sys.argv[2].split()]; b = [float(x) for x in sys.argv[3].split()]
+if not a or len(a) != len(b):
+    print(sys.argv[1], ": no losses to compare", len(a), len(b)); sys.exit(0)
+d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("%-40s %s (largest relative difference %.2e over %d steps)" % (sys.argv[1], "identical" if d == 0 else "differ", d, len(a)))
+PY
+}
+for prec in fp32 bf16; do
+  f="--device cuda --preset gpt2 --seq 1024 --batch 8 --precision $prec --clip 1.0 --lr 6e-4 --lr-schedule constant"
+  f="$f --warmup 0 --attention vram --eval-every -1 --steps 10 --zero 1 --json"
+  for r in 1 2; do
+    timeout 120 "$V" train $f --gpus "$n" >"$out/g$prec$r.txt" 2>&1
+    timeout 120 mpirun -np "$n" --bind-to none -x NCCL_NVLS_ENABLE -x OMP_NUM_THREADS "$V" train $f >"$out/m$prec$r.txt" 2>&1
+  done
+  cmp_losses "$prec --gpus $n, twice" "$(jl "$out/g${prec}1.txt")" "$(jl "$out/g${prec}2.txt")"
+  cmp_losses "$prec mpirun -np $n, twice" "$(jl "$out/m${prec}1.txt")" "$(jl "$out/m${prec}2.txt")"
+  cmp_losses "$prec --gpus $n vs mpirun -np $n" "$(jl "$out/g${prec}1.txt")" "$(jl "$out/m${prec}1.txt")"
+  grep -o '"tokens_per_s":[0-9.]*' "$out/g${prec}1.txt" "$out/m${prec}1.txt" | tail -2
 done
