@@ -33,6 +33,9 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 results = []
 
 
+POLICY = "stitch"
+
+
 def report(name, ok, detail=""):
     tag = "PASS" if ok is True else "SKIP" if ok is None else "FAIL"
     results.append(tag)
@@ -73,9 +76,15 @@ def stats(torch, vt):
     st = vt.memory_stats()
     got = st["allocated_bytes.all.current"] - before
     patched = torch.cuda.memory_allocated() - before
-    ok = got == expected == patched and st["requested_bytes.all.current"] >= sum(sizes) and view.numel() == 10000
+    # stitch hands out exactly the rounded request; PyTorch's policy (and vram's "pytorch") may hand out a whole
+    # cached block when what would be left is too small to split (under 1 MiB in the large pool): allocated then
+    # counts the block, as torch.cuda.memory_allocated does natively
+    slack = 0 if POLICY == "stitch" else len(ts) * (1 << 20)
+    ok = got == patched and expected <= got <= expected + slack and \
+        st["requested_bytes.all.current"] >= sum(sizes) and view.numel() == 10000
     report("stats", ok, f"allocated grew {got} B (torch.cuda.memory_allocated: {patched}), live storages rounded to "
-                        f"512: {expected} B; reserved {st['reserved_bytes.all.current']} B")
+                        f"512: {expected} B (policy {POLICY}: up to {slack} B more); reserved "
+                        f"{st['reserved_bytes.all.current']} B")
     del ts, view
 
 
@@ -93,7 +102,7 @@ def empty_cache(torch, vt):
     res1 = vt.memory_stats()["reserved_bytes.all.current"]
     drop = used0 - used1
     report("empty_cache", drop >= 1.5 * (1 << 30) and res1 < res,
-           f"{how} used {used0 >> 20} -> {used1} MiB (drop {drop >> 20} MiB); vram reserved {res >> 20} -> "
+           f"{how} used {used0 >> 20} -> {used1 >> 20} MiB (drop {drop >> 20} MiB); vram reserved {res >> 20} -> "
            f"{res1 >> 20} MiB")
 
 
@@ -134,10 +143,11 @@ def oom(torch, vt):
         report("oom", False, "16 TiB allocation did not fail")
         return
     except Exception as e:
+        err = e                                                    # `e` is unbound after the except block
         msg = str(e)
         kind = type(e).__name__
     x = torch.ones(1 << 20, device="cuda")                         # the process goes on
-    ok = vt.is_oom(e) and msg.startswith("CUDA out of memory.") and "vram_torch (policy" in msg and \
+    ok = vt.is_oom(err) and msg.startswith("CUDA out of memory.") and "vram_torch (policy" in msg and \
         vt.last_oom() and float(x.sum()) == float(1 << 20)
     # one the device could hold but not now: vram's full explanation (reserved, allocated, largest block)
     free, total = torch.cuda.mem_get_info()
@@ -147,9 +157,10 @@ def oom(torch, vt):
         report("oom", False, "1 GiB on a full device did not fail")
         return
     except RuntimeError as e2:
+        err2 = e2
         msg2 = str(e2)
     del held
-    ok = ok and vt.is_oom(e2) and "vram holds" in msg2
+    ok = ok and vt.is_oom(err2) and "vram holds" in msg2
     report("oom", ok, f"{kind}: {msg[:200]} ... and on a full device: {msg2[:600]}")
 
 
@@ -238,6 +249,8 @@ def main():
     ap.add_argument("--policy", default="stitch")
     ap.add_argument("--raw-graph", action="store_true")
     a = ap.parse_args()
+    global POLICY
+    POLICY = a.policy
     import torch
     import vram_torch as vt
     vt.enable(policy=a.policy)
