@@ -12,7 +12,8 @@
  * step's anchor: tid 1 "nodes (GPU compute stream)", tid 2 "GPU copies"
  * (offload), tid 3 "GPU collectives" (data parallel); a node that queued no
  * device work (a host node of an offloaded step, a reshape, a multi-tensor
- * group's member) keeps its host time on tid 4 "host". The counters are
+ * group's member) keeps its host time on tid 4 "host", or tid 5 "host updates" for the offloaded
+ * step's host nodes (sumsq, updates), which run on a thread of their own beside the main one. The counters are
  * placed at their node's slice (never going back on their track). A step
  * starts at node 0 after the last node of the graph ran (micro-batch passes of
  * one step restart at node 0 without reaching the optimizer nodes). */
@@ -112,7 +113,7 @@ static void end_step(vr_trace *t)
 /* The track's name, written before its first event. */
 static void track(vr_trace *t, int tid)
 {
-    static const char *const names[] = {"steps", "nodes", "GPU copies", "GPU collectives", "host"};
+    static const char *const names[] = {"steps", "nodes", "GPU copies", "GPU collectives", "host", "host updates"};
     if (t->named & (1u << tid))
         return;
     t->named |= 1u << tid;
@@ -159,7 +160,7 @@ static void flush(vr_trace *t, vr_exec *e)
         if (!e || !vr_exec_device_span(e, h->node, h->pass, &a, &b, &lane)) {
             a = h->t0;
             b = h->t1;
-            lane = 3;
+            lane = t->g->nodes[h->node].host ? 4 : 3; /* the offloaded updates run on a thread of their own */
         }
         if (k == 0 || a < t->step_t0)
             t->step_t0 = a;
