@@ -24,6 +24,12 @@ Rules:
     alloc at the start (size from its free), and so does a block still allocated in the snapshot's
     segments that the trace never allocated (allocated before it began and never freed, such as
     cuBLAS's workspaces: size its requested_size), so the replay starts from the memory actually in use;
+  - the segments the process held when the recording began (in the snapshot's segment list but not
+    allocated in the trace, or freed in it without being allocated) are rebuilt first: each allocated
+    whole (a small-pool segment through a 1 MiB request, which makes a 2 MiB small segment), then all
+    freed, so the replay starts with the same cached segments PyTorch had (a workload run after another
+    in one process carves its first blocks out of the earlier one's segments); the header's warmup_ops
+    counts those rows, and the replay resets its peaks after them;
   - streams (CUDA stream handles) become 0, 1, 2, ... in order of appearance;
   - peak_allocated / peak_reserved are computed from the converted events (allocated: live block
     bytes; reserved: the segments held at the start, from the snapshot's segment list, plus the
@@ -91,6 +97,28 @@ def events(path, snap, device):
     return out
 
 
+SMALL_SEGMENT = 2 << 20
+
+
+def warmup(snap, ev, device):
+    """Rows that rebuild the segments held when the recording began: all allocated whole, then all freed."""
+    during = {addr for a, addr, _, _ in ev if a in ("segment_alloc", "segment_map")}
+    seen, segs = set(), []
+    for seg in snap.get("segments", []):
+        if not isinstance(seg, dict) or seg.get("device", device) != device or seg.get("is_expandable"):
+            continue
+        addr, size = seg.get("address"), seg.get("total_size")
+        if isinstance(addr, int) and isinstance(size, int) and size > 0 and addr not in during and addr not in seen:
+            small = seg.get("segment_type") == "small" and size == SMALL_SEGMENT
+            segs.append((addr, size if not small else SMALL_SEGMENT // 2, seg.get("stream", 0)))
+            seen.add(addr)
+    for a, addr, size, st in ev:
+        if a == "segment_free" and addr not in during and addr not in seen:
+            segs.append((addr, size if size != SMALL_SEGMENT else SMALL_SEGMENT // 2, st))
+            seen.add(addr)
+    return [("alloc", a, s, st) for a, s, st in segs] + [("free_completed", a, s, st) for a, s, st in segs]
+
+
 def convert(path, snap, device):
     ev = events(path, snap, device)
     if not any(a == "free_completed" for a, *_ in ev):
@@ -115,7 +143,8 @@ def convert(path, snap, device):
             if isinstance(addr, int) and isinstance(size, int) and size > 0 and addr not in live:
                 prior.append(("alloc", addr, size, seg.get("stream", 0)))
                 live[addr] = size
-    ev = prior + ev
+    warm = warmup(snap, ev, device)
+    ev = warm + prior + ev
     streams = {}
     rows = []
     for a, addr, size, st in ev:
@@ -129,7 +158,7 @@ def convert(path, snap, device):
     allocated = peak_a = 0
     peak_r = reserved
     held = {}
-    for a, addr, size, _ in rows:
+    for a, addr, size, _ in rows[len(warm):]:
         if a == "alloc":
             held[addr] = size
             allocated += size
@@ -140,7 +169,7 @@ def convert(path, snap, device):
         elif a in ("segment_free", "segment_unmap"):
             reserved -= size
         peak_a, peak_r = max(peak_a, allocated), max(peak_r, reserved)
-    return rows, peak_a, peak_r, len(prior)
+    return rows, peak_a, peak_r, len(prior), len(warm)
 
 
 def write_atomic(path, text):
@@ -169,9 +198,9 @@ def main():
     a = ap.parse_args()
     try:
         snap = load(a.snapshot)
-        rows, peak_a, peak_r, prior = convert(a.snapshot, snap, a.device)
+        rows, peak_a, peak_r, prior, warm = convert(a.snapshot, snap, a.device)
         head = {"workload": a.workload or os.path.basename(a.snapshot), "peak_allocated": peak_a,
-                "peak_reserved": peak_r, "torch": "snapshot",
+                "peak_reserved": peak_r, "warmup_ops": warm, "torch": "snapshot",
                 "source": "tools/torch_snapshot.py: peaks computed from the snapshot's events"}
         lines = ["# " + json.dumps(head), "action,addr,size,stream"]
         lines += [f"{r[0]},{r[1]},{r[2]},{r[3]}" for r in rows]
@@ -179,7 +208,8 @@ def main():
     except Bad as e:
         print(f"torch_snapshot: {e}", file=sys.stderr)
         return 1
-    print(f"wrote {a.output}: {len(rows)} events ({prior} blocks live before the trace began), "
+    print(f"wrote {a.output}: {len(rows)} events ({warm} rebuilding the segments held before the trace, {prior} blocks "
+          f"live before it began), "
           f"peak allocated {peak_a}, peak reserved {peak_r}")
     return 0
 

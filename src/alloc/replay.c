@@ -45,6 +45,8 @@ static vr_status run(const vra_trace *t, vr_alloc *a, const vr_replay_options *o
                 st = s;
             }
         }
+        if (i + 1 == t->warmup_ops) /* what the process held before the recording: its peaks start here */
+            vr_alloc_reset_peak(a);
         if (o->check && st == VR_OK) {
             uint64_t c0 = vr_now_ns();
             st = vr_alloc_check(a);

@@ -137,17 +137,22 @@ static bool header(vra_trace *t, const char *json, const char **bad)
     const cJSON *pa = cJSON_GetObjectItemCaseSensitive(h, "peak_allocated");
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(h, "peak_reserved");
     const cJSON *re = cJSON_GetObjectItemCaseSensitive(h, "num_alloc_retries");
+    const cJSON *wu = cJSON_GetObjectItemCaseSensitive(h, "warmup_ops");
     if (cJSON_IsString(w))
         snprintf(t->workload, sizeof t->workload, "%s", w->valuestring);
     if (cJSON_IsString(v))
         snprintf(t->torch_version, sizeof t->torch_version, "%s", v->valuestring);
-    uint64_t a = 0, r = 0, n = 0;
+    uint64_t a = 0, r = 0, n = 0, wo = 0;
     if (cJSON_IsNumber(pa) && !json_count(pa, &a))
         *bad = "peak_allocated";
     else if (cJSON_IsNumber(pr) && !json_count(pr, &r))
         *bad = "peak_reserved";
     else if (cJSON_IsNumber(re) && !json_count(re, &n))
         *bad = "num_alloc_retries";
+    else if (cJSON_IsNumber(wu) && !json_count(wu, &wo))
+        *bad = "warmup_ops";
+    if (!*bad)
+        t->warmup_ops = wo;
     if (!*bad && cJSON_IsNumber(pa) && cJSON_IsNumber(pr)) {
         t->have_torch = true;
         t->peak_allocated = a;
@@ -322,6 +327,9 @@ vr_status vra_trace_read(const char *path, vra_trace *t)
     free(live.s);
     if (st == VR_OK && !seen_data)
         st = vr_error(VR_ERR_FORMAT, "%s: no trace events (expected lines like alloc,ADDR,SIZE,STREAM)", path);
+    if (st == VR_OK && t->warmup_ops > t->nops)
+        st = vr_error(VR_ERR_FORMAT, "%s: header field warmup_ops is %llu, more than the trace's %zu allocs and frees",
+                      path, (unsigned long long)t->warmup_ops, t->nops);
     if (st != VR_OK)
         vra_trace_free(t);
     return st;

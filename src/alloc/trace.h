@@ -28,6 +28,8 @@ typedef struct vra_trace {
     bool have_torch;
     uint64_t peak_allocated, peak_reserved;
     int64_t alloc_retries;
+    uint64_t warmup_ops;  /* the first ops rebuild what the process held before the recording began: the replay
+                           * resets its peaks after them (header field warmup_ops; 0 none) */
 } vra_trace;
 
 /* Reads path (gzip or plain); errors name the file and line. */

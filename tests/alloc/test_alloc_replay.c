@@ -177,6 +177,9 @@ static void rejects_bad_input_with_file_and_line(void **state)
         {"neghdr.csv", "# {\"peak_allocated\": 1, \"peak_reserved\": -4}\nalloc,1,512,0\n",
          "neghdr.csv:1: header field peak_reserved"},
         {"rethdr.csv", "# {\"num_alloc_retries\": 2.5}\nalloc,1,512,0\n", "rethdr.csv:1: header field num_alloc_retries"},
+        {"warmhdr.csv", "# {\"warmup_ops\": -1}\nalloc,1,512,0\n", "warmhdr.csv:1: header field warmup_ops"},
+        {"warmlong.csv", "# {\"warmup_ops\": 3}\nalloc,1,512,0\nfree_completed,1,512,0\n",
+         "warmlong.csv: header field warmup_ops is 3, more than the trace's 2 allocs and frees"},
         {"empty.csv", "", "empty.csv: no trace events"},
         {"comments.csv", "# just a comment\n\n", "no trace events"},
     };
