@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Records PyTorch memory snapshots of real training on the GPU, for tools/torch_snapshot.py + vram replay.
 
-    python3 bench/gpu/snapshot_record.py OUTDIR
+    python3 bench/gpu/snapshot_record.py OUTDIR [--same-process]
 
-Writes OUTDIR/{gpt2,mlp_varlen}.pickle (torch.cuda.memory._dump_snapshot) and OUTDIR/recorded.json with
+Each workload runs in a process of its own (a fresh caching allocator, as a user's training script has);
+--same-process records them one after the other in one process, where the MLP then starts from the
+segments GPT-2 left (tools/torch_snapshot.py rebuilds those for the replay). Writes OUTDIR/{gpt2,mlp_varlen}.pickle (torch.cuda.memory._dump_snapshot) and OUTDIR/recorded.json with
 PyTorch's own max_memory_reserved / max_memory_allocated of each run (measured from the start of the
 recording). Workloads: GPT-2 124M (bench/gpu/torch_gpt2.py's model) B=8 T=1024 bf16 autocast + fused AdamW,
 3 steps; an MLP (4096 wide, 6 layers) with batch sizes changing every step, 8 steps."""
 import json
 import os
+import subprocess
 import sys
 
 import torch
@@ -55,12 +58,25 @@ def mlp_varlen():
         opt.zero_grad(set_to_none=True)
 
 
+WORKLOADS = {"gpt2": gpt2, "mlp_varlen": mlp_varlen}
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
+    if len(sys.argv) > 2 and sys.argv[2] in WORKLOADS:  # one workload, in this process (the child)
+        print(json.dumps(record(sys.argv[2], out, WORKLOADS[sys.argv[2]])))
+        return
     rec = {"torch": torch.__version__, "device": torch.cuda.get_device_name()}
-    rec["gpt2"] = record("gpt2", out, gpt2)
-    rec["mlp_varlen"] = record("mlp_varlen", out, mlp_varlen)
+    for name, fn in WORKLOADS.items():
+        if "--same-process" in sys.argv[2:]:
+            rec[name] = record(name, out, fn)
+        else:
+            r = subprocess.run([sys.executable, os.path.abspath(__file__), out, name], capture_output=True, text=True)
+            if r.returncode:
+                sys.exit(f"snapshot_record: {name}: {r.stderr.strip()[-500:]}")
+            rec[name] = json.loads(r.stdout.strip().splitlines()[-1])
+    rec["same_process"] = "--same-process" in sys.argv[2:]
     json.dump(rec, open(f"{out}/recorded.json", "w"), indent=1)
     print(json.dumps(rec))
 
