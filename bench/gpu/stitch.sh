@@ -48,7 +48,8 @@ for p in ("planned", "pytorch", "expandable", "stitch"):
     peak = (max(smi) - base) / 1024 if smi else float("nan")
     m = sm[-1]["memory"] if sm else {}
     name = "planned arena" if p == "planned" else f"dynamic {p}"
-    extra = (f"reserved {m.get('run_peak_reserved')} / allocated {m.get('run_peak_allocated')}" if p != "planned"
+    extra = (f"reserved {m.get('run_peak_reserved')} / allocated {m.get('run_peak_allocated')}, "
+             f"{m.get('run_device_calls')} driver calls ({m.get('run_device_maps')} cuMemMap) in {len(st)} steps" if p != "planned"
              else f"arena {m.get('run_arena')} (plan {m.get('plan_arena')})")
     print(f"{name:22s} {ms:8.2f} {(ms / ref if ref else float('nan')):10.3f} {peak:12.2f}  {extra}")
 PY

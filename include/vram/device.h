@@ -170,6 +170,28 @@ void vr_device_phys_unmap_idle(vr_device *dev, void *addr, size_t bytes);
 /* Gives the physical memory back (no mapping of it may remain). */
 void vr_device_phys_release(vr_device *dev, vr_phys *ph);
 
+/* --- what the device was asked to do (for measuring allocation policies) ---
+ * Driver-level calls made so far, counted as CUDA makes them (meta counts the calls its emulation stands
+ * for; cpu counts its vm calls the same way): a phys map of n granules side by side is n cuMemMap and one
+ * cuMemSetAccess; an unmap is one cuMemUnmap per mapping, after one device-wide wait unless idle; a vm map
+ * (expandable segments) of n granules is n cuMemCreate + cuMemMap + cuMemRelease and one cuMemSetAccess. */
+typedef struct vr_device_calls {
+    uint64_t vm_reserve, vm_release;     /* cuMemAddressReserve / cuMemAddressFree */
+    uint64_t phys_create, phys_release;  /* cuMemCreate / cuMemRelease */
+    uint64_t map, unmap;                 /* cuMemMap / cuMemUnmap */
+    uint64_t set_access;                 /* cuMemSetAccess */
+    uint64_t device_sync;                /* device-wide waits before an unmap (cudaDeviceSynchronize) */
+    uint64_t malloc, free;               /* cudaMalloc / cudaFree */
+    uint64_t event_record, event_query, event_sync;
+} vr_device_calls;
+
+/* The counts so far (all zero at open). */
+void vr_device_get_calls(vr_device *dev, vr_device_calls *out);
+
+/* Their sum over the virtual-memory calls (vm_reserve through device_sync, malloc and free): what an
+ * allocator costs the driver, as one number. */
+uint64_t vr_device_calls_vm_total(const vr_device_calls *c);
+
 /* --- streams and events --- */
 
 /* Creates a new stream (on cpu/meta a distinct id; work there is synchronous;

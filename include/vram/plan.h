@@ -86,6 +86,8 @@ typedef struct vr_plan_dynamic {
     uint64_t peak_requested;   /* bytes as asked (= the plan's raw live bytes) */
     int64_t device_allocs;     /* segments obtained from the device */
     int64_t allocs;            /* blocks handed out over all steps */
+    uint64_t device_calls;     /* driver calls of the allocator (vr_device_calls_vm_total), all steps */
+    uint64_t device_calls_last_step; /* those of the last step (warm cache: the steady state) */
     uint64_t *allocated;       /* [n_nodes] allocated bytes during node i of the last step */
     uint64_t *reserved;        /* [n_nodes] reserved bytes during node i of the last step */
     int snapshot_node;         /* node of the last step with the most allocated bytes (-1) */

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "vram/alloc.h"
+#include "vram/device.h"
 #include "vram/export.h"
 
 #ifdef __cplusplus
@@ -34,6 +35,9 @@ typedef struct vr_replay_options {
     size_t history;                /* history ring size when a file is written (0 = every event) */
     bool check;                    /* run vr_alloc_check after every operation (slow) */
     int repeat;                    /* replay this many times, report the fastest (0 = once) */
+    int passes;                    /* run the trace this many times on the same allocator, freeing what
+                                    * is still live after each pass (0 = once): later passes find a warm
+                                    * cache, like later training steps */
 } vr_replay_options;
 
 typedef struct vr_replay_result {
@@ -53,6 +57,9 @@ typedef struct vr_replay_result {
     double device_ns_per_op;       /* peer: the same allocs/frees straight on the meta device
                                     * (vr_device_malloc/free, no cache), nanoseconds (best run) */
     vr_alloc_stats stats;          /* the allocator's statistics at the end */
+    vr_device_calls calls;         /* driver calls the allocator made, all passes (last run; the peer's
+                                    * calls and the allocator's teardown excluded) */
+    vr_device_calls calls_last_pass; /* those of the last pass alone (== calls with one pass) */
 } vr_replay_result;
 
 /* Reads and replays the trace at path (gzip or plain). A file that cannot be

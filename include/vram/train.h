@@ -52,7 +52,8 @@ typedef struct vr_train_config {
     uint64_t seed;                /* initialisation and data seed */
     const char *device;           /* device spec: "cpu", "cpu:2GiB", "cuda"... (NULL = "cpu") */
     vr_memory_mode memory;        /* planned arena or dynamic caching allocator */
-    const char *alloc_policy;     /* dynamic mode's allocator policy (NULL = pytorch) */
+    const char *alloc_policy;     /* dynamic mode's allocator policy (NULL = pytorch; vram train passes
+                                   * stitch on cuda) */
     bool inplace;                 /* plan gelu/relu/add outputs over their dying inputs (vram/plan.h) */
     const char *data;             /* --data: NULL/"generated", a text file, or an llm.c .bin token file */
     vr_data_order data_order;

@@ -18,6 +18,14 @@ typedef struct logical_clock {
 
 static uint64_t tick(void *ctx) { return ((logical_clock *)ctx)->op * 1000; }
 
+static void calls_sub(vr_device_calls *d, const vr_device_calls *a, const vr_device_calls *b)
+{
+    const uint64_t *pa = (const uint64_t *)a, *pb = (const uint64_t *)b;
+    uint64_t *pd = (uint64_t *)d;
+    for (size_t i = 0; i < sizeof *d / sizeof(uint64_t); i++)
+        pd[i] = pa[i] - pb[i];
+}
+
 static vr_status run(const vra_trace *t, vr_alloc *a, const vr_replay_options *o, logical_clock *clk,
                      vr_replay_result *r, const char *path)
 {
@@ -25,39 +33,57 @@ static vr_status run(const vra_trace *t, vr_alloc *a, const vr_replay_options *o
     if (!ptrs)
         return vr_error(VR_ERR_OOM, "%s: out of host memory for the replay", path);
     vr_status st = VR_OK;
+    int passes = o->passes > 1 ? o->passes : 1;
+    vr_device *dev = vr_alloc_device(a);
+    vr_device_calls c0, cpass, c1;
+    vr_device_get_calls(dev, &c0);
+    cpass = c0;
     uint64_t ns = 0, t0 = vr_now_ns();
-    for (size_t i = 0; i < t->nops && st == VR_OK; i++) {
-        const vra_op *op = &t->ops[i];
-        clk->op = i;
-        if (op->is_free) {
-            st = vr_alloc_free(a, ptrs[op->id]);
-            ptrs[op->id] = NULL;
-            r->frees++;
-        } else {
-            vr_status s = vr_alloc_malloc(a, (size_t)op->size, op->stream, &ptrs[op->id]);
-            r->allocs++;
-            if (s == VR_ERR_OOM) {
-                if (!r->first_oom_line) {
-                    r->first_oom_line = op->line;
-                    snprintf(r->first_oom, sizeof r->first_oom, "%s", vr_last_error());
-                }
+    for (int pass = 0; pass < passes && st == VR_OK; pass++) {
+        if (pass == passes - 1)
+            vr_device_get_calls(dev, &cpass);
+        for (size_t i = 0; i < t->nops && st == VR_OK; i++) {
+            const vra_op *op = &t->ops[i];
+            clk->op = (uint64_t)pass * t->nops + i;
+            if (op->is_free) {
+                st = vr_alloc_free(a, ptrs[op->id]);
+                ptrs[op->id] = NULL;
+                r->frees++;
             } else {
-                st = s;
+                vr_status s = vr_alloc_malloc(a, (size_t)op->size, op->stream, &ptrs[op->id]);
+                r->allocs++;
+                if (s == VR_ERR_OOM) {
+                    if (!r->first_oom_line) {
+                        r->first_oom_line = op->line;
+                        snprintf(r->first_oom, sizeof r->first_oom, "%s", vr_last_error());
+                    }
+                } else {
+                    st = s;
+                }
+            }
+            if (pass == 0 && i + 1 == t->warmup_ops) /* what the process held before the recording */
+                vr_alloc_reset_peak(a);
+            if (o->check && st == VR_OK) {
+                uint64_t c0ns = vr_now_ns();
+                st = vr_alloc_check(a);
+                if (st != VR_OK)
+                    st = vr_error(st, "%s:%llu: after this operation: %s", path, (unsigned long long)op->line,
+                                  vr_last_error());
+                t0 += vr_now_ns() - c0ns; /* checking is not the allocator's time */
             }
         }
-        if (i + 1 == t->warmup_ops) /* what the process held before the recording: its peaks start here */
-            vr_alloc_reset_peak(a);
-        if (o->check && st == VR_OK) {
-            uint64_t c0 = vr_now_ns();
-            st = vr_alloc_check(a);
-            if (st != VR_OK)
-                st = vr_error(st, "%s:%llu: after this operation: %s", path, (unsigned long long)op->line,
-                              vr_last_error());
-            t0 += vr_now_ns() - c0; /* checking is not the allocator's time */
-        }
+        if (pass + 1 < passes)
+            for (uint32_t i = 0; i < t->nallocs; i++)
+                if (ptrs[i]) {
+                    vr_alloc_free(a, ptrs[i]);
+                    ptrs[i] = NULL;
+                }
     }
     ns = vr_now_ns() - t0;
     r->ns_per_op = r->allocs + r->frees ? (double)ns / (double)(r->allocs + r->frees) : 0;
+    vr_device_get_calls(dev, &c1);
+    calls_sub(&r->calls, &c1, &c0);
+    calls_sub(&r->calls_last_pass, &c1, &cpass);
     if (st == VR_OK && o->snapshot_path)
         st = vr_alloc_write_snapshot(a, o->snapshot_path);
     if (st == VR_OK && o->chrome_trace_path)
@@ -130,7 +156,7 @@ vr_status vr_replay_file(const char *path, const vr_replay_options *opt, vr_repl
     vr_alloc_config cfg = {
         .policy = o.policy,
         .max_split_size = o.max_split_size,
-        .history = files ? (o.history ? o.history : t.nops + 64) : 0,
+        .history = files ? (o.history ? o.history : t.nops * (size_t)(o.passes > 1 ? o.passes : 1) + 64) : 0,
         .clock_ns = tick,
         .clock_ctx = &clk,
     };

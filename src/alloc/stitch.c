@@ -1,125 +1,65 @@
-/* Policy "stitch": physical granules stitched into fresh virtual ranges
- * (after GMLake, ASPLOS 2024), on devices with physical memory handles
- * (vr_device_phys_*: meta, cuda).
+/* Policy "stitch": physical granules stitched into virtual ranges (after GMLake, ASPLOS 2024), on devices
+ * with physical memory handles (vr_device_phys_*: meta, cuda).
  *
- * Reserved bytes are the physical granules held (2 MiB on current GPUs), each
- * a vr_phys of its own. A granule can be mapped at several virtual addresses
- * at once, so the bytes of one granule may belong to several blocks, each
- * using a different interval of it ("spans", in 512-byte units).
+ * Reserved bytes are the physical granules held (2 MiB on current GPUs), each a vr_phys of its own. A
+ * granule can be mapped at several virtual addresses at once, so the bytes of one granule may belong to
+ * several blocks, each using a different interval of it ("spans", in 512-byte units).
  *
- * - Rounding (512 bytes), the small/large pool split (1 MiB) and per-stream
- *   reuse are those of policy "pytorch".
- * - Small pool: a segment is one granule mapped at its own 2 MiB range, split
- *   and coalesced best-fit as in "pytorch".
- * - Large pool: every block is a segment of its own, exactly the rounded
- *   request, at a fresh virtual range of n granules: an optional *head* piece
- *   (the free end [G-h, G) of a granule whose start is used by others), full
- *   granules, and an optional *tail* piece (the free start [0, e) of a
- *   granule). So a granule holds the tail of one block and the head of
- *   another, and no request is rounded up to a granule: a request of u bytes
- *   uses the largest free granule end as its head, then u - h rounds into
- *   full granules plus a tail placed best-fit in the smallest free granule
- *   start that holds it (else a fresh granule, whose rest becomes a head for
- *   the next request). A request under a granule first goes best-fit into
- *   one free granule end (right after what is used there) or start.
- * - Freed blocks keep their mapping (cached): a later request of exactly the
- *   same size and stream takes it back with no device call, which is what
- *   makes the steady state of training cheap. Large cached blocks are never
- *   split or handed to other sizes.
- * - Fresh granules come from the granules nobody uses; when those run out,
- *   cached blocks (and fully free small segments) are evicted, least recently
- *   freed first: their spans are given back at once, and their virtual range
- *   becomes *stale*: still mapped, with an event recorded on its stream. A
- *   stale range is unmapped (without waiting for the device) once its event has
- *   completed, looked at on every grow; work queued on that stream before the
- *   eviction may still touch it until then. Its pages may be mapped again at
- *   once for a request on the same stream (stream order keeps the two uses
- *   apart); before pages go to another stream, the stale ranges of other
- *   streams are waited for. So an eviction costs no device-wide wait (it used
- *   to: one per unmap, which stalled the GPU's queue). Only when nothing is
- *   cached is new physical memory created. Hence reserved grows only when the
- *   live blocks plus unusable gaps fill every granule held.
- * - A new block's granules are mapped by one device call (cuda: a cuMemMap
- *   per granule, CUDA maps only whole physical allocations, and one
- *   cuMemSetAccess for the range).
- * - Unavoidable overhead: gaps inside granules between pieces (a gap touching
- *   a granule's end or start is reused as head or tail; one in the middle
- *   waits for a neighbour's free), fragmentation of the small pool's
- *   granules, and granules held for pieces of blocks that are still live.
- * - empty_cache (and the out-of-memory retry) evicts every cached block and
- *   releases every granule with nothing in it.
- * - Statistics: reserved_bytes counts granules held, per the pool that last
- *   took them; segment counts virtual ranges (small segments and large
- *   blocks); num_device_alloc / num_device_free count granule mappings /
- *   unmappings. max_split_size does not apply (large blocks never split). */
+ * - Rounding (512 bytes), the small/large pool split (1 MiB) and per-stream reuse are those of policy
+ *   "pytorch".
+ * - Small pool: a segment is one granule mapped at its own 2 MiB range, split and coalesced best-fit as in
+ *   "pytorch".
+ * - Large pool: every block is a segment of its own, exactly the rounded request, on a *mapping*: a
+ *   virtual range of n granules mapped side by side. A block uses a prefix of its mapping from unit `off`
+ *   of the first granule: an optional *head* piece (the free end [off, G) of a granule whose start is used
+ *   by others), full granules, and an optional *tail* piece (the free start [0, e) of a granule). So a
+ *   granule holds the tail of one block and the head of another, and no request is rounded up to a granule.
+ * - Mappings outlive their blocks. A freed block is *cached*: it keeps its spans. A cached block is
+ *   *evicted* when its units are wanted by another block: its spans are given back, its segment deleted,
+ *   and its mapping stays mapped, *idle*. A large request looks at the mappings last used for exactly its
+ *   size (cached on the request's stream, or idle), least recently used first, and takes the first whose
+ *   units no live block uses: its own cached block is handed out as it is; otherwise the cached blocks on
+ *   those units are evicted and a new block is put on it. No device call either way. A
+ *   training loop asks the same sizes in the same order step after step, so each request tends to find
+ *   the mapping it had the step before, on the same units. Small requests: best fit in the small pool's
+ *   segments, as pytorch; a new small segment first takes an idle small mapping whose granule is free.
+ * - Only a request no mapping can take gets a new one: placed with the granules free now (a request of u
+ *   units uses the largest free granule end as its head, then u - h rounds into full granules plus a tail
+ *   placed best-fit in the smallest free granule start that holds it, else a fresh granule, whose rest
+ *   becomes a head for the next request; a request under a granule first goes best-fit into one free
+ *   granule end or start); when fresh granules run out, cached blocks are evicted, least recently freed
+ *   first, and only when nothing is cached is new physical memory created. Hence reserved grows only when
+ *   the live blocks plus unusable gaps fill every granule held. The new mapping's range comes from chunks
+ *   of reserved address space (no cuMemAddressReserve per mapping); its granules are mapped with a cuMemMap
+ *   each (CUDA maps only whole physical allocations) and one cuMemSetAccess.
+ * - Idle mappings are kept up to twice the granules held (at least 1 GiB's worth); beyond that the least
+ *   recently used are unmapped, in a batch: an event is recorded on each one's stream, and the ranges are
+ *   unmapped (without a device-wide wait) once it has completed, looked at on every new mapping.
+ * - Streams: units evicted from a block of stream s go to a block of another stream only after the host
+ *   has waited for an event recorded on s (each grow for stream t waits for the streams other than t that
+ *   evicted since their last wait). With one stream nothing waits.
+ * - Unavoidable overhead: gaps inside granules between pieces (a gap touching a granule's end or start is
+ *   reused as head or tail; one in the middle waits for a neighbour's free), fragmentation of the small
+ *   pool's granules, and granules held for pieces of blocks that are still live.
+ * - empty_cache (and the out-of-memory retry) evicts every cached block, unmaps every idle mapping and the
+ *   unused granules at the end of live blocks' mappings, and releases every granule with nothing in it.
+ * - Statistics: reserved_bytes counts granules held, per the pool that last took them (a cached block is
+ *   reserved, not allocated, and inactive, as in PyTorch); segment counts blocks' virtual ranges (small
+ *   segments and large blocks, live or cached), not idle mappings; num_device_alloc / num_device_free
+ *   count granule mappings / unmappings. max_split_size does not apply (large blocks never split). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc/policy.h"
+#include "alloc/stitch_space.h"
 
-typedef struct sgran sgran;
+#define UNIT ST_UNIT
+#define CAND_SCAN 64              /* mappings of the size looked at per request */
+#define IDLE_PER_HELD 2           /* idle mappings may map this many times the granules held */
+#define IDLE_MIN ((size_t)1 << 30) /* ... or this many bytes, whichever is more */
+#define SMALL_SCAN 16             /* idle small-pool mappings looked at per small grow */
 
-/* An evicted segment's virtual range, still mapped until its stream has passed the eviction. */
-typedef struct stale {
-    uintptr_t va;
-    size_t n;                     /* granules */
-    vr_stream stream;
-    vr_event *ev;                 /* recorded on stream at eviction */
-    struct stale *next;
-} stale;
+static st_state *S(const vr_alloc *a) { return a->pstate; }
 
-typedef struct span {
-    uint32_t lo, hi;              /* used units [lo, hi) of a granule */
-} span;
-
-typedef struct glink {
-    sgran *prev, *next;
-    int bucket;                   /* -1: in no list */
-} glink;
-
-enum { HEADS = 0, TAILS = 1, FREE = 2 };
-
-struct sgran {
-    vr_phys *ph;
-    int pool;                     /* VR_POOL_SMALL / LARGE: where its reserved bytes count */
-    span *used;                   /* sorted by lo, disjoint */
-    uint32_t nused, capused;
-    glink link[3];                /* HEADS (by free end), TAILS (by free start), FREE */
-    size_t idx;                   /* in st->all */
-};
-
-typedef struct piece {
-    sgran *g;
-    uint32_t lo, hi;
-} piece;
-
-/* A virtual range with its pieces (the pdata of every segment of this policy). */
-typedef struct sext {
-    uintptr_t va;
-    size_t n;                     /* granules mapped at va, va + G, ... */
-    vr_segment *seg;
-    bool cached;                  /* in the LRU list: free and evictable */
-    struct sext *lprev, *lnext;
-    piece p[];
-} sext;
-
-typedef struct bset {
-    sgran **first;                /* one list per bucket */
-    uint64_t *bits;               /* non-empty buckets */
-} bset;
-
-typedef struct st_state {
-    size_t G;                     /* granule bytes */
-    uint32_t nb;                  /* units per granule */
-    sgran **all;
-    size_t nall, capall;
-    bset set[2];                  /* HEADS, TAILS */
-    sgran *freelist;
-    size_t nfree;
-    sext *oldest, *newest;        /* LRU of cached segments */
-    stale *stale_first, *stale_last; /* evicted ranges not unmapped yet, oldest first */
-    size_t nstale;
-} st_state;
 
 /* A placement: single piece (k == 0, no tail) or head + k full + tail. */
 typedef struct plan {
@@ -131,251 +71,7 @@ typedef struct plan {
     size_t nfresh;
 } plan;
 
-#define UNIT VRA_MIN_BLOCK
-
-static st_state *S(const vr_alloc *a) { return a->pstate; }
-
-/* ---------------------------------------------------------------- granule lists */
-
-static uint32_t free_start(const st_state *s, const sgran *g) { return g->nused ? g->used[0].lo : s->nb; }
-static uint32_t free_end(const st_state *s, const sgran *g) { return g->nused ? s->nb - g->used[g->nused - 1].hi : s->nb; }
-
-static void unlink_from(st_state *s, sgran *g, int which)
-{
-    glink *l = &g->link[which];
-    if (l->bucket < 0)
-        return;
-    sgran **first = which == FREE ? &s->freelist : &s->set[which].first[l->bucket];
-    if (l->prev)
-        l->prev->link[which].next = l->next;
-    else
-        *first = l->next;
-    if (l->next)
-        l->next->link[which].prev = l->prev;
-    if (which == FREE)
-        s->nfree--;
-    else if (!*first)
-        s->set[which].bits[l->bucket / 64] &= ~((uint64_t)1 << (l->bucket % 64));
-    l->prev = l->next = NULL;
-    l->bucket = -1;
-}
-
-static void link_into(st_state *s, sgran *g, int which, uint32_t bucket)
-{
-    sgran **first = which == FREE ? &s->freelist : &s->set[which].first[bucket];
-    glink *l = &g->link[which];
-    l->bucket = (int)bucket;
-    l->prev = NULL;
-    l->next = *first;
-    if (*first)
-        (*first)->link[which].prev = g;
-    *first = g;
-    if (which == FREE)
-        s->nfree++;
-    else
-        s->set[which].bits[bucket / 64] |= (uint64_t)1 << (bucket % 64);
-}
-
-/* Puts g in the lists its spans call for: empty -> FREE; else a free end ->
- * HEADS, a free start -> TAILS (both when only its middle is used). */
-static void reclass(st_state *s, sgran *g)
-{
-    for (int w = 0; w < 3; w++)
-        unlink_from(s, g, w);
-    if (!g->nused) {
-        link_into(s, g, FREE, 0);
-        return;
-    }
-    uint32_t fe = free_end(s, g), fs = free_start(s, g);
-    if (fe)
-        link_into(s, g, HEADS, fe);
-    if (fs)
-        link_into(s, g, TAILS, fs);
-}
-
-/* The granule of the smallest non-empty bucket >= k, or NULL. */
-static sgran *find_ge(const st_state *s, int which, uint32_t k)
-{
-    const bset *b = &s->set[which];
-    uint32_t words = (s->nb + 64) / 64;
-    for (uint32_t w = k / 64; w < words; w++) {
-        uint64_t m = b->bits[w] & (w == k / 64 ? ~(uint64_t)0 << (k % 64) : ~(uint64_t)0);
-        if (m)
-            return b->first[w * 64 + (uint32_t)__builtin_ctzll(m)];
-    }
-    return NULL;
-}
-
-/* The granule of the largest non-empty bucket below k, or NULL. */
-static sgran *find_lt(const st_state *s, int which, uint32_t k)
-{
-    const bset *b = &s->set[which];
-    for (int64_t w = (int64_t)(k / 64); w >= 0; w--) {
-        uint64_t m = b->bits[w];
-        if ((uint32_t)w == k / 64)
-            m &= k % 64 ? ((uint64_t)1 << (k % 64)) - 1 : 0;
-        if (m)
-            return b->first[(uint32_t)w * 64 + 63 - (uint32_t)__builtin_clzll(m)];
-    }
-    return NULL;
-}
-
-/* Makes room for two more spans in g (a block may use a granule twice: as
- * its tail and as its head). */
-static bool span_reserve(sgran *g)
-{
-    if (g->nused + 2 > g->capused) {
-        uint32_t ncap = g->capused ? g->capused * 2 : 4;
-        span *nu = realloc(g->used, ncap * sizeof *nu);
-        if (!nu)
-            return false;
-        g->used = nu;
-        g->capused = ncap;
-    }
-    return true;
-}
-
-/* Adds [lo, hi) to g's spans (room made by span_reserve). */
-static void span_add(sgran *g, uint32_t lo, uint32_t hi)
-{
-    uint32_t i = g->nused;
-    while (i > 0 && g->used[i - 1].lo > lo)
-        i--;
-    memmove(&g->used[i + 1], &g->used[i], (g->nused - i) * sizeof *g->used);
-    g->used[i] = (span){lo, hi};
-    g->nused++;
-}
-
-static void span_del(sgran *g, uint32_t lo)
-{
-    uint32_t i = 0;
-    while (i < g->nused && g->used[i].lo != lo)
-        i++;
-    if (i == g->nused)
-        return;
-    memmove(&g->used[i], &g->used[i + 1], (g->nused - i - 1) * sizeof *g->used);
-    g->nused--;
-}
-
-/* ---------------------------------------------------------------- granules held */
-
-static void move_reserved(vr_alloc *a, sgran *g, int pool)
-{
-    if (g->pool == pool)
-        return;
-    vra_stat_dec(&a->stats.reserved_bytes[g->pool], (int64_t)S(a)->G);
-    vra_stat_inc(&a->stats.reserved_bytes[pool], (int64_t)S(a)->G);
-    g->pool = pool;
-}
-
-static void release_granule(vr_alloc *a, sgran *g);
-
-/* Creates one new granule (into FREE) for pool. */
-static vr_status create_granule(vr_alloc *a, int pool)
-{
-    st_state *s = S(a);
-    if (s->nall == s->capall) {
-        size_t ncap = s->capall ? s->capall * 2 : 256;
-        sgran **na = realloc(s->all, ncap * sizeof *na);
-        if (!na)
-            return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
-        s->all = na;
-        s->capall = ncap;
-    }
-    sgran *g = calloc(1, sizeof *g);
-    if (!g)
-        return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
-    vr_status st = vr_device_phys_create(a->dev, s->G, &g->ph);
-    if (st != VR_OK) {
-        free(g);
-        return st;
-    }
-    for (int w = 0; w < 3; w++)
-        g->link[w].bucket = -1;
-    g->pool = pool;
-    g->idx = s->nall;
-    s->all[s->nall++] = g;
-    link_into(s, g, FREE, 0);
-    a->reserved += s->G;
-    vra_stat_inc(&a->stats.reserved_bytes[VR_POOL_ALL], (int64_t)s->G);
-    vra_stat_inc(&a->stats.reserved_bytes[pool], (int64_t)s->G);
-    return VR_OK;
-}
-
-/* Creates `count` new granules for pool, all or none; VR_ERR_OOM at the cap
- * or when the device refuses. */
-static vr_status create_granules(vr_alloc *a, size_t count, int pool)
-{
-    st_state *s = S(a);
-    if (a->limit != UINT64_MAX && (a->reserved + count * s->G > a->limit || count * s->G > a->limit))
-        return VR_ERR_OOM;
-    for (size_t i = 0; i < count; i++) {
-        vr_status st = create_granule(a, pool);
-        if (st != VR_OK) {
-            while (i--) /* the newest granules are at the front of FREE */
-                release_granule(a, s->freelist);
-            return st;
-        }
-    }
-    return VR_OK;
-}
-
-static void release_granule(vr_alloc *a, sgran *g)
-{
-    st_state *s = S(a);
-    unlink_from(s, g, FREE);
-    vr_device_phys_release(a->dev, g->ph);
-    a->reserved -= s->G;
-    vra_stat_dec(&a->stats.reserved_bytes[VR_POOL_ALL], (int64_t)s->G);
-    vra_stat_dec(&a->stats.reserved_bytes[g->pool], (int64_t)s->G);
-    s->all[g->idx] = s->all[--s->nall];
-    s->all[g->idx]->idx = g->idx;
-    free(g->used);
-    free(g);
-}
-
-/* ---------------------------------------------------------------- stale ranges */
-
-/* Unmaps a stale range (its event has completed) without waiting for the device, and frees it. */
-static void stale_drop(vr_alloc *a, stale *x)
-{
-    st_state *s = S(a);
-    vr_device_phys_unmap_idle(a->dev, (void *)x->va, x->n * s->G);
-    vr_device_vm_release(a->dev, (void *)x->va, x->n * s->G);
-    vr_event_destroy(a->dev, x->ev);
-    a->stats.num_device_free += (int64_t)x->n;
-    free(x);
-}
-
-/* Unmaps stale ranges. With wait_all: every one, waiting for its event. With other: those of streams other
- * than *other, waiting for theirs (no look at the rest). Else the oldest ones whose events have completed,
- * up to the first that has not: a grow asks one event, not every pending one. */
-static void stale_reap(vr_alloc *a, const vr_stream *other, bool wait_all)
-{
-    st_state *s = S(a);
-    stale **pp = &s->stale_first, *last = NULL;
-    while (*pp) {
-        stale *x = *pp;
-        bool wait = wait_all || (other && x->stream != *other);
-        if (!wait && (other || !vr_event_query(a->dev, x->ev))) {
-            if (!other)
-                return; /* the younger ones stay; stale_last is unchanged */
-            last = x;
-            pp = &x->next;
-            continue;
-        }
-        if (wait) {
-            vr_event_sync(a->dev, x->ev); /* frees the event */
-            x->ev = NULL;
-        }
-        *pp = x->next;
-        s->nstale--;
-        stale_drop(a, x);
-    }
-    s->stale_last = last;
-}
-
-/* ---------------------------------------------------------------- LRU of cached segments */
+/* ---------------------------------------------------------------- LRU of cached blocks */
 
 static void lru_remove(st_state *s, sext *e)
 {
@@ -398,161 +94,247 @@ static void lru_append(st_state *s, sext *e)
     s->newest = e;
 }
 
-/* Unmaps a cached segment, gives its spans back and deletes it. */
+/* ---------------------------------------------------------------- streams */
+
+static void dirty_mark(st_state *s, vr_stream stream)
+{
+    for (size_t i = 0; i < s->ndirty; i++)
+        if (s->dirty[i] == stream)
+            return;
+    if (s->ndirty == s->capdirty) {
+        size_t ncap = s->capdirty ? s->capdirty * 2 : 4;
+        vr_stream *nd = realloc(s->dirty, ncap * sizeof *nd);
+        if (!nd) { /* cannot remember it: forget them all after waiting for the device */
+            s->ndirty = 0;
+            return;
+        }
+        s->dirty = nd;
+        s->capdirty = ncap;
+    }
+    s->dirty[s->ndirty++] = stream;
+}
+
+/* Waits for every stream other than t that evicted units since its last wait (their work first). */
+static void fence_others(vr_alloc *a, vr_stream t)
+{
+    st_state *s = S(a);
+    for (size_t i = 0; i < s->ndirty;) {
+        if (s->dirty[i] == t) {
+            i++;
+            continue;
+        }
+        vr_event *ev = NULL;
+        if (vr_event_record(a->dev, s->dirty[i], &ev) == VR_OK)
+            vr_event_sync(a->dev, ev);
+        else
+            vr_device_synchronize(a->dev);
+        s->dirty[i] = s->dirty[--s->ndirty];
+    }
+}
+
+/* ---------------------------------------------------------------- blocks on mappings */
+
+/* Gives a cached block's spans back and deletes it; its mapping stays, idle. */
 static void evict(vr_alloc *a, sext *e)
 {
     st_state *s = S(a);
     vr_segment *seg = e->seg;
+    smap *m = e->m;
     lru_remove(s, e);
     vr_block *b = seg->head;
     vra_tree_remove(&b->pool->blocks, b);
-    stale *x = malloc(sizeof *x);
-    if (x)
-        *x = (stale){.va = e->va, .n = e->n, .stream = seg->stream};
-    if (!x || vr_event_record(a->dev, seg->stream, &x->ev) != VR_OK) { /* unmap now, waiting for the device */
-        free(x);
-        vr_device_phys_unmap(a->dev, (void *)e->va, e->n * s->G);
-        vr_device_vm_release(a->dev, (void *)e->va, e->n * s->G);
-        a->stats.num_device_free += (int64_t)e->n;
-    } else {
-        if (s->stale_last)
-            s->stale_last->next = x;
-        else
-            s->stale_first = x;
-        s->stale_last = x;
-        s->nstale++;
-    }
     for (size_t i = 0; i < e->n; i++) {
-        span_del(e->p[i].g, e->p[i].lo);
-        reclass(s, e->p[i].g);
+        st_span_del(e->p[i].g, e->p[i].lo);
+        st_reclass(s, e->p[i].g);
     }
+    m->user = NULL;
+    m->stream = seg->stream;
+    st_idle_push(s, m);
+    st_cand_insert(s, m);
+    dirty_mark(s, seg->stream);
     vra_pool_dec(a->stats.segment, seg->pool, 1);
-    vra_record(a, VRA_SEGMENT_UNMAP, e->va, e->n * s->G, seg->stream);
+    vra_record(a, VRA_SEGMENT_UNMAP, seg->base, seg->size, seg->stream);
     vra_block_delete(a, b);
     vra_segment_delete(a, seg);
     free(e);
 }
 
-/* ---------------------------------------------------------------- placement */
+/* The pieces of a block of u units on m (its prefix); returns how many. */
+static size_t prefix_pieces(const st_state *s, const smap *m, size_t u, piece *out)
+{
+    size_t n = 0;
+    for (size_t left = u; left; n++) {
+        uint32_t lo = n ? 0 : m->off;
+        uint32_t hi = left < s->nb - lo ? lo + (uint32_t)left : s->nb;
+        if (out)
+            out[n] = (piece){m->g[n], lo, hi};
+        left -= hi - lo;
+    }
+    return n;
+}
+
+/* Puts a new block on m, whose prefix lies on free units: segment, spans, statistics. The block is
+ * req->size (large) or the whole granule (a small-pool segment, split by the caller). */
+static vr_status attach(vr_alloc *a, vra_request *req, smap *m)
+{
+    st_state *s = S(a);
+    size_t u = m->small ? s->nb : req->size / UNIT;
+    size_t n = prefix_pieces(s, m, u, NULL);
+    sext *e = calloc(1, sizeof *e + n * sizeof(piece));
+    if (!e)
+        return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
+    e->n = prefix_pieces(s, m, u, e->p);
+    bool ok = true;
+    for (size_t i = 0; i < n; i++)
+        ok &= st_span_reserve(e->p[i].g);
+    vr_segment *seg = ok ? vra_segment_new(a, m->va + (size_t)m->off * UNIT, u * UNIT, req->stream, req->pool,
+                                           false, true) : NULL;
+    if (!seg) {
+        free(e);
+        return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
+    }
+    for (size_t i = 0; i < n; i++) {
+        sgran *g = e->p[i].g;
+        if (!g->nused)
+            st_move_reserved(a, g, req->pool->stat);
+        st_span_add(g, e->p[i].lo, e->p[i].hi, e);
+        st_reclass(s, g);
+    }
+    e->m = m;
+    e->seg = seg;
+    seg->pdata = e;
+    st_idle_remove(s, m);
+    st_cand_remove(s, m);
+    m->user = e;
+    m->stream = req->stream;
+    m->tick = ++s->tick;
+    m->bsize = u;
+    vra_pool_inc(a->stats.segment, req->pool, 1);
+    vra_record(a, VRA_SEGMENT_MAP, seg->base, seg->size, req->stream);
+    req->block = seg->head;
+    return VR_OK;
+}
+
+/* What putting u units on m would evict: SIZE_MAX when a live block uses some of them, else the bytes of
+ * the cached blocks other than m's own that do. With evict_them, evicts them (and m's own). */
+static size_t conflicts(vr_alloc *a, smap *m, size_t u, bool evict_them)
+{
+    st_state *s = S(a);
+    uint64_t mark = ++s->epoch;
+    size_t cost = 0, nown = 0;
+    sext *owners[64];
+    bool again = false;
+    size_t left = u;
+    for (size_t i = 0; left; i++) {
+        const sgran *g = m->g[i];
+        uint32_t lo = i ? 0 : m->off;
+        uint32_t hi = left < s->nb - lo ? lo + (uint32_t)left : s->nb;
+        left -= hi - lo;
+        for (uint32_t j = 0; j < g->nused && g->used[j].lo < hi; j++) {
+            sext *o = g->used[j].owner;
+            if (g->used[j].hi <= lo || o->mark == mark)
+                continue;
+            if (!o->cached)
+                return SIZE_MAX;
+            o->mark = mark;
+            if (o != m->user)
+                cost += o->seg->size;
+            if (evict_them) {
+                if (nown < 64)
+                    owners[nown++] = o;
+                else
+                    again = true;
+            }
+        }
+    }
+    for (size_t i = 0; i < nown; i++)
+        evict(a, owners[i]);
+    if (again) /* more than 64 owners: the rest now */
+        conflicts(a, m, u, true);
+    return cost;
+}
+
+/* ---------------------------------------------------------------- new mappings */
 
 /* Where u units (u > 0) would go with the granules free now. */
-static plan make_plan(const st_state *s, uint32_t u_small, size_t u)
+static plan make_plan(const st_state *s, bool small, size_t u)
 {
     plan p = {0};
     uint32_t nb = s->nb;
-    if (u_small) { /* a small-pool segment: one whole fresh granule */
+    if (small) { /* a small-pool segment: one whole fresh granule */
         p.nfresh = 1;
         p.e = nb;
         return p;
     }
     if (u < nb) {
-        sgran *g = find_ge(s, HEADS, (uint32_t)u);
+        sgran *g = st_find_ge(s, ST_HEADS, (uint32_t)u);
         if (g) { /* right after what is used at the end of g */
             p.head = g;
-            p.hlo = nb - free_end(s, g);
+            p.hlo = nb - st_free_end(s, g);
             p.hhi = p.hlo + (uint32_t)u;
             return p;
         }
-        if ((g = find_ge(s, TAILS, (uint32_t)u))) {
+        if ((g = st_find_ge(s, ST_TAILS, (uint32_t)u))) {
             p.head = g;
             p.hlo = 0;
             p.hhi = (uint32_t)u;
             return p;
         }
     }
-    sgran *h = find_lt(s, HEADS, u < nb ? (uint32_t)u : nb);
+    sgran *h = st_find_lt(s, ST_HEADS, u < nb ? (uint32_t)u : nb);
     size_t rest = u;
     if (h) {
         p.head = h;
-        p.hlo = nb - free_end(s, h);
+        p.hlo = nb - st_free_end(s, h);
         p.hhi = nb;
         rest -= p.hhi - p.hlo;
     }
     p.k = rest / nb;
     p.e = (uint32_t)(rest % nb);
     if (p.e)
-        p.tail = find_ge(s, TAILS, p.e);
+        p.tail = st_find_ge(s, ST_TAILS, p.e);
     p.nfresh = p.k + (p.e && !p.tail);
     return p;
 }
 
-static sgran *take_fresh(vr_alloc *a, int pool)
+static sgran *take_fresh(st_state *s)
 {
-    st_state *s = S(a);
     sgran *g = s->freelist;
-    unlink_from(s, g, FREE);
-    move_reserved(a, g, pool);
+    st_unlink(s, g, ST_FREE);
     return g;
 }
 
-/* Maps the plan's pieces at a fresh virtual range and makes the segment. */
-static vr_status execute(vr_alloc *a, vra_request *req, const plan *p)
+/* Maps the plan's granules at a new range and puts the block on it. */
+static vr_status execute(vr_alloc *a, vra_request *req, const plan *p, bool small)
 {
     st_state *s = S(a);
-    int pool = req->pool->stat;
     size_t n = (p->head ? 1 : 0) + p->k + (p->e ? 1 : 0);
-    sext *e = calloc(1, sizeof *e + n * sizeof(piece));
-    if (!e)
+    sgran **g = malloc(n * sizeof *g);
+    if (!g)
         return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
     size_t i = 0;
     if (p->head)
-        e->p[i++] = (piece){p->head, p->hlo, p->hhi};
+        g[i++] = p->head;
     for (size_t j = 0; j < p->k; j++)
-        e->p[i++] = (piece){take_fresh(a, pool), 0, s->nb};
+        g[i++] = take_fresh(s);
     if (p->e)
-        e->p[i++] = (piece){p->tail ? p->tail : take_fresh(a, pool), 0, p->e};
-    e->n = n;
-    void *va = NULL;
-    vr_status st = VR_OK;
-    for (i = 0; i < n && st == VR_OK; i++)
-        if (!span_reserve(e->p[i].g))
-            st = vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
-    if (st == VR_OK)
-        st = vr_device_vm_reserve(a->dev, n * s->G, &va);
-    vr_phys **phs = st == VR_OK ? malloc(n * sizeof *phs) : NULL;
-    if (st == VR_OK && !phs)
-        st = vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
-    for (i = 0; st == VR_OK && i < n; i++)
-        phs[i] = e->p[i].g->ph;
-    if (st == VR_OK)
-        st = vr_device_phys_map_granules(a->dev, va, phs, n);
-    free(phs);
-    size_t mapped = st == VR_OK ? n : 0;
-    size_t bytes = 0;
-    for (i = 0; i < n; i++)
-        bytes += (size_t)(e->p[i].hi - e->p[i].lo) * UNIT;
-    uintptr_t base = (uintptr_t)va + (size_t)e->p[0].lo * UNIT;
-    vr_segment *seg = st == VR_OK ? vra_segment_new(a, base, bytes, req->stream, req->pool, false, true) : NULL;
-    if (!seg) { /* undo the mappings and the range; fresh granules go back to FREE */
-        if (mapped)
-            vr_device_phys_unmap(a->dev, va, mapped * s->G);
-        if (va)
-            vr_device_vm_release(a->dev, va, n * s->G);
-        for (size_t j = 0; j < n; j++)
-            reclass(s, e->p[j].g);
-        free(e);
-        return st != VR_OK ? st : vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
+        g[i++] = p->tail ? p->tail : take_fresh(s);
+    smap *m = NULL;
+    vr_status st = st_map_new(a, g, n, p->head ? p->hlo : 0, small, &m);
+    for (i = 0; i < n; i++) /* fresh granules back to FREE until the block's spans are added */
+        st_reclass(s, g[i]);
+    free(g);
+    if (st == VR_OK && (st = attach(a, req, m)) != VR_OK) {
+        st_idle_push(s, m);
+        st_cand_insert(s, m);
     }
-    for (i = 0; i < n; i++)
-        span_add(e->p[i].g, e->p[i].lo, e->p[i].hi);
-    for (i = 0; i < n; i++)
-        reclass(s, e->p[i].g);
-    e->va = (uintptr_t)va;
-    e->seg = seg;
-    seg->pdata = e;
-    a->stats.num_device_alloc += (int64_t)n;
-    vra_pool_inc(a->stats.segment, req->pool, 1);
-    vra_record(a, VRA_SEGMENT_MAP, e->va, n * s->G, req->stream);
-    req->block = seg->head;
-    return VR_OK;
+    return st;
 }
 
-static vr_status grow(vr_alloc *a, vra_request *req)
+static vr_status grow_new(vr_alloc *a, vra_request *req, bool small, size_t u)
 {
     st_state *s = S(a);
-    bool small = req->pool->is_small;
-    size_t u = req->size / UNIT;
-    stale_reap(a, NULL, s->nstale > 4096); /* bounded: the stale ranges hold address space */
+    st_stale_reap(a, false);
     plan p = make_plan(s, small, u);
     while (p.nfresh > s->nfree && s->oldest) {
         evict(a, s->oldest);
@@ -560,26 +342,83 @@ static vr_status grow(vr_alloc *a, vra_request *req)
     }
     req->alloc_size = p.nfresh * s->G;
     if (p.nfresh > s->nfree) {
-        vr_status st = create_granules(a, p.nfresh - s->nfree, req->pool->stat);
+        vr_status st = st_create_granules(a, p.nfresh - s->nfree, req->pool->stat);
         if (st != VR_OK)
             return st;
     }
-    stale_reap(a, &req->stream, false); /* pages evicted on other streams: their work first */
-    return execute(a, req, &p);
+    fence_others(a, req->stream);
+    vr_status st = execute(a, req, &p, small);
+    size_t keep = s->nall * IDLE_PER_HELD;
+    if (keep < IDLE_MIN / s->G)
+        keep = IDLE_MIN / s->G;
+    if (s->idle_granules > keep)
+        st_drop_idle(a, keep - keep / 8, false);
+    return st;
+}
+
+/* A small-pool request: an idle small-pool mapping whose granule is free, else a new one. A large request
+ * found no mapping of its size to take (find_free): a new one. (Putting it on the prefix of a larger
+ * mapping would save the mapping but scatter pieces over granules, leaving gaps: reserved grows.) */
+static vr_status grow(vr_alloc *a, vra_request *req)
+{
+    st_state *s = S(a);
+    bool small = req->pool->is_small;
+    if (small) {
+        int k = 0;
+        for (smap *m = s->idle_newest; m && k < SMALL_SCAN; m = m->iprev)
+            if (m->small && ++k && !m->g[0]->nused) {
+                req->alloc_size = 0;
+                fence_others(a, req->stream);
+                return attach(a, req, m);
+            }
+    }
+    return grow_new(a, req, small, req->size / UNIT);
 }
 
 /* ---------------------------------------------------------------- the other decisions */
 
+/* Large: the mappings of exactly the size, least recently used first: the first one with its own block
+ * cached on this stream (handed out as it is), or with no live block on its units (its cached blocks, and
+ * those of others there, evicted, and a new block put on it). Training steps ask the same sizes in the
+ * same order, so each request finds the mapping it had the step before. Small: best fit, as pytorch. */
 static vr_block *find_free(vr_alloc *a, vra_request *req)
 {
-    vr_block key = {.stream = req->stream, .size = req->size, .addr = 0};
+    st_state *s = S(a);
     vra_tree *t = &req->pool->blocks;
-    vr_block *b = vra_tree_lower_bound(t, &key);
-    if (!b || b->stream != req->stream || (!req->pool->is_small && b->size != req->size))
-        return NULL;
-    vra_tree_remove(t, b);
-    lru_remove(S(a), b->seg->pdata);
-    return b;
+    if (req->pool->is_small) {
+        vr_block key = {.stream = req->stream, .size = req->size, .addr = 0};
+        vr_block *b = vra_tree_lower_bound(t, &key);
+        if (!b || b->stream != req->stream)
+            return NULL;
+        vra_tree_remove(t, b);
+        lru_remove(s, b->seg->pdata);
+        return b;
+    }
+    size_t u = req->size / UNIT;
+    for (size_t i = st_cand_lower_bound(s, u), end = i + CAND_SCAN; i < s->ncand && i < end; i++) {
+        smap *m = s->cand[i];
+        if (m->bsize != u)
+            break;
+        sext *e = m->user;
+        if (e && e->seg->stream == req->stream && e->seg->size == req->size) {
+            vr_block *b = e->seg->head;
+            vra_tree_remove(t, b);
+            lru_remove(s, e);
+            st_cand_remove(s, m);
+            m->tick = ++s->tick;
+            return b;
+        }
+        if ((e && e->seg->stream != req->stream) || conflicts(a, m, u, false) == SIZE_MAX)
+            continue; /* another stream's cached block stays its own, as in pytorch */
+        conflicts(a, m, u, true);
+        if (m->user)
+            evict(a, m->user);
+        fence_others(a, req->stream);
+        if (attach(a, req, m) != VR_OK)
+            return NULL;
+        return req->block;
+    }
+    return NULL;
 }
 
 static bool should_split(const vr_alloc *a, const vr_block *b, size_t size)
@@ -590,8 +429,27 @@ static bool should_split(const vr_alloc *a, const vr_block *b, size_t size)
 
 static void on_free(vr_alloc *a, vr_block *b)
 {
-    if (!vra_block_is_split(b))
-        lru_append(S(a), b->seg->pdata);
+    if (vra_block_is_split(b))
+        return;
+    sext *e = b->seg->pdata;
+    lru_append(S(a), e);
+    st_cand_insert(S(a), e->m);
+}
+
+/* Unmaps the granules of live blocks' mappings that their blocks do not use (so that they can go). */
+static void trim_live(vr_alloc *a)
+{
+    st_state *s = S(a);
+    for (smap *m = s->maps; m; m = m->anext) {
+        if (!m->user || m->user->n == m->n)
+            continue;
+        size_t keep = m->user->n, cut = m->n - keep;
+        vr_device_phys_unmap(a->dev, (void *)(m->va + keep * s->G), cut * s->G);
+        a->stats.num_device_free += (int64_t)cut;
+        for (size_t i = keep; i < m->n; i++)
+            m->g[i]->nmaps--;
+        st_give_tail(a, m, keep);
+    }
 }
 
 static void release_cached(vr_alloc *a)
@@ -599,9 +457,15 @@ static void release_cached(vr_alloc *a)
     st_state *s = S(a);
     while (s->oldest)
         evict(a, s->oldest);
-    stale_reap(a, NULL, true);
-    while (s->freelist)
-        release_granule(a, s->freelist);
+    st_drop_idle(a, 0, true);
+    st_stale_reap(a, true);
+    trim_live(a);
+    s->ndirty = 0; /* everything was waited for */
+    for (sgran *g = s->freelist, *next; g; g = next) {
+        next = g->link[ST_FREE].next;
+        if (!g->nmaps)
+            st_release_granule(a, g);
+    }
 }
 
 static void fini(vr_alloc *a);
@@ -637,21 +501,19 @@ static void fini(vr_alloc *a)
     st_state *s = S(a);
     if (!s)
         return;
+
     for (vr_segment *seg = a->segs; seg; seg = seg->lnext) { /* live blocks: leaked to the device */
         free(seg->pdata);
         seg->pdata = NULL;
     }
-    while (s->stale_first) { /* still mapped: left to the device like live blocks; events freed */
-        stale *x = s->stale_first;
-        s->stale_first = x->next;
-        vr_event_destroy(a->dev, x->ev);
-        free(x);
-    }
+    st_space_fini(a);
     for (size_t i = 0; i < s->nall; i++) {
         free(s->all[i]->used);
         free(s->all[i]);
     }
     free(s->all);
+    free(s->cand);
+    free(s->dirty);
     for (int w = 0; w < 2; w++) {
         free(s->set[w].first);
         free(s->set[w].bits);
@@ -662,30 +524,38 @@ static void fini(vr_alloc *a)
 
 /* ---------------------------------------------------------------- check */
 
-/* Recounts every granule's spans from the segments' pieces, checks the lists
- * and the LRU, and sums reserved bytes per pool. */
+/* Recounts every granule's spans from the segments' pieces, checks the lists, the LRU and the mappings,
+ * and sums reserved bytes per pool. */
 static vr_status check(vr_alloc *a, int64_t reserved[VR_POOL_COUNT])
 {
     st_state *s = S(a);
     size_t units = 0, spans = 0, cached = 0;
     for (const vr_segment *seg = a->segs; seg; seg = seg->lnext) {
         const sext *e = seg->pdata;
-        if (!e || e->seg != seg)
+        if (!e || e->seg != seg || !e->m || e->m->user != e)
             return vr_error(VR_ERR_INVALID, "check: stitch segment %#lx has no pieces", (unsigned long)seg->base);
-        size_t bytes = 0;
+        if (e->n > e->m->n || e->n != prefix_pieces(s, e->m, seg->size / UNIT, NULL))
+            return vr_error(VR_ERR_INVALID, "check: stitch segment %#lx: not a prefix of its mapping",
+                            (unsigned long)seg->base);
+        size_t left = seg->size / UNIT;
         for (size_t i = 0; i < e->n; i++) {
+            piece w = {e->m->g[i], i ? 0 : e->m->off, 0};
+            w.hi = left < s->nb - w.lo ? w.lo + (uint32_t)left : s->nb;
+            left -= w.hi - w.lo;
             const sgran *g = e->p[i].g;
             bool found = false;
             for (uint32_t j = 0; j < g->nused; j++)
-                found |= g->used[j].lo == e->p[i].lo && g->used[j].hi == e->p[i].hi;
+                found |= g->used[j].lo == e->p[i].lo && g->used[j].hi == e->p[i].hi && g->used[j].owner == e;
             if (!found || e->p[i].lo >= e->p[i].hi || e->p[i].hi > s->nb)
                 return vr_error(VR_ERR_INVALID, "check: stitch segment %#lx: piece %zu is not a span of its granule",
                                 (unsigned long)seg->base, i);
-            bytes += (size_t)(e->p[i].hi - e->p[i].lo) * UNIT;
+            if (w.g != g || w.lo != e->p[i].lo || w.hi != e->p[i].hi)
+                return vr_error(VR_ERR_INVALID, "check: stitch segment %#lx: piece %zu is not its mapping's",
+                                (unsigned long)seg->base, i);
             units += e->p[i].hi - e->p[i].lo;
             spans++;
         }
-        if (bytes != seg->size || seg->base != e->va + (size_t)e->p[0].lo * UNIT)
+        if (seg->base != e->m->va + (size_t)e->m->off * UNIT)
             return vr_error(VR_ERR_INVALID, "check: stitch segment %#lx: pieces do not make it", (unsigned long)seg->base);
         bool whole_free = vra_block_available(seg->head) && !seg->head->next;
         if (whole_free != e->cached)
@@ -702,11 +572,11 @@ static vr_status check(vr_alloc *a, int64_t reserved[VR_POOL_COUNT])
             gunits += g->used[j].hi - g->used[j].lo;
         }
         gspans += g->nused;
-        uint32_t fe = free_end(s, g), fs = free_start(s, g);
+        uint32_t fe = st_free_end(s, g), fs = st_free_start(s, g);
         bool want_free = !g->nused, want_head = g->nused && fe, want_tail = g->nused && fs;
-        if ((g->link[FREE].bucket >= 0) != want_free || (g->link[HEADS].bucket >= 0) != want_head ||
-            (g->link[TAILS].bucket >= 0) != want_tail || (want_head && g->link[HEADS].bucket != (int)fe) ||
-            (want_tail && g->link[TAILS].bucket != (int)fs) || g->idx != i)
+        if ((g->link[ST_FREE].bucket >= 0) != want_free || (g->link[ST_HEADS].bucket >= 0) != want_head ||
+            (g->link[ST_TAILS].bucket >= 0) != want_tail || (want_head && g->link[ST_HEADS].bucket != (int)fe) ||
+            (want_tail && g->link[ST_TAILS].bucket != (int)fs) || g->idx != i)
             return vr_error(VR_ERR_INVALID, "check: stitch granule %zu is in the wrong lists", i);
         nfree += want_free;
         reserved[VR_POOL_ALL] += (int64_t)s->G;
@@ -717,12 +587,13 @@ static vr_status check(vr_alloc *a, int64_t reserved[VR_POOL_COUNT])
     if (units != gunits || spans != gspans || nfree != s->nfree || lru != cached)
         return vr_error(VR_ERR_INVALID, "check: stitch: pieces %zu units / %zu spans, granules %zu / %zu; free %zu/%zu; "
                         "cached %zu/%zu", units, spans, gunits, gspans, nfree, s->nfree, lru, cached);
-    return VR_OK;
+    return st_space_check(a);
 }
 
 const vr_policy vra_policy_stitch = {
     .name = "stitch",
-    .summary = "physical granules stitched into fresh virtual ranges; a block's tail shares a granule with another's head",
+    .summary = "physical granules stitched into virtual ranges that outlive their blocks; a block's tail shares a "
+               "granule with another's head",
     .needs_vm = true,
     .init = init,
     .fini = fini,

@@ -32,6 +32,7 @@ typedef struct opts {
     vr_model_flags m;  /* model and step flags (cli/model_flags.h) */
     const char *memory, *policy, *device, *kernels;
     uint64_t capacity, context, host_capacity;
+    long long steps;
     bool has_capacity, has_context, timeline, json, graph, inplace;
 } opts;
 
@@ -45,6 +46,8 @@ static void plan_flags(vr_flagset *fs, void *p)
          .help = "static arena, or also replay through the caching allocator"},
         {"--inplace", VR_FLAG_SWITCH, &o->inplace, NULL, .help = "gelu/relu/add write their output over a dying input"},
         {"--policy", VR_FLAG_STRING, &o->policy, "NAME", .help = "allocator policy in dynamic mode (pytorch)"},
+        {"--steps", VR_FLAG_INT, &o->steps, "N", .lo = 1, .hi = 1000,
+         .help = "dynamic: steps replayed through the allocator (2); device calls of the last one are shown"},
         {"--device", VR_FLAG_STRING, &o->device, "SPEC", .help = "meta, meta:SIZE, cpu, cpu:SIZE, cuda, cuda:N (meta)"},
         {"--capacity", VR_FLAG_SIZE, &o->capacity, "SIZE", .given = &o->has_capacity,
          .help = "device memory to fit in (e.g. 80GiB); cuda: the GPU's total"},
@@ -201,7 +204,8 @@ static int run(int argc, char **argv)
     target t;
     if ((rc = vr_model_flags_configure("plan", &o.m, &plan_defaults, &m, &s)) || (rc = resolve_device(&o, &t)))
         return rc;
-    vr_plan_config pc = {.memory = VR_MEMORY_PLANNED, .alloc_policy = o.policy, .inplace = o.inplace};
+    vr_plan_config pc = {.memory = VR_MEMORY_PLANNED, .alloc_policy = o.policy, .inplace = o.inplace,
+                         .steps = (int)o.steps};
     if (o.memory && !strcmp(o.memory, "dynamic"))
         pc.memory = VR_MEMORY_DYNAMIC;
     if (o.policy && pc.memory != VR_MEMORY_DYNAMIC)

@@ -30,6 +30,26 @@ static void print_json(const char *path, const char *policy, const vr_replay_res
     cJSON_AddNumberToObject(o, "ooms", (double)r->ooms);
     cJSON_AddNumberToObject(o, "device_allocs", (double)r->stats.num_device_alloc);
     cJSON_AddNumberToObject(o, "device_frees", (double)r->stats.num_device_free);
+    const vr_device_calls *cs[2] = {&r->calls, &r->calls_last_pass};
+    const char *cn[2] = {"device_calls", "device_calls_last_pass"};
+    for (int i = 0; i < 2; i++) {
+        const vr_device_calls *c = cs[i];
+        cJSON *d = cJSON_AddObjectToObject(o, cn[i]);
+        cJSON_AddNumberToObject(d, "total", (double)vr_device_calls_vm_total(c));
+        cJSON_AddNumberToObject(d, "map", (double)c->map);
+        cJSON_AddNumberToObject(d, "unmap", (double)c->unmap);
+        cJSON_AddNumberToObject(d, "set_access", (double)c->set_access);
+        cJSON_AddNumberToObject(d, "vm_reserve", (double)c->vm_reserve);
+        cJSON_AddNumberToObject(d, "vm_release", (double)c->vm_release);
+        cJSON_AddNumberToObject(d, "phys_create", (double)c->phys_create);
+        cJSON_AddNumberToObject(d, "phys_release", (double)c->phys_release);
+        cJSON_AddNumberToObject(d, "device_sync", (double)c->device_sync);
+        cJSON_AddNumberToObject(d, "malloc", (double)c->malloc);
+        cJSON_AddNumberToObject(d, "free", (double)c->free);
+        cJSON_AddNumberToObject(d, "event_record", (double)c->event_record);
+        cJSON_AddNumberToObject(d, "event_query", (double)c->event_query);
+        cJSON_AddNumberToObject(d, "event_sync", (double)c->event_sync);
+    }
     cJSON_AddNumberToObject(o, "ns_per_op", r->ns_per_op);
     cJSON_AddNumberToObject(o, "device_ns_per_op", r->device_ns_per_op);
     if (r->have_torch) {
@@ -92,6 +112,12 @@ static void print_text(const char *path, const char *policy, const char *device,
     else
         printf("%-20s %28lld\n", "alloc retries", (long long)r->alloc_retries);
     printf("%-20s %28lld\n", "OOMs", (long long)r->ooms);
+    printf("%-20s %28llu   (%llu map, %llu unmap, %llu set access, %llu address reserve/free)\n", "device calls",
+           (unsigned long long)vr_device_calls_vm_total(&r->calls), (unsigned long long)r->calls.map,
+           (unsigned long long)r->calls.unmap, (unsigned long long)r->calls.set_access,
+           (unsigned long long)(r->calls.vm_reserve + r->calls.vm_release));
+    if (memcmp(&r->calls, &r->calls_last_pass, sizeof r->calls))
+        printf("%-20s %28llu\n", "  in the last pass", (unsigned long long)vr_device_calls_vm_total(&r->calls_last_pass));
     printf("\nreserved/allocated = peak reserved / peak allocated\n");
     if (r->first_oom_line)
         printf("first OOM at line %llu: %s\n", (unsigned long long)r->first_oom_line, r->first_oom);
@@ -99,7 +125,7 @@ static void print_text(const char *path, const char *policy, const char *device,
 
 typedef struct opts {
     vr_replay_options r;
-    long long repeat;
+    long long repeat, passes;
     bool json;
 } opts;
 
@@ -122,6 +148,9 @@ static void replay_flags(vr_flagset *fs, void *p)
          .help = "verify every allocator invariant after each operation (slow)"},
         {"--repeat", VR_FLAG_INT, &o->repeat, "N", .lo = 1, .hi = 1000000,
          .help = "replay N times on fresh allocators, report the fastest ns/op"},
+        {"--passes", VR_FLAG_INT, &o->passes, "N", .lo = 1, .hi = 1000,
+         .help = "run the trace N times on one allocator (what is live is freed after each pass): later\n"
+                 "passes find a warm cache; device calls of the last pass are reported apart"},
         VR_FLAG_HEADING_TEXT("\nratio = peak reserved / peak allocated (1.000 = no bytes cached at the peak)."),
     };
     VR_FLAGS_ADD(fs, t);
@@ -142,6 +171,7 @@ static int run(int argc, char **argv)
     const char *trace = pos[0];
     vr_replay_options o = op.r;
     o.repeat = (int)op.repeat;
+    o.passes = (int)op.passes;
     bool json = op.json;
     vr_replay_result r;
     vr_status st = vr_replay_file(trace, &o, &r);

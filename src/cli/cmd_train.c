@@ -141,7 +141,7 @@ static void train_flags(vr_flagset *fs, void *p)
                  "(that step's update skipped), doubled after --loss-scale-window"},
         {"--loss-scale-window", VR_FLAG_INT, &o->loss_scale_window, "N", .lo = 1, .hi = 1000000000,
          .help = "fp16: good steps in a row before the scale doubles (2000)"},
-        {"--policy", VR_FLAG_STRING, &o->policy, "NAME", .help = "allocator policy with --memory dynamic (pytorch)"},
+        {"--policy", VR_FLAG_STRING, &o->policy, "NAME", .help = "allocator policy with --memory dynamic (stitch on cuda, pytorch on cpu)"},
         {"--inplace", VR_FLAG_SWITCH, &o->inplace, NULL,
          .help = "gelu/relu/add write their output over a dying input (as vram plan)"},
         {"--threads", VR_FLAG_INT, &o->threads, "N", .lo = 1, .hi = 4096,
@@ -225,7 +225,9 @@ static int run(int argc, char **argv)
     c.memory = o.memory && !strcmp(o.memory, "dynamic") ? VR_MEMORY_DYNAMIC : VR_MEMORY_PLANNED;
     if (o.policy && c.memory != VR_MEMORY_DYNAMIC)
         return vr_cli_fail("train", 2, "--policy: only with --memory dynamic");
-    c.alloc_policy = o.policy;
+    /* dynamic mode on a GPU: stitch (reserved ~= allocated); elsewhere (cpu has no physical memory
+     * handles) pytorch */
+    c.alloc_policy = o.policy ? o.policy : c.memory == VR_MEMORY_DYNAMIC && !strncmp(c.device, "cuda", 4) ? "stitch" : NULL;
     c.inplace = o.inplace;
     if (o.schedule && vr_lr_parse_kind(o.schedule, "--lr-schedule", &c.lr_kind))
         return vr_cli_fail("train", 2, "%s", vr_last_error());

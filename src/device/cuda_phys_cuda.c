@@ -154,6 +154,7 @@ static void phys_unmap(vr_device *dev, void *addr, size_t bytes, bool idle)
                     dev->name, addr, bytes, (unsigned long)at);
             return;
         }
+        vr__count(dev, unmap, 1);
         CUresult r = cu->MemUnmap((CUdeviceptr)at, len);
         if (r != CUDA_SUCCESS)
             fprintf(stderr, "vram: device %s: cuMemUnmap(%#lx, %llu): %s\n", dev->name, (unsigned long)at,

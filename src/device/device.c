@@ -17,6 +17,7 @@ void vr__device_init(vr_device *dev, const vr_device_ops *ops, vr_device_kind ki
     snprintf(dev->name, sizeof dev->name, "%s", name);
     pthread_mutex_init(&dev->lock, NULL);
     memset(&dev->host, 0, sizeof dev->host);
+    memset(&dev->calls, 0, sizeof dev->calls);
     dev->host.next_stream = 1;
 }
 
@@ -106,13 +107,16 @@ vr_status vr_device_malloc(vr_device *dev, size_t bytes, void **ptr)
         return VR_OK;
     if (bytes > SIZE_MAX / 2)
         return vr_error(VR_ERR_OOM, "device %s: out of memory: malloc of %zu bytes is larger than any device", dev->name, bytes);
+    vr__count(dev, malloc, 1);
     return dev->ops->malloc(dev, bytes, ptr);
 }
 
 void vr_device_free(vr_device *dev, void *ptr, size_t bytes)
 {
-    if (ptr)
+    if (ptr) {
+        vr__count(dev, free, 1);
         dev->ops->free(dev, ptr, bytes);
+    }
 }
 
 vr_status vr_device_host_alloc(vr_device *dev, size_t bytes, void **ptr)
@@ -168,6 +172,7 @@ vr_status vr_device_vm_reserve(vr_device *dev, size_t bytes, void **base)
     if (bytes == 0 || bytes % g || bytes > SIZE_MAX / 2)
         return vr_error(VR_ERR_INVALID, "device %s: vm reserve of %zu bytes is not a positive multiple of the granularity (%zu)",
                         dev->name, bytes, g);
+    vr__count(dev, vm_reserve, 1);
     return dev->ops->vm_reserve(dev, bytes, base);
 }
 
@@ -179,19 +184,29 @@ vr_status vr_device_vm_map(vr_device *dev, void *addr, size_t bytes)
     if (bytes == 0 || bytes % g || (uintptr_t)addr % g)
         return vr_error(VR_ERR_INVALID, "device %s: vm map of [%p, +%zu) is not granule-aligned (%zu)",
                         dev->name, addr, bytes, g);
+    vr__count(dev, map, bytes / g);
+    vr__count(dev, phys_create, bytes / g);
+    vr__count(dev, phys_release, bytes / g);
+    vr__count(dev, set_access, 1);
     return dev->ops->vm_map(dev, addr, bytes);
 }
 
 void vr_device_vm_unmap(vr_device *dev, void *addr, size_t bytes)
 {
-    if (bytes)
+    if (bytes) {
+        size_t g = dev->ops->vm_granularity(dev);
+        vr__count(dev, unmap, g ? bytes / g : 1);
+        vr__count(dev, device_sync, 1);
         dev->ops->vm_unmap(dev, addr, bytes);
+    }
 }
 
 void vr_device_vm_release(vr_device *dev, void *base, size_t bytes)
 {
-    if (base)
+    if (base) {
+        vr__count(dev, vm_release, 1);
         dev->ops->vm_release(dev, base, bytes);
+    }
 }
 
 vr_status vr_device_phys_create(vr_device *dev, size_t bytes, vr_phys **out)
@@ -203,6 +218,7 @@ vr_status vr_device_phys_create(vr_device *dev, size_t bytes, vr_phys **out)
     if (bytes == 0 || bytes % g || bytes > SIZE_MAX / 2)
         return vr_error(VR_ERR_INVALID, "device %s: phys create of %zu bytes is not a positive multiple of the granularity (%zu)",
                         dev->name, bytes, g);
+    vr__count(dev, phys_create, 1);
     return dev->ops->phys_create(dev, bytes, out);
 }
 
@@ -214,6 +230,8 @@ vr_status vr_device_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t off
     if (!ph || bytes == 0 || bytes % g || offset % g || (uintptr_t)addr % g)
         return vr_error(VR_ERR_INVALID, "device %s: phys map of [%p, +%zu) at offset %zu is not granule-aligned (%zu)",
                         dev->name, addr, bytes, offset, g);
+    vr__count(dev, map, 1);
+    vr__count(dev, set_access, 1);
     return dev->ops->phys_map(dev, addr, ph, offset, bytes);
 }
 
@@ -224,6 +242,8 @@ vr_status vr_device_phys_map_granules(vr_device *dev, void *addr, vr_phys *const
         return vr_error(VR_ERR_UNSUPPORTED, "device %s: no physical memory handles", dev->name);
     if ((uintptr_t)addr % g)
         return vr_error(VR_ERR_INVALID, "device %s: phys map at %p is not granule-aligned (%zu)", dev->name, addr, g);
+    vr__count(dev, map, n);
+    vr__count(dev, set_access, 1);
     if (dev->ops->phys_map_granules)
         return dev->ops->phys_map_granules(dev, addr, phs, n, g);
     for (size_t i = 0; i < n; i++) {
@@ -239,8 +259,10 @@ vr_status vr_device_phys_map_granules(vr_device *dev, void *addr, vr_phys *const
 
 void vr_device_phys_unmap(vr_device *dev, void *addr, size_t bytes)
 {
-    if (bytes && dev->ops->phys_unmap)
-        dev->ops->phys_unmap(dev, addr, bytes);
+    if (bytes && dev->ops->phys_unmap) {
+        vr__count(dev, device_sync, 1);
+        dev->ops->phys_unmap(dev, addr, bytes); /* counts its cuMemUnmap calls */
+    }
 }
 
 void vr_device_phys_unmap_idle(vr_device *dev, void *addr, size_t bytes)
@@ -255,8 +277,10 @@ void vr_device_phys_unmap_idle(vr_device *dev, void *addr, size_t bytes)
 
 void vr_device_phys_release(vr_device *dev, vr_phys *ph)
 {
-    if (ph && dev->ops->phys_release)
+    if (ph && dev->ops->phys_release) {
+        vr__count(dev, phys_release, 1);
         dev->ops->phys_release(dev, ph);
+    }
 }
 
 vr_status vr_stream_create(vr_device *dev, vr_stream *out) { return dev->ops->stream_create(dev, out); }
@@ -270,12 +294,37 @@ void vr_stream_destroy(vr_device *dev, vr_stream s)
 vr_status vr_event_record(vr_device *dev, vr_stream s, vr_event **out)
 {
     *out = NULL;
+    vr__count(dev, event_record, 1);
     return dev->ops->event_record(dev, s, out);
 }
 
-bool vr_event_query(vr_device *dev, vr_event *ev) { return dev->ops->event_query(dev, ev); }
+bool vr_event_query(vr_device *dev, vr_event *ev)
+{
+    vr__count(dev, event_query, 1);
+    return dev->ops->event_query(dev, ev);
+}
 
-vr_status vr_event_sync(vr_device *dev, vr_event *ev) { return dev->ops->event_sync(dev, ev); }
+vr_status vr_event_sync(vr_device *dev, vr_event *ev)
+{
+    vr__count(dev, event_sync, 1);
+    return dev->ops->event_sync(dev, ev);
+}
+
+void vr_device_get_calls(vr_device *dev, vr_device_calls *out)
+{
+    vr_device_calls c;
+    const uint64_t *src = (const uint64_t *)&dev->calls;
+    uint64_t *dst = (uint64_t *)&c;
+    for (size_t i = 0; i < sizeof c / sizeof(uint64_t); i++)
+        dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+    *out = c;
+}
+
+uint64_t vr_device_calls_vm_total(const vr_device_calls *c)
+{
+    return c->vm_reserve + c->vm_release + c->phys_create + c->phys_release + c->map + c->unmap + c->set_access +
+           c->device_sync + c->malloc + c->free;
+}
 
 void vr_event_destroy(vr_device *dev, vr_event *ev)
 {

@@ -63,7 +63,11 @@ struct vr_device {
     char name[192];
     pthread_mutex_t lock;      /* guards the backend's bookkeeping (cpu, meta) */
     vr_host_events host;       /* cpu/meta only */
+    vr_device_calls calls;     /* counted with relaxed atomics (vr__count) */
 };
+
+/* Adds n to one of dev->calls' counters (any thread). */
+#define vr__count(dev, field, n) __atomic_fetch_add(&(dev)->calls.field, (uint64_t)(n), __ATOMIC_RELAXED)
 
 /* Sets the common fields (and the lock) of a freshly allocated device. */
 void vr__device_init(vr_device *dev, const vr_device_ops *ops, vr_device_kind kind, const char *name);

@@ -190,6 +190,7 @@ static void meta_phys_unmap(vr_device *dev, void *addr, size_t bytes)
         vr_vm_range *r = vr__vm_find(&m->book.vm, at, len);
         vr__vm_set(&m->book.vm, r, at, len, false);
         ((vr_phys *)(uintptr_t)ph)->mapped -= len;
+        vr__count(dev, unmap, 1);
         at += len;
     }
     pthread_mutex_unlock(&dev->lock);

@@ -57,7 +57,12 @@ vr_status vr__plan_dynamic(vr_plan *p)
             oom(p, -1);
     }
     int steps = p->config.steps > 0 ? p->config.steps : 2;
+    vr_device_calls c0, clast, c1;
+    vr_device_get_calls(dev, &c0);
+    clast = c0;
     for (int s = 0; s < steps && d->status == VR_OK; s++) {
+        if (s == steps - 1)
+            vr_device_get_calls(dev, &clast);
         /* every step allocates the same blocks in the same order: the previous step's peak
          * node is the last step's, where the report's snapshot is taken */
         int snap = -1;
@@ -94,6 +99,9 @@ vr_status vr__plan_dynamic(vr_plan *p)
     d->peak_reserved = (uint64_t)stats.reserved_bytes[VR_POOL_ALL].peak;
     d->peak_requested = (uint64_t)stats.requested_bytes[VR_POOL_ALL].peak;
     d->device_allocs = stats.num_device_alloc;
+    vr_device_get_calls(dev, &c1);
+    d->device_calls = vr_device_calls_vm_total(&c1) - vr_device_calls_vm_total(&c0);
+    d->device_calls_last_step = vr_device_calls_vm_total(&c1) - vr_device_calls_vm_total(&clast);
     d->allocs = stats.allocation[VR_POOL_ALL].allocated;
     for (int t = 0; t < T; t++)
         if (ptr[t])

@@ -101,11 +101,13 @@ void vr_plan_print(const vr_plan *p, FILE *f, bool timeline)
     if (p->has_dynamic) {
         const vr_plan_dynamic *d = &p->dynamic;
         fprintf(f, "dynamic   caching allocator (%s) on meta, %d step(s): peak allocated %s, peak reserved %s "
-                   "(cache %s over the allocated peak), %lld device segments\n",
+                   "(cache %s over the allocated peak), %lld device segments, %llu driver calls (%llu in the "
+                   "last step)\n",
                 p->config.alloc_policy ? p->config.alloc_policy : "pytorch", p->config.steps > 0 ? p->config.steps : 2,
                 sz(d->peak_allocated, a), sz(d->peak_reserved, b),
                 sz(d->peak_reserved > d->peak_allocated ? d->peak_reserved - d->peak_allocated : 0, c),
-                (long long)d->device_allocs);
+                (long long)d->device_allocs, (unsigned long long)d->device_calls,
+                (unsigned long long)d->device_calls_last_step);
         if (d->status != VR_OK) {
             node_text(g, d->oom_node, line, sizeof line);
             fprintf(f, "          out of memory at %s:\n          %s\n", line, d->error);
@@ -202,6 +204,8 @@ char *vr_plan_json(const vr_plan *p, bool timeline)
         cJSON_AddNumberToObject(dy, "peak_reserved", (double)d->peak_reserved);
         cJSON_AddNumberToObject(dy, "peak_requested", (double)d->peak_requested);
         cJSON_AddNumberToObject(dy, "device_segments", (double)d->device_allocs);
+        cJSON_AddNumberToObject(dy, "device_calls", (double)d->device_calls);
+        cJSON_AddNumberToObject(dy, "device_calls_last_step", (double)d->device_calls_last_step);
         cJSON_AddBoolToObject(dy, "oom", d->status != VR_OK);
         if (d->status != VR_OK) {
             cJSON_AddNumberToObject(dy, "oom_node", d->oom_node);

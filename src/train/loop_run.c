@@ -98,6 +98,10 @@ static cJSON *memory_json(vr_trainer *t)
         cJSON_AddNumberToObject(o, "run_peak_reserved", (double)m.peak_reserved);
         cJSON_AddNumberToObject(o, "plan_peak_allocated", (double)p->dynamic.peak_allocated);
         cJSON_AddNumberToObject(o, "run_peak_allocated", (double)m.peak_allocated);
+        vr_device_calls dc; /* what the device was asked: the allocator's driver calls, mostly */
+        vr_device_get_calls(t->dev, &dc);
+        cJSON_AddNumberToObject(o, "run_device_calls", (double)vr_device_calls_vm_total(&dc));
+        cJSON_AddNumberToObject(o, "run_device_maps", (double)dc.map);
     }
     return o;
 }

@@ -104,7 +104,7 @@ class Snapshot(unittest.TestCase):
             p = os.path.join(d, "s.pickle")
             with open(p, "wb") as f:
                 pickle.dump(snap, f)
-            rows, peak_a, peak_r, prior = conv.convert(p, conv.load(p), 1)
+            rows, peak_a, peak_r, prior, _ = conv.convert(p, conv.load(p), 1)
         self.assertEqual([r[0] for r in rows][:2], ["segment_map", "alloc"])
         self.assertEqual(peak_a, 3 * MiB - 100 + 512)
         self.assertEqual(prior, 0)
@@ -278,7 +278,7 @@ class Library(unittest.TestCase):
             r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
             self.assertEqual(r.stdout.split("\n")[:4], ["True 3", "True True", "[0, 1] True", "0 0"], r.stderr)
             conv = load_converter()
-            rows, peak_a, _, _ = conv.convert(outp, conv.load(outp), 0)
+            rows, peak_a, _, _, _ = conv.convert(outp, conv.load(outp), 0)
             self.assertGreaterEqual(peak_a, 1000 + (3 << 20) + (5 << 20))
             self.assertIn("oom", [r[0] for r in rows])
 

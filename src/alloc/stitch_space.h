@@ -1,0 +1,162 @@
+/* Policy "stitch", inside: the physical granules and what uses them, the virtual address space, and the
+ * mappings of granules at virtual ranges (stitch_space.c). The policy's decisions are in stitch.c, which
+ * states the whole design at its top. */
+#ifndef VRAM_ALLOC_STITCH_SPACE_H
+#define VRAM_ALLOC_STITCH_SPACE_H
+
+#include "alloc/policy.h"
+
+#define ST_UNIT VRA_MIN_BLOCK
+
+typedef struct sgran sgran;
+typedef struct sext sext;
+typedef struct smap smap;
+
+typedef struct span {
+    uint32_t lo, hi;              /* used units [lo, hi) of a granule */
+    sext *owner;                  /* the block (live or cached) using them */
+} span;
+
+typedef struct glink {
+    sgran *prev, *next;
+    int bucket;                   /* -1: in no list */
+} glink;
+
+enum { ST_HEADS = 0, ST_TAILS = 1, ST_FREE = 2 };
+
+struct sgran {
+    vr_phys *ph;
+    int pool;                     /* VR_POOL_SMALL / LARGE: where its reserved bytes count */
+    span *used;                   /* sorted by lo, disjoint */
+    uint32_t nused, capused;
+    glink link[3];                /* HEADS (by free end), TAILS (by free start), FREE */
+    size_t idx;                   /* in st->all */
+    size_t nmaps;                 /* mappings (smap) that map it: it is released only at 0 */
+};
+
+typedef struct piece {
+    sgran *g;
+    uint32_t lo, hi;
+} piece;
+
+/* A virtual range of n granules mapped side by side. A block uses a prefix of it from unit `off` of
+ * its first granule; the rest is mapped but unused (its units may serve other mappings). */
+struct smap {
+    uintptr_t va;
+    size_t n;
+    uint32_t off;                 /* units: where a block starts in g[0] */
+    size_t cap;                   /* units from there to the end: n * nb - off */
+    bool small;                   /* a small-pool segment's granule (off 0, n 1) */
+    sext *user;                   /* the block on it (live or cached), or NULL: idle */
+    vr_stream stream;             /* stream of its last user */
+    uint64_t tick;                /* when a block was last put on it (st->tick) */
+    size_t bsize;                 /* units of that block (<= cap) */
+    bool in_cand;                 /* in st->cand (large, idle or cached) */
+    smap *iprev, *inext;          /* LRU of idle mappings (oldest first) */
+    bool in_idle;
+    smap *aprev, *anext;          /* every mapping */
+    struct vchunk *chunk;         /* the address chunk its range comes from */
+    sgran *g[];
+};
+
+/* A block's pieces (the pdata of every segment of this policy): a prefix of its mapping. */
+struct sext {
+    smap *m;
+    vr_segment *seg;
+    bool cached;                  /* in the LRU list: free and evictable */
+    sext *lprev, *lnext;
+    uint64_t mark;                /* scratch for the candidate search */
+    size_t n;
+    piece p[];
+};
+
+/* Free extents of a chunk of reserved address space, in granules from its base. */
+typedef struct vext {
+    size_t at, n;
+} vext;
+
+typedef struct vchunk {
+    uintptr_t base;
+    size_t n;                     /* granules */
+    vext *fx;                     /* free extents, sorted by at, never adjacent */
+    size_t nfx, capfx;
+    size_t live;                  /* mappings in it */
+    struct vchunk *next;
+} vchunk;
+
+/* Mappings being unmapped: their ranges stay mapped until an event recorded on their stream has
+ * completed (work queued before may still use them); then they are unmapped without a device-wide wait. */
+typedef struct stale {
+    vr_stream stream;
+    vr_event *ev;
+    size_t nm;
+    smap **m;
+    struct stale *next;
+} stale;
+
+typedef struct st_state {
+    size_t G;                     /* granule bytes */
+    uint32_t nb;                  /* units per granule */
+    sgran **all;
+    size_t nall, capall;
+    struct {
+        sgran **first;            /* one list per bucket */
+        uint64_t *bits;           /* non-empty buckets */
+    } set[2];                     /* HEADS, TAILS */
+    sgran *freelist;
+    size_t nfree;
+    sext *oldest, *newest;        /* LRU of cached blocks */
+    smap **cand;                  /* large mappings with no live block, by (bsize, tick) */
+    size_t ncand, capcand;
+    smap *idle_oldest, *idle_newest; /* mappings with no block, least recently used first */
+    size_t idle_granules;         /* granules mapped by idle mappings */
+    smap *maps;                   /* every mapping */
+    size_t nmaps, mapped_granules;
+    vchunk *chunks;
+    stale *stale_first, *stale_last;
+    size_t nstale;                /* mappings in the stale list */
+    vr_stream *dirty;             /* streams whose blocks were evicted since their last fence */
+    size_t ndirty, capdirty;
+    uint64_t epoch;               /* for sext.mark */
+    uint64_t tick;                /* blocks put on mappings so far */
+} st_state;
+
+static inline st_state *st_of(const vr_alloc *a) { return a->pstate; }
+static inline uint32_t st_free_start(const st_state *s, const sgran *g) { return g->nused ? g->used[0].lo : s->nb; }
+static inline uint32_t st_free_end(const st_state *s, const sgran *g)
+{
+    return g->nused ? s->nb - g->used[g->nused - 1].hi : s->nb;
+}
+
+/* --- granules: lists by free start / free end, spans --- */
+void st_reclass(st_state *s, sgran *g);
+void st_unlink(st_state *s, sgran *g, int which);
+sgran *st_find_ge(const st_state *s, int which, uint32_t k);
+sgran *st_find_lt(const st_state *s, int which, uint32_t k);
+bool st_span_reserve(sgran *g);
+void st_span_add(sgran *g, uint32_t lo, uint32_t hi, sext *owner);
+void st_span_del(sgran *g, uint32_t lo);
+void st_move_reserved(vr_alloc *a, sgran *g, int pool);
+vr_status st_create_granules(vr_alloc *a, size_t count, int pool);
+void st_release_granule(vr_alloc *a, sgran *g);
+
+/* --- mappings --- */
+/* Maps granules g[0..n) side by side at a fresh range (the driver calls of the policy). */
+vr_status st_map_new(vr_alloc *a, sgran *const *g, size_t n, uint32_t off, bool small, smap **out);
+/* Sends an idle mapping to the stale list (batched: one event per stream and call of st_drop_idle). */
+void st_drop_idle(vr_alloc *a, size_t keep_granules, bool wait);
+/* Unmaps stale mappings: every one, waiting (wait_all); else the oldest whose events have completed. */
+void st_stale_reap(vr_alloc *a, bool wait_all);
+/* Forgets granules [keep, n) of a live mapping, already unmapped: their addresses go back to the chunk. */
+void st_give_tail(vr_alloc *a, smap *m, size_t keep);
+void st_idle_push(st_state *s, smap *m);
+void st_idle_remove(st_state *s, smap *m);
+void st_cand_insert(st_state *s, smap *m);
+void st_cand_remove(st_state *s, smap *m);
+/* Index of the first candidate whose last block had at least bsize units. */
+size_t st_cand_lower_bound(const st_state *s, size_t bsize);
+/* Frees what stitch_space holds (fini): mappings' bookkeeping, chunks without live mappings. */
+void st_space_fini(vr_alloc *a);
+vr_status st_space_check(vr_alloc *a);
+
+#endif
