@@ -175,7 +175,7 @@ def snapshot(torch, vt):
         snap = pickle.load(open(p, "rb"))
         sys.path.insert(0, os.path.join(REPO, "tools"))
         import torch_snapshot as conv
-        rows, peak_a, peak_r, _ = conv.convert(p, conv.load(p), torch.cuda.current_device())
+        rows, peak_a, peak_r, _, _ = conv.convert(p, conv.load(p), torch.cuda.current_device())
         viz = "memory_viz: not tried"
         try:
             from torch.cuda import _memory_viz
