@@ -49,8 +49,12 @@ static int64_t kernels_take(const vr_graph *g, const vr_node *n, vr_kernels k)
         const vr_tensor *q = &g->tensors[n->in[1]];
         int nkv = n->nkv > 0 ? n->nkv : n->nh, hd = (int)(q->shape[2] / (n->nh + 2 * nkv));
         int B = (int)q->shape[0], T = (int)q->shape[1];
-        return (int64_t)(dt == VR_CUDA_F32 ? vr_cuda_attention_scratch_bytes(B, T, n->nh * hd, n->nh)
-                                           : vr_cuda_attention_scratch_fused_bytes(B, T, n->nh * hd, n->nh));
+        int64_t ours = (int64_t)(dt == VR_CUDA_F32 ? vr_cuda_attention_scratch_bytes(B, T, n->nh * hd, n->nh)
+                                                   : vr_cuda_attention_scratch_fused_bytes(B, T, n->nh * hd, n->nh));
+        /* attention auto (the default): either kernel may run, so the node holds the larger need */
+        int64_t theirs = dt == VR_CUDA_F32 || hd % 8 || hd > 128
+                             ? 0 : (int64_t)vr_cuda_attention_cudnn_scratch_bytes(B, T, n->nh, nkv, hd);
+        return ours > theirs ? ours : theirs;
     }
     case VR_OP_LAYERNORM_BWD:
         return n->out[1] >= 0 || n->out[2] >= 0
