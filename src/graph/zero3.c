@@ -125,7 +125,9 @@ static void gathers(vr_graph *g, const vr_step_config *s, const parts *pp, const
         }
         for (b = a + 1; b < nu; b++) {
             const vr_tensor *pb = &g->tensors[u[b].param];
-            if (pb->dtype != pa->dtype || slots + part_count(pp, u[b].param) > VR_NODE_MAX_IN)
+            int last = part_of(pp, u[b - 1].param, part_count(pp, u[b - 1].param) - 1), next = part_of(pp, u[b].param, 0);
+            if (pb->dtype != pa->dtype || slots + part_count(pp, u[b].param) > VR_NODE_MAX_IN ||
+                g->tensors[next].owner != g->tensors[last].owner)
                 break;
             slots += part_count(pp, u[b].param);
         }
