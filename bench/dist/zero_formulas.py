@@ -62,7 +62,7 @@ def main():
                            arena_min=min(arenas))
                 rows.append(row)
                 print(f"{shape:5s} {n:4d} {z:4d} {psi:14,d} {f / GiB:10.2f} {max(states) / GiB:11.2f} "
-                      f"{max(states) / f:6.3f} {row['rest'] / GiB:10.2f} {max(arenas) / GiB:10.2f} "
+                      f"{max(states) / f:6.4f} {row['rest'] / GiB:10.2f} {max(arenas) / GiB:10.2f} "
                       f"{min(arenas) / GiB:10.2f}")
     if a.json:
         json.dump(rows, open(a.json, "w"), indent=1)

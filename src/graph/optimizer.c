@@ -24,12 +24,18 @@
  * Data parallel (vr_step_config.world >= 1): right after the backward's last touch of each parameter, a
  * collective over its gradient (placed as offload places its copies, with the same fence): an all-reduce
  * to the mean (ZeRO 0 and 1), or a reduce to the parameter's owner (ZeRO 2; the other ranks' gradient dies
- * there; ZeRO 2 and 3). Under ZeRO >= 1 each trainable parameter has an owner (whole parameters, contiguous in buffer
- * order, balanced by elements: assign_owners); only the owner holds its master and optimizer state (the
- * flat buffers cover the rank's own parameters) and runs its update, after which a broadcast from the owner
- * brings every rank the new weights (ZeRO 1 and 2; ZeRO 3 gathers them where they are used: zero3.c). Under
- * ZeRO >= 2 the sumsq nodes cover the rank's own gradients and the
- * executor sums the squared norm over the ranks before the clipping factor.
+ * there; ZeRO 2 and 3). Under ZeRO >= 1 the trainable elements, in buffer order, are shared by the ranks in equal
+ * contiguous ranges (vr_graph_assign_owners): a parameter a range boundary crosses is cut there into pieces
+ * (new parameter tensors, views of the flat buffer over a range of its elements, at multiples of
+ * VR_PIECE_ALIGN from its start; the parameter, marked split, stays what the forward and backward read), and
+ * every other parameter and every piece has one owner. The optimizer sees pieces in place of split parameters
+ * (vr_graph_param_order): a piece's gradient is the view of its parameter's at the same offset (which arrives
+ * with the parameter's: one collective per piece, never in a bucket), it has master, state and an update of its
+ * own, and decays as its parameter (a matrix's piece is a (1, n) matrix). Only the owner holds the master and
+ * optimizer state (the flat buffers cover the rank's own parameters and pieces) and runs the update, after which
+ * a broadcast from the owner brings every rank the new weights (ZeRO 1 and 2; ZeRO 3 gathers them where they are
+ * used, a split parameter from its pieces' owners: zero3.c). Under ZeRO >= 2 the sumsq nodes cover the rank's own
+ * gradients and the executor sums the squared norm over the ranks before the clipping factor.
  *
  * Both (offload with ranks): each gradient's collective, then the copy down of the gradients this rank updates
  * (all of them under ZeRO 0; its own under ZeRO >= 1, whose norm is then summed over the ranks too); the host

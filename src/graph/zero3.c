@@ -1,16 +1,19 @@
 /* vram graph — ZeRO-3: each trainable parameter held by its owner only.
  *
- * Under ZeRO 3 (vr_step_config.zero, with ranks) a trainable parameter lives on its owner alone (the owner of
- * its master and optimizer state: whole parameters, vr_graph_assign_owners, as vr_optimizer_state set them; a
- * no-grad graph's are assigned here). Before every node outside the optimizer that reads such a parameter, a gather node gives every rank a copy of it (the owner sends) in a
- * temporary of the parameter's shape, role params, which dies after that node; the node reads the copy. So a
- * weight is gathered once in the forward, once more in the backward (and in a recompute). The parameter buffer then holds this rank's
- * parameters (and the frozen ones, which every rank keeps) in buffer order; the other parameter tensors stop
- * being views of it and, read by no node, take no memory. Their param_offset still places every parameter in
- * the model's flat weights (initialisation and checkpoints see all of them).
+ * Under ZeRO 3 (vr_step_config.zero, with ranks) a trainable parameter, or each piece of one cut at the ranks'
+ * shares, lives on its owner alone (the owner of its master and optimizer state: vr_graph_assign_owners, as
+ * vr_optimizer_state set them; a no-grad graph's are assigned here, the same). Before every node outside the
+ * optimizer that reads such a parameter, a gather node gives every rank a copy of it in a temporary of the
+ * parameter's shape, role params, which dies after that node; the node reads the copy. Each part of a gather
+ * (a whole parameter, or a piece: node.part) is sent by its own owner, so a split parameter is assembled from
+ * its pieces. So a weight is gathered once in the forward, once more in the backward (and in a recompute). The
+ * parameter buffer then holds this rank's parameters and pieces (and the frozen parameters, which every rank
+ * keeps) in buffer order; the other parameter tensors (and the split ones) stop being views of it and, read by
+ * no node, take no memory. Their param_offset still places every parameter in the model's flat weights
+ * (initialisation and checkpoints see all of them).
  *
- * The gathers are the same nodes in the same order on every rank (only their input differs: the parameter on
- * its owner, none elsewhere). Each is placed one layer ahead of its reader (prefetch), so that on a GPU the
+ * The gathers are the same nodes in the same order on every rank (only their inputs differ: a part on its
+ * owner, none elsewhere). Each is placed one layer ahead of its reader (prefetch), so that on a GPU the
  * next layer's weights arrive while this one computes (exec/cuda_comm.h); the plan counts the copies from
  * there, so a rank holds its share plus about two layers' weights. */
 #include <stdio.h>
@@ -109,8 +112,9 @@ static void gather_chunk(vr_graph *g, const vr_step_config *s, const parts *pp, 
     after[(*na)++] = at;
 }
 
-/* The gathers: consecutive reads of one dtype, up to VR_NODE_MAX_IN parts (parameters or pieces, whoever owns
- * them), share one (fewer, larger broadcasts); each is placed one layer ahead of its first reader (after the
+/* The gathers: consecutive reads of one dtype whose parts (parameters, or a split parameter's pieces, which always
+ * go together) continue one owner's run, up to VR_NODE_MAX_IN parts, share one (fewer, larger broadcasts; runs
+ * of one owner keep the copies short-lived); each is placed one layer ahead of its first reader (after the
  * reader K reads earlier, the first K before node 0) and before it. */
 static void gathers(vr_graph *g, const vr_step_config *s, const parts *pp, const use *u, int nu, int *after, int *na)
 {
