@@ -560,9 +560,11 @@ void vr_optimizer_nodes(vr_graph *g, const vr_step_config *s, int n0)
     int normsq = norm_nodes(g, s, order, grads, no, false);
     for (int i = 0; i < no && s->optim != VR_OPTIM_NONE; i++)
         update_node(g, s, order[i], grads[i], normsq, order[i]);
-    if (s->optim == VR_OPTIM_NONE) /* backward only: the gradients are the step's result */
-        for (int i = 0; i < no; i++)
-            g->tensors[g->tensors[order[i]].grad].output = true;
+    if (s->optim == VR_OPTIM_NONE) /* backward only: the gradients are the step's result (a piece's: its parameter's) */
+        for (int i = 0; i < no; i++) {
+            int p = g->tensors[order[i]].piece_of >= 0 ? g->tensors[order[i]].piece_of : order[i];
+            g->tensors[g->tensors[p].grad].output = true;
+        }
     free(order);
     free(grads);
 }
