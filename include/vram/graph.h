@@ -131,10 +131,11 @@ typedef enum vr_op {
                            * rank's x, in place (ZeRO-2: a gradient to its owner; the others' copy dies here) */
     VR_OP_BROADCAST,      /* in: x                                            every rank's x = rank `root`'s x, in
                            * place (ZeRO-1/2: the owner's updated weights to every rank) */
-    VR_OP_GATHER,         /* in: w0..w5 (the owner's; -1 on the other ranks)  out: every rank's copy of the
-                           * owner's w0, w1, ... one after the other (ZeRO-3: sharded parameters brought to
-                           * every rank a layer before the nodes that read them, through views of the copy,
-                           * which dies after the last). Runs on every micro-batch */
+    VR_OP_GATHER,         /* in: w0..w5 (each on its owner; -1 elsewhere)     out: every rank's copy of w0, w1,
+                           * ... one after the other, each broadcast from its own owner (node.part says which
+                           * tensor each slot is on every rank). ZeRO-3: sharded parameters (or the pieces of
+                           * one) brought to every rank a layer before the nodes that read them, through views
+                           * of the copy, which dies after the last. Runs on every micro-batch */
     VR_OP_COUNT
 } vr_op;
 
@@ -181,7 +182,12 @@ typedef struct vr_tensor {
     int absmax[2];           /* params with 8-bit state: views of the per-block absmax of optim[0], optim[1] */
     bool frozen;             /* params: no gradient, no optimizer state */
     int owner;               /* params under ZeRO >= 1: the rank that updates it and holds its master and
-                              * optimizer state (vr_step_config.zero); -1: every rank */
+                              * optimizer state (vr_step_config.zero); -1: every rank (or split: its pieces') */
+    bool split;              /* params under ZeRO >= 1: cut into pieces at the ranks' shard boundaries; the forward
+                              * and backward read it, the optimizer sees its pieces instead (no owner, no state) */
+    int piece_of;            /* params: a piece of parameter piece_of (a view of a range of its elements, shape
+                              * (1, n) for a matrix's so that it decays as the matrix does, (n) otherwise), with
+                              * an owner, a gradient (a view of piece_of's) and state of its own; -1 none */
     bool host;               /* lives in (pinned) host memory, not on the device: offloaded master, optimizer
                               * state and the gradients' host copies (always persistent) */
     bool persistent;         /* lives across the whole step: params, master, optim, and the
@@ -223,6 +229,9 @@ typedef struct vr_node {
                                       * re-run / differentiate; -1 otherwise */
     bool host;                       /* runs on the host over host tensors (offloaded sumsq and updates) */
     int root;                        /* reduce, broadcast: the rank that receives / sends */
+    int part[VR_NODE_MAX_IN];        /* gather: the parameters or pieces it assembles, in order, on every rank
+                                      * (in[k] is part[k] on its owner, -1 elsewhere); each comes from its
+                                      * own owner. -1 unused */
 } vr_node;
 
 typedef enum vr_precision { VR_PREC_FP32, VR_PREC_BF16, VR_PREC_FP16 } vr_precision;
@@ -331,7 +340,8 @@ typedef struct vr_step_config {
                                * its collectives (a world of 1 too: it runs them, over one rank) */
     int rank;                 /* this rank, [0, world) */
     int zero;                 /* ZeRO stage with world >= 1: 0 gradients all-reduced; 1 + master and optimizer
-                               * state sharded by whole parameters (each updated by its owner, then broadcast);
+                               * state sharded (each parameter, or piece of one, updated by its owner, then
+                               * broadcast);
                                * 2 + gradients reduced to their owner only (the others free theirs);
                                * 3 + parameters held by their owner only, gathered before each use (zero3.c) */
 } vr_step_config;

@@ -120,7 +120,7 @@ static int resolve_device(const opts *o, target *t)
 }
 
 /* The most ranks whose plans `vram plan --gpus N` makes one by one (each rank owns other parameters); past it,
- * ranks 0 and N-1 (whole parameters in buffer order: the last rank holds the tail, the first the embeddings). */
+ * ranks 0 and N-1 (equal shares of the elements, but the last rank's hold the tail, the first's the embeddings). */
 #define PLAN_RANKS_MAX 64
 
 /* --gpus N: every rank's plan (its own shard of master and optimizer state), as a table or JSON (into root);
@@ -170,6 +170,15 @@ static int ranks_report(const vr_model_config *m, const vr_step_config *s0, cons
             cJSON_AddNumberToObject(o, "arena", (double)p->arena_size);
             cJSON_AddNumberToObject(o, "need", (double)(p->arena_size + context));
             cJSON_AddNumberToObject(o, "host", (double)p->host_size);
+            /* the model states it holds: its parameter buffer (ZeRO 3: its share), and the trainable elements it
+             * updates (ZeRO >= 1; the sharded master, state and reduced gradients are of these) */
+            const vr_graph *pg = p->graph;
+            int64_t owned = 0;
+            for (int t = 0; t < pg->n_tensors; t++)
+                if (pg->tensors[t].param_offset >= 0 && !pg->tensors[t].split && pg->tensors[t].owner == r)
+                    owned += vr_tensor_numel(&pg->tensors[t]);
+            cJSON_AddNumberToObject(o, "param_buffer", (double)vr_tensor_bytes(&pg->tensors[pg->params]));
+            cJSON_AddNumberToObject(o, "owned", (double)(s.zero >= 1 ? owned : pg->n_trainable));
             cJSON_AddItemToArray(arr, o);
         } else {
             char b[8][32];

@@ -4,7 +4,7 @@
  * A node's buffer is its in[0], changed in place through the executor's communicator (vr_exec_config.comm):
  * gradients are averaged over the ranks (all-reduce to every rank, or reduce to the parameter's owner),
  * weights are broadcast from their owner. A gather (ZeRO-3) broadcasts into its output, which the backend has
- * first filled from the parameter on the owner. On the CPU the call blocks (MPI); on CUDA it is queued on the
+ * first filled with the parts (parameters or pieces: node.part) this rank owns, each part from its owner. On the CPU the call blocks (MPI); on CUDA it is queued on the
  * stream the backend gives (NCCL). Under ZeRO 2 and 3 each rank's sumsq nodes cover its own gradients only, and
  * the squared norm is summed over the ranks before the clipping factor (vr__exec_comm_normsq; offloaded, ZeRO >= 1:
  * each rank's norm of the gradients it copied down, on the host: vr__exec_comm_normsq_host). */
@@ -30,6 +30,34 @@ bool vr__exec_is_comm(vr_op op)
 
 bool vr__exec_is_grad_comm(vr_op op) { return op == VR_OP_ALLREDUCE || op == VR_OP_REDUCE; }
 
+/* A gather's broadcasts into its copy (which the backend has filled with this rank's parts, at their offsets): one
+ * per run of consecutive parts of one owner, from that owner; several are launched as one (an NCCL group). */
+static vr_status gather(const vr_exec_args *a, void *stream)
+{
+    const vr_node *n = a->node;
+    const vr_graph *g = a->g;
+    vr_comm *c = a->exec->cfg.comm;
+    vr_dtype dt = g->tensors[n->out[0]].dtype;
+    size_t es = vr_dtype_size(dt);
+    int runs = 0;
+    for (int k = 0; k < VR_NODE_MAX_IN && n->part[k] >= 0; k++)
+        runs += k == 0 || g->tensors[n->part[k]].owner != g->tensors[n->part[k - 1]].owner;
+    vr_status st = runs > 1 ? vr_comm_group_begin(c) : VR_OK;
+    if (st)
+        return st;
+    int64_t off = 0;
+    for (int k = 0, j; k < VR_NODE_MAX_IN && n->part[k] >= 0 && !st; k = j) {
+        int root = g->tensors[n->part[k]].owner;
+        int64_t m = 0;
+        for (j = k; j < VR_NODE_MAX_IN && n->part[j] >= 0 && g->tensors[n->part[j]].owner == root; j++)
+            m += vr_tensor_numel(&g->tensors[n->part[j]]);
+        st = vr_comm_broadcast(c, (char *)a->out[0] + (size_t)off * es, m, dt, root > 0 ? root : 0, stream);
+        off += m;
+    }
+    vr_status st2 = runs > 1 ? vr_comm_group_end(c) : VR_OK;
+    return st ? st : st2;
+}
+
 vr_status vr__exec_comm_node(const vr_exec_args *a, void *stream)
 {
     const vr_node *n = a->node;
@@ -40,7 +68,7 @@ vr_status vr__exec_comm_node(const vr_exec_args *a, void *stream)
     case VR_OP_ALLREDUCE: return vr_comm_allreduce(c, a->in[0], numel, t->dtype, VR_COMM_AVG, stream);
     case VR_OP_REDUCE: return vr_comm_reduce(c, a->in[0], numel, t->dtype, VR_COMM_AVG, n->root, stream);
     case VR_OP_BROADCAST: return vr_comm_broadcast(c, a->in[0], numel, t->dtype, n->root, stream);
-    case VR_OP_GATHER: return vr_comm_broadcast(c, a->out[0], numel, t->dtype, n->root, stream); /* owner: copied in */
+    case VR_OP_GATHER: return gather(a, stream); /* each part's owner: copied in */
     default: return vr_error(VR_ERR_INVALID, "exec: node %s is not a collective", n->name);
     }
 }

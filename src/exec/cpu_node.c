@@ -365,14 +365,14 @@ static vr_status cpu_run_node(const vr_exec_args *a)
     case VR_OP_COPY: /* offload: device and host are the same memory here */
         memcpy(a->out[0], a->in[0], (size_t)vr_tensor_bytes(T_(a, n->out[0])));
         return VR_OK;
-    case VR_OP_GATHER: { /* ZeRO-3: the owner's weights, one after the other, into the copy every rank receives */
+    case VR_OP_GATHER: { /* ZeRO-3: the parts this rank owns, each at its place in the copy every rank receives */
         size_t off = 0;
-        for (int k = 0; k < VR_NODE_MAX_IN; k++)
-            if (n->in[k] >= 0) {
-                size_t bytes = (size_t)vr_tensor_bytes(T_(a, n->in[k]));
+        for (int k = 0; k < VR_NODE_MAX_IN && n->part[k] >= 0; k++) {
+            size_t bytes = (size_t)vr_tensor_bytes(T_(a, n->part[k]));
+            if (n->in[k] >= 0)
                 memcpy((char *)a->out[0] + off, a->in[k], bytes);
-                off += bytes;
-            }
+            off += bytes;
+        }
         return vr__exec_comm_node(a, NULL);
     }
     case VR_OP_ALLREDUCE:

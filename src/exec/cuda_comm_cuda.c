@@ -10,8 +10,8 @@ static bool on_comm_stream(const vr_node *n)
 
 vr_status vr__cuda_comms_init(vr_cuda_side *c, const vr_exec *e) { return vr__cuda_side_init(c, e->g, on_comm_stream); }
 
-/* A gather on its owner: the parameters, one after the other, into the copy that the broadcast sends, on the
- * gather's stream. */
+/* A gather: the parts this rank owns (parameters or pieces), each at its place in the copy that the broadcasts
+ * fill (every part's owner sends its own), on the gather's stream. */
 static vr_status gather_source(const vr_cuda_ctx *ctx, void *stream, const vr_exec_args *a)
 {
     const vr_node *n = a->node;
@@ -26,12 +26,12 @@ static vr_status gather_source(const vr_cuda_ctx *ctx, void *stream, const vr_ex
     on.stream = stream;
     size_t off = 0;
     vr_status st = VR_OK;
-    for (int k = 0; k < VR_NODE_MAX_IN && !st; k++)
-        if (n->in[k] >= 0) {
-            size_t m = (size_t)vr_tensor_numel(&a->g->tensors[n->in[k]]);
+    for (int k = 0; k < VR_NODE_MAX_IN && n->part[k] >= 0 && !st; k++) {
+        size_t m = (size_t)vr_tensor_numel(&a->g->tensors[n->part[k]]);
+        if (n->in[k] >= 0)
             st = vr_cuda_acc(&on, dt, (char *)a->out[0] + off * vr_cuda_dtype_size(dt), a->in[k], m, 0);
-            off += m;
-        }
+        off += m;
+    }
     return st;
 }
 
@@ -69,14 +69,25 @@ vr_status vr__cuda_comm_wait(const vr_cuda_side *c, const vr_cuda_ctx *ctx, cons
     return st;
 }
 
+/* Tensor t's elements in its storage: [*lo, *hi). */
+static void storage_range(const vr_graph *g, int t, int64_t *lo, int64_t *hi)
+{
+    *lo = g->tensors[t].view_of >= 0 ? g->tensors[t].view_offset : 0;
+    *hi = *lo + vr_tensor_numel(&g->tensors[t]);
+}
+
 void *vr__cuda_comm_before_copy(const vr_cuda_side *c, const vr_exec_args *a)
 {
     const vr_graph *g = a->g;
     int src = vr_graph_storage(g, a->node->in[0]);
-    /* the graph places a bucket's copies right after its collective: look back over copies and collectives */
+    int64_t lo, hi, clo, chi;
+    storage_range(g, a->node->in[0], &lo, &hi);
+    /* the graph places a bucket's copies right after its collective: look back over copies and collectives for
+     * the one over this gradient (a bucket holding it, or the piece of a gradient it is) */
     for (int k = (int)(a->node - g->nodes) - 1; c->stream && k >= 0; k--) {
         const vr_node *n = &g->nodes[k];
-        if (c->done[k] && vr__exec_is_grad_comm(n->op) && vr_graph_storage(g, n->in[0]) == src)
+        if (c->done[k] && vr__exec_is_grad_comm(n->op) && vr_graph_storage(g, n->in[0]) == src &&
+            (storage_range(g, n->in[0], &clo, &chi), clo <= lo && hi <= chi))
             return c->done[k];
         if (n->op != VR_OP_COPY && !vr__exec_is_grad_comm(n->op))
             break;

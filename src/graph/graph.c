@@ -206,6 +206,7 @@ int vr_graph_tensor(vr_graph *g, const char *name, vr_dtype dt, vr_role role, in
     t->grad = t->master = t->optim[0] = t->optim[1] = t->absmax[0] = t->absmax[1] = -1;
     t->producer = -1;
     t->owner = -1;
+    t->piece_of = -1;
     t->persistent = role == VR_ROLE_PARAM || role == VR_ROLE_MASTER || role == VR_ROLE_OPTIM;
     return id;
 }
@@ -267,6 +268,8 @@ int vr_graph_node(vr_graph *g, vr_op op, vr_phase phase, const char *name)
         n->in[i] = -1;
     for (int i = 0; i < VR_NODE_MAX_OUT; i++)
         n->out[i] = -1;
+    for (int i = 0; i < VR_NODE_MAX_IN; i++)
+        n->part[i] = -1;
     n->scratch = -1;
     n->src = -1;
     return id;

@@ -40,8 +40,11 @@ void vr_optimizer_nodes(vr_graph *g, const vr_step_config *s, int n0);
 /* The parameter tensors among the first n, in buffer order (ids into out, capacity n); their count, -1 with
  * g->err set when they leave a gap in the buffer. */
 int vr_graph_param_order(vr_graph *g, int n, int *out);
-/* ZeRO >= 1: each trainable parameter's owner (tensor.owner), whole parameters balanced by elements. */
-void vr_graph_assign_owners(vr_graph *g, const vr_step_config *s, const int *order, int no);
+/* ZeRO >= 1: the owners (tensor.owner) of the trainable parameters, and the pieces of those cut where one rank's
+ * equal share of the trainable elements ends and the next begins (tensor.split, tensor.piece_of): cuts at
+ * multiples of VR_PIECE_ALIGN elements of the parameter, no piece smaller. */
+#define VR_PIECE_ALIGN 4096
+void vr_graph_assign_owners(vr_graph *g, const vr_step_config *s);
 /* Moves nodes [first, n_nodes) to right after node after[k] each (after[] sorted; -1: before node 0). */
 void vr_graph_place_after(vr_graph *g, int first, const int *after);
 /* ZeRO-3: the gathers before every read of a parameter this rank does not hold, and the parameter buffer

@@ -24,12 +24,18 @@
  * Data parallel (vr_step_config.world >= 1): right after the backward's last touch of each parameter, a
  * collective over its gradient (placed as offload places its copies, with the same fence): an all-reduce
  * to the mean (ZeRO 0 and 1), or a reduce to the parameter's owner (ZeRO 2; the other ranks' gradient dies
- * there; ZeRO 2 and 3). Under ZeRO >= 1 each trainable parameter has an owner (whole parameters, contiguous in buffer
- * order, balanced by elements: assign_owners); only the owner holds its master and optimizer state (the
- * flat buffers cover the rank's own parameters) and runs its update, after which a broadcast from the owner
- * brings every rank the new weights (ZeRO 1 and 2; ZeRO 3 gathers them where they are used: zero3.c). Under
- * ZeRO >= 2 the sumsq nodes cover the rank's own gradients and the
- * executor sums the squared norm over the ranks before the clipping factor.
+ * there; ZeRO 2 and 3). Under ZeRO >= 1 the trainable elements, in buffer order, are shared by the ranks in equal
+ * contiguous ranges (vr_graph_assign_owners): a parameter a range boundary crosses is cut there into pieces
+ * (new parameter tensors, views of the flat buffer over a range of its elements, at multiples of
+ * VR_PIECE_ALIGN from its start; the parameter, marked split, stays what the forward and backward read), and
+ * every other parameter and every piece has one owner. The optimizer sees pieces in place of split parameters
+ * (vr_graph_param_order): a piece's gradient is the view of its parameter's at the same offset (which arrives
+ * with the parameter's: one collective per piece, never in a bucket), it has master, state and an update of its
+ * own, and decays as its parameter (a matrix's piece is a (1, n) matrix). Only the owner holds the master and
+ * optimizer state (the flat buffers cover the rank's own parameters and pieces) and runs the update, after which
+ * a broadcast from the owner brings every rank the new weights (ZeRO 1 and 2; ZeRO 3 gathers them where they are
+ * used, a split parameter from its pieces' owners: zero3.c). Under ZeRO >= 2 the sumsq nodes cover the rank's own
+ * gradients and the executor sums the squared norm over the ranks before the clipping factor.
  *
  * Both (offload with ranks): each gradient's collective, then the copy down of the gradients this rank updates
  * (all of them under ZeRO 0; its own under ZeRO >= 1, whose norm is then summed over the ranks too); the host
@@ -58,7 +64,8 @@ int vr_graph_param_order(vr_graph *g, int n, int *out)
         return vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
     int nk = 0;
     for (int t = 0; t < n; t++)
-        if (g->tensors[t].view_of == g->params && g->tensors[t].param_offset >= 0 && g->tensors[t].ndim > 0) {
+        if (g->tensors[t].view_of == g->params && g->tensors[t].param_offset >= 0 && g->tensors[t].ndim > 0 &&
+            !g->tensors[t].split) { /* a split parameter: its pieces instead */
             key[nk][0] = g->tensors[t].param_offset;
             key[nk++][1] = t;
         }
@@ -81,22 +88,73 @@ int vr_graph_param_order(vr_graph *g, int n, int *out)
     return no;
 }
 
-/* ZeRO >= 1: each trainable parameter's owner, whole parameters in buffer order: parameter k goes to the
- * rank whose equal share of the trainable elements holds its middle element. */
-void vr_graph_assign_owners(vr_graph *g, const vr_step_config *s, const int *order, int no)
+/* The rank of trainable element i (counted over the trainable elements in buffer order) when N of them are
+ * shared by W ranks: rank r holds [r*N/W, (r+1)*N/W). */
+static int rank_of(int64_t i, int64_t N, int W)
 {
-    if (s->world < 1 || s->zero < 1 || g->n_trainable <= 0)
+    int64_t r = ((i + 1) * W - 1) / N;
+    return r < W ? (int)r : W - 1;
+}
+
+/* One piece [a, b) of parameter p (elements of p), owned by `owner`: a view of the parameter buffer. */
+static void add_piece(vr_graph *g, int p, int64_t a, int64_t b, int owner)
+{
+    vr_tensor pt = g->tensors[p];
+    char name[VR_NAME_MAX];
+    snprintf(name, sizeof name, "%.30s[%lld:%lld]", pt.name, (long long)a, (long long)b);
+    int64_t shape[2] = {1, b - a};
+    int ndim = pt.ndim >= 2 ? 2 : 1; /* a matrix's piece is a (1, n) matrix: weight decay goes by ndim */
+    int v = vr_graph_param(g, name, ndim, ndim == 2 ? shape : shape + 1, pt.param_offset + a, VR_INIT_NONE, 0.0f);
+    if (v < 0)
         return;
-    int64_t off = 0;
-    for (int k = 0; k < no; k++) {
-        vr_tensor *t = &g->tensors[order[k]];
-        if (t->frozen)
+    g->tensors[v].view_offset = pt.view_offset + a; /* (param_offset is view_offset until ZeRO 3 cuts the buffer) */
+    g->tensors[v].piece_of = p;
+    g->tensors[v].owner = owner;
+    g->tensors[p].split = true;
+}
+
+/* ZeRO >= 1: the trainable elements, in buffer order, are shared by the ranks in equal ranges; a parameter that
+ * a range boundary crosses is cut there into pieces, each owned by its range's rank, the others are owned
+ * whole by the rank whose range holds their middle element. A cut falls on a multiple of VR_PIECE_ALIGN
+ * elements from the parameter's start (the nearest to the boundary; 8-bit state's blocks, and so each
+ * element's rounding, stay those of the whole parameter) and leaves no piece under VR_PIECE_ALIGN elements
+ * (else the boundary moves to the parameter's edge). Frozen parameters stay whole and unowned. */
+void vr_graph_assign_owners(vr_graph *g, const vr_step_config *s)
+{
+    if (s->world < 1 || s->zero < 1 || g->n_trainable <= 0 || g->err)
+        return;
+    int np = g->n_tensors;
+    int *order = malloc(sizeof(int) * (size_t)(np + 1));
+    if (!order) {
+        vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
+        return;
+    }
+    int no = vr_graph_param_order(g, np, order);
+    const int64_t N = g->n_trainable, A = VR_PIECE_ALIGN;
+    const int W = s->world;
+    int64_t off = 0; /* trainable elements before parameter order[k] */
+    for (int k = 0; k < no && !g->err; k++) {
+        int p = order[k];
+        if (g->tensors[p].frozen)
             continue;
-        int64_t n = vr_tensor_numel(t);
-        int64_t r = (off + n / 2) / ((g->n_trainable + s->world - 1) / s->world);
-        t->owner = r < s->world ? (int)r : s->world - 1;
+        int64_t n = vr_tensor_numel(&g->tensors[p]), start = 0;
+        for (int r = rank_of(off, N, W) + 1; r < W && !g->err; r++) {
+            int64_t b = (int64_t)r * N / W - off; /* rank r's first element, in p */
+            if (b >= n)
+                break;
+            int64_t c = (b + A / 2) / A * A;
+            if (c - start < A || n - c < A)
+                continue;
+            add_piece(g, p, start, c, rank_of(off + (start + c) / 2, N, W));
+            start = c;
+        }
+        if (start > 0)
+            add_piece(g, p, start, n, rank_of(off + (start + n) / 2, N, W));
+        else
+            g->tensors[p].owner = rank_of(off + n / 2, N, W);
         off += n;
     }
+    free(order);
 }
 
 /* Whether this rank keeps state for (and updates) parameter tensor t. */
@@ -123,6 +181,7 @@ void vr_optimizer_state(vr_graph *g, const vr_step_config *s)
     bool q8 = s->optim_state == VR_OSTATE_8BIT && n_state > 0;
     if (g->n_trainable == 0)
         return;
+    vr_graph_assign_owners(g, s); /* (adds the pieces) */
     int np = g->n_tensors;
     int *order = malloc(sizeof(int) * (size_t)(np + 1));
     if (!order) {
@@ -130,7 +189,6 @@ void vr_optimizer_state(vr_graph *g, const vr_step_config *s)
         return;
     }
     int no = vr_graph_param_order(g, np, order);
-    vr_graph_assign_owners(g, s, order, no);
     int64_t nq = 0, nblocks = 0, n32 = 0, nown = 0; /* quantized elements, their blocks, f32-state elements, all */
     for (int i = 0; i < no; i++) {
         int64_t numel = vr_tensor_numel(&g->tensors[order[i]]);
@@ -254,11 +312,11 @@ void vr_graph_place_after(vr_graph *g, int first, const int *after)
 }
 
 /* The gradients' arrival order: key[k] = {the last node that touches parameter order[i] or its gradient, i},
- * sorted by that node. */
+ * sorted by that node (a piece's: its parameter's, whose gradient the backward writes). */
 static void arrival(const vr_graph *g, const int *order, int no, int (*key)[2])
 {
     for (int i = 0; i < no; i++) {
-        int p = order[i], last = -1;
+        int p = g->tensors[order[i]].piece_of >= 0 ? g->tensors[order[i]].piece_of : order[i], last = -1;
         for (int n = g->n_nodes - 1; n >= 0 && last < 0; n--)
             if (node_touches(&g->nodes[n], p, g->tensors[p].grad))
                 last = n;
@@ -478,6 +536,16 @@ void vr_optimizer_nodes(vr_graph *g, const vr_step_config *s, int n0)
         return;
     }
     int np = vr_graph_param_order(g, n0, order), no = 0;
+    for (int i = 0; i < np && !g->err; i++) { /* a piece's gradient: the view of its parameter's */
+        vr_tensor pt = g->tensors[order[i]];
+        int pg = pt.piece_of >= 0 ? g->tensors[pt.piece_of].grad : -1;
+        if (pg >= 0) {
+            char name[VR_NAME_MAX];
+            snprintf(name, sizeof name, "grad.%.56s", pt.name);
+            int v = vr_graph_view(g, pg, name, pt.ndim, pt.shape, pt.param_offset - g->tensors[pt.piece_of].param_offset);
+            g->tensors[order[i]].grad = v;
+        }
+    }
     for (int i = 0; i < np; i++)
         if (g->tensors[order[i]].grad >= 0) {
             grads[no] = g->tensors[order[i]].grad;
@@ -492,9 +560,11 @@ void vr_optimizer_nodes(vr_graph *g, const vr_step_config *s, int n0)
     int normsq = norm_nodes(g, s, order, grads, no, false);
     for (int i = 0; i < no && s->optim != VR_OPTIM_NONE; i++)
         update_node(g, s, order[i], grads[i], normsq, order[i]);
-    if (s->optim == VR_OPTIM_NONE) /* backward only: the gradients are the step's result */
-        for (int i = 0; i < no; i++)
-            g->tensors[g->tensors[order[i]].grad].output = true;
+    if (s->optim == VR_OPTIM_NONE) /* backward only: the gradients are the step's result (a piece's: its parameter's) */
+        for (int i = 0; i < no; i++) {
+            int p = g->tensors[order[i]].piece_of >= 0 ? g->tensors[order[i]].piece_of : order[i];
+            g->tensors[g->tensors[p].grad].output = true;
+        }
     free(order);
     free(grads);
 }

@@ -164,6 +164,10 @@ char *vr_plan_json(const vr_plan *p, bool timeline)
     cJSON *gr = cJSON_AddObjectToObject(root, "graph");
     cJSON_AddNumberToObject(gr, "tensors", g->n_tensors);
     cJSON_AddNumberToObject(gr, "nodes", g->n_nodes);
+    int pieces = 0; /* ZeRO >= 1: parameters cut into pieces at the ranks' shard boundaries */
+    for (int t = 0; t < g->n_tensors; t++)
+        pieces += g->tensors[t].piece_of >= 0;
+    cJSON_AddNumberToObject(gr, "pieces", pieces);
     for (int ph = 0; ph < 4; ph++)
         cJSON_AddNumberToObject(gr, vr_phase_name((vr_phase)ph), vr_graph_count_phase(g, (vr_phase)ph));
     cJSON *roles = cJSON_AddObjectToObject(root, "roles");

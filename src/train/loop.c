@@ -328,11 +328,12 @@ vr_status vr_trainer_read_params(vr_trainer *t, float *host, int64_t n)
     vr_status st = vr_exec_read(t->exec, g->params, host, (uint64_t)n * sizeof(float));
     if (st || g->step.world <= 1 || g->step.zero < 1)
         return st;
-    /* sharded: each element from the rank that updates it (the frozen ones from rank 0), summed over ranks */
+    /* sharded: each element from the rank that updates it (the frozen ones from rank 0; a split parameter's from
+     * its pieces' owners), summed over ranks */
     for (int i = 0; i < g->n_tensors; i++) {
         const vr_tensor *x = &g->tensors[i];
         int from = x->owner >= 0 ? x->owner : 0;
-        if (x->param_offset >= 0 && from != g->step.rank)
+        if (x->param_offset >= 0 && !x->split && from != g->step.rank)
             memset(host + x->param_offset, 0, sizeof(float) * (size_t)vr_tensor_numel(x));
     }
     return vr_comm_sum_host_f32(t->cfg.comm, host, n);

@@ -501,6 +501,166 @@ static void zero3_takes_the_owners_set(void **state)
     vr_graph_free(g);
 }
 
+/* A linear classifier whose weight w (4 x 4096) ranks' shares cut into pieces, and a bias b of 4 (a whole
+ * parameter): built with `world` ranks, this rank `rank`, ZeRO `zero`. */
+static vr_graph *pieces_graph(int world, int rank, int zero, int *w, int *b)
+{
+    vr_graph *g = vr_graph_new(VR_PREC_FP32);
+    vr_graph_param_buffer(g, 4 * 4096 + 4);
+    *w = vr_graph_param(g, "w", 2, (int64_t[]){4, 4096}, 0, VR_INIT_NORMAL, 0.02f);
+    *b = vr_graph_param(g, "b", 1, (int64_t[]){4}, 4 * 4096, VR_INIT_ZEROS, 0.0f);
+    int x = vr_graph_tensor(g, "x", VR_F32, VR_ROLE_INPUT, 2, (int64_t[]){2, 4096});
+    int t = vr_graph_tensor(g, "t", VR_I32, VR_ROLE_INPUT, 1, (int64_t[]){2});
+    assert_int_equal(vr_graph_set_inputs(g, x, t), VR_OK);
+    int y = vr_graph_linear(g, "y", x, *w, *b);
+    assert_int_equal(vr_graph_set_loss(g, vr_graph_softmax_xent(g, "loss", y, t, NULL)), VR_OK);
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .world = world, .rank = rank, .zero = zero};
+    assert_int_equal(vr_graph_backward(g, &s), VR_OK);
+    if (zero == 3)
+        assert_int_equal(vr_graph_zero3(g, &s), VR_OK);
+    return g;
+}
+
+/* The pieces: cut at multiples of VR_PIECE_ALIGN of the parameter nearest each rank's equal share, each with its
+ * share's owner, a matrix's pieces (1, n) matrices (weight decay goes by ndim), a gradient that is the view of
+ * the parameter's at the same offset; the parameter order tiles the buffer with the pieces (not the split
+ * parameter), and its gap check still holds. */
+static void pieces_at_the_shares(void **state)
+{
+    (void)state;
+    int w, b;
+    vr_graph *g = pieces_graph(3, 0, 2, &w, &b); /* shares of 5462: cuts at 4096 and 12288 */
+    assert_true(g->tensors[w].split);
+    assert_int_equal(g->tensors[w].owner, -1);
+    assert_int_equal(g->tensors[b].owner, 2);
+    int order[64], no = vr_graph_param_order(g, g->n_tensors, order);
+    assert_int_equal(no, 4);
+    const int64_t at[3] = {0, 4096, 12288}, len[3] = {4096, 8192, 4096};
+    for (int k = 0; k < 3; k++) {
+        const vr_tensor *p = &g->tensors[order[k]];
+        assert_int_equal(p->piece_of, w);
+        assert_int_equal(p->owner, k);
+        assert_int_equal(p->param_offset, at[k]);
+        assert_int_equal(p->view_of, g->params);
+        assert_int_equal(p->view_offset, at[k]);
+        assert_int_equal(p->ndim, 2);
+        assert_int_equal(p->shape[0], 1);
+        assert_int_equal(p->shape[1], len[k]);
+        const vr_tensor *gr = &g->tensors[p->grad];
+        assert_int_equal(vr_graph_storage(g, p->grad), vr_graph_storage(g, g->tensors[w].grad));
+        assert_int_equal(gr->view_offset - (g->tensors[g->tensors[w].grad].view_of >= 0
+                                                ? g->tensors[g->tensors[w].grad].view_offset : 0), at[k]);
+    }
+    assert_int_equal(order[3], b);
+    /* one reduce per piece, to its owner; this rank updates its piece only */
+    int reduces = 0, updates = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const vr_node *n = &g->nodes[i];
+        if (n->op == VR_OP_REDUCE && g->tensors[n->in[0]].view_of >= 0 &&
+            vr_graph_storage(g, n->in[0]) == vr_graph_storage(g, g->tensors[w].grad)) {
+            reduces++;
+            assert_int_equal(n->root, g->tensors[order[(g->tensors[n->in[0]].view_offset >= 12288) +
+                                                     (g->tensors[n->in[0]].view_offset >= 4096)]].owner);
+        }
+        if (n->op == VR_OP_ADAMW) {
+            updates++;
+            assert_int_equal(n->out[0], order[0]);
+        }
+    }
+    assert_int_equal(reduces, 3);
+    assert_int_equal(updates, 1);
+    /* the gap check: a piece missing leaves elements no parameter covers */
+    g->tensors[order[1]].split = true;
+    assert_int_equal(vr_graph_param_order(g, g->n_tensors, order), -1);
+    assert_non_null(strstr(vr_last_error(), "no parameter starts at element 4096"));
+    vr_graph_free(g);
+
+    /* two ranks: shares of 8194, one cut at 8192; a cut leaving under VR_PIECE_ALIGN is not made */
+    g = pieces_graph(2, 1, 1, &w, &b);
+    no = vr_graph_param_order(g, g->n_tensors, order);
+    assert_int_equal(no, 3);
+    assert_int_equal(g->tensors[order[0]].owner, 0);
+    assert_int_equal(g->tensors[order[1]].owner, 1);
+    assert_int_equal(g->tensors[order[1]].param_offset, 8192);
+    assert_int_equal(count_op(g, VR_OP_BROADCAST), 3); /* ZeRO 1: each piece and b from its owner */
+    vr_graph_free(g);
+    g = pieces_graph(5, 0, 1, &w, &b); /* shares of 3277.6: cuts near 3277, 6555, 9832, 13110 */
+    no = vr_graph_param_order(g, g->n_tensors, order);
+    for (int k = 0; k < no; k++) {
+        const vr_tensor *p = &g->tensors[order[k]];
+        if (p->piece_of < 0)
+            continue;
+        assert_int_equal(p->param_offset % VR_PIECE_ALIGN, 0);
+        assert_true(vr_tensor_numel(p) >= VR_PIECE_ALIGN);
+    }
+    assert_int_equal(no, 4 + 1); /* w in 4 pieces of 4096 (ranks 0, 1, 2, 3 or 4 by their middles), and b */
+    vr_graph_free(g);
+}
+
+/* Large models: every rank's share of the trainable elements within a few VR_PIECE_ALIGN of 1/N (a wte larger
+ * than a share is cut too, so no rank is left without a parameter), on 8 and 64 ranks. */
+static void shares_are_equal(void **state)
+{
+    (void)state;
+    int worlds[] = {3, 8, 64};
+    for (size_t i = 0; i < sizeof worlds / sizeof *worlds; i++) {
+        int W = worlds[i];
+        vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .world = W, .rank = W - 1, .zero = 1,
+                            .freeze = "wpe"};
+        vr_graph *g = gpt("gpt2", 1, s);
+        int64_t *own = calloc((size_t)W, sizeof(int64_t));
+        int pieces = 0;
+        for (int t = 0; t < g->n_tensors; t++) {
+            const vr_tensor *x = &g->tensors[t];
+            if (x->param_offset < 0 || x->split || t == g->params)
+                continue;
+            if (!strcmp(x->name, "wpe")) {
+                assert_int_equal(x->owner, -1); /* frozen: whole, every rank's */
+                assert_false(x->split);
+                continue;
+            }
+            assert_true(x->owner >= 0 && x->owner < W);
+            own[x->owner] += vr_tensor_numel(x);
+            pieces += x->piece_of >= 0;
+            if (x->piece_of >= 0)
+                assert_int_equal(x->ndim, g->tensors[x->piece_of].ndim >= 2 ? 2 : 1);
+        }
+        double share = (double)g->n_trainable / W;
+        for (int r = 0; r < W; r++)
+            if (own[r] < share - 3 * VR_PIECE_ALIGN || own[r] > share + 3 * VR_PIECE_ALIGN)
+                fail_msg("%d ranks: rank %d updates %lld elements, the share is %.0f", W, r, (long long)own[r], share);
+        assert_true(pieces >= W - 1);
+        free(own);
+        vr_graph_free(g);
+    }
+}
+
+/* ZeRO 3 with pieces: the gather of a split parameter assembles its pieces, each slot from its own owner (in[k]
+ * only where this rank owns part[k]); the parameter buffer holds this rank's piece. */
+static void zero3_gathers_pieces(void **state)
+{
+    (void)state;
+    int w, b;
+    vr_graph *g = pieces_graph(3, 1, 3, &w, &b);
+    assert_int_equal(g->tensors[g->params].shape[0], 8192); /* rank 1's piece [4096, 12288) */
+    assert_true(g->tensors[w].view_of < 0);
+    int found = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const vr_node *n = &g->nodes[i];
+        if (n->op != VR_OP_GATHER || n->part[0] < 0 || g->tensors[n->part[0]].piece_of != w)
+            continue;
+        found++;
+        for (int k = 0; k < 3; k++) {
+            assert_int_equal(g->tensors[n->part[k]].piece_of, w);
+            assert_int_equal(g->tensors[n->part[k]].owner, k);
+            assert_int_equal(n->in[k], k == 1 ? n->part[k] : -1);
+        }
+        assert_true(vr_tensor_numel(&g->tensors[n->out[0]]) >= 4 * 4096);
+    }
+    assert_true(found >= 1);
+    vr_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -517,6 +677,9 @@ int main(void)
         cmocka_unit_test(unsafe_alias_gets_a_copy),
         cmocka_unit_test(unknown_loss_is_an_error),
         cmocka_unit_test(zero3_takes_the_owners_set),
+        cmocka_unit_test(pieces_at_the_shares),
+        cmocka_unit_test(shares_are_equal),
+        cmocka_unit_test(zero3_gathers_pieces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
