@@ -11,12 +11,18 @@
 #ifndef VRAM_EXEC_CUDA_COPY_H
 #define VRAM_EXEC_CUDA_COPY_H
 
+#include <pthread.h>
+
 #include "exec/cuda_side.h"
 
 typedef struct vr_cuda_copies {
     vr_cuda_side side; /* the copy stream: the copies down are its chain of done events; the copies up
                         * run on it too (side.stream NULL: the graph has no copy node) */
     int n_nodes;
+    /* the copies down are queued by the main thread, the copies up by the host's update thread: each copy's
+     * events and transfer go onto the stream together (else a trace could show one inside the other) */
+    pthread_mutex_t lock;
+    bool locked_init;
 } vr_cuda_copies;
 
 /* Sets c up for e's graph (nothing when it has no copy node). */

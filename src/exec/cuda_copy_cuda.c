@@ -11,17 +11,22 @@ vr_status vr__cuda_copies_init(vr_cuda_copies *c, const vr_exec *e)
 {
     c->n_nodes = e->g->n_nodes;
     c->side = (vr_cuda_side){.last = -1};
+    if (pthread_mutex_init(&c->lock, NULL))
+        return vr_error(VR_ERR_OOM, "cuda: cannot make the copy stream's lock");
+    c->locked_init = true;
     return vr__cuda_side_init(&c->side, e->g, copy_down);
 }
 
 void vr__cuda_copies_free(vr_cuda_copies *c)
 {
     vr__cuda_side_free(&c->side);
+    if (c->locked_init)
+        pthread_mutex_destroy(&c->lock);
     *c = (vr_cuda_copies){.side.last = -1};
 }
 
-vr_status vr__cuda_copy_run(vr_cuda_copies *c, const vr_cuda_ctx *ctx, const vr_exec_args *a, void *after, void *begin,
-                            void *end)
+static vr_status copy_run(vr_cuda_copies *c, const vr_cuda_ctx *ctx, const vr_exec_args *a, void *after, void *begin,
+                          void *end)
 {
     const vr_node *n = a->node;
     int i = (int)(n - a->g->nodes);
@@ -41,6 +46,15 @@ vr_status vr__cuda_copy_run(vr_cuda_copies *c, const vr_cuda_ctx *ctx, const vr_
     vr_status st = vr_cuda_copy_down(ctx, s->stream, s->mark, vr__cuda_side_fence(s, a->g, i), begin, s->done[i],
                                      a->out[0], a->in[0], bytes);
     return st || !end ? st : vr_cuda_stream_record(s->stream, end);
+}
+
+vr_status vr__cuda_copy_run(vr_cuda_copies *c, const vr_cuda_ctx *ctx, const vr_exec_args *a, void *after, void *begin,
+                            void *end)
+{
+    pthread_mutex_lock(&c->lock);
+    vr_status st = copy_run(c, ctx, a, after, begin, end);
+    pthread_mutex_unlock(&c->lock);
+    return st;
 }
 
 vr_status vr__cuda_copy_wait(vr_cuda_copies *c, int i)
