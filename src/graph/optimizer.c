@@ -88,6 +88,23 @@ int vr_graph_param_order(vr_graph *g, int n, int *out)
     return no;
 }
 
+/* The parameter tensors of the whole graph in buffer order, allocated (caller frees; *no their count); NULL
+ * after recording an error. */
+static int *param_order(vr_graph *g, int *no)
+{
+    int *order = malloc(sizeof(int) * ((size_t)g->n_tensors + 1));
+    if (!order) {
+        vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
+        return NULL;
+    }
+    *no = vr_graph_param_order(g, g->n_tensors, order);
+    if (*no < 0) {
+        free(order);
+        return NULL;
+    }
+    return order;
+}
+
 /* The rank of trainable element i (counted over the trainable elements in buffer order) when N of them are
  * shared by W ranks: rank r holds [r*N/W, (r+1)*N/W). */
 static int rank_of(int64_t i, int64_t N, int W)
@@ -123,13 +140,10 @@ void vr_graph_assign_owners(vr_graph *g, const vr_step_config *s)
 {
     if (s->world < 1 || s->zero < 1 || g->n_trainable <= 0 || g->err)
         return;
-    int np = g->n_tensors;
-    int *order = malloc(sizeof(int) * (size_t)(np + 1));
-    if (!order) {
-        vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
+    int no = 0;
+    int *order = param_order(g, &no);
+    if (!order)
         return;
-    }
-    int no = vr_graph_param_order(g, np, order);
     const int64_t N = g->n_trainable, A = VR_PIECE_ALIGN;
     const int W = s->world;
     int64_t off = 0; /* trainable elements before parameter order[k] */
@@ -182,13 +196,10 @@ void vr_optimizer_state(vr_graph *g, const vr_step_config *s)
     if (g->n_trainable == 0)
         return;
     vr_graph_assign_owners(g, s); /* (adds the pieces) */
-    int np = g->n_tensors;
-    int *order = malloc(sizeof(int) * (size_t)(np + 1));
-    if (!order) {
-        vr_graph_fail(g, VR_ERR_OOM, "graph: out of host memory");
+    int no = 0;
+    int *order = param_order(g, &no);
+    if (!order)
         return;
-    }
-    int no = vr_graph_param_order(g, np, order);
     int64_t nq = 0, nblocks = 0, n32 = 0, nown = 0; /* quantized elements, their blocks, f32-state elements, all */
     for (int i = 0; i < no; i++) {
         int64_t numel = vr_tensor_numel(&g->tensors[order[i]]);

@@ -316,6 +316,20 @@ static void gb_reduce(gb *g, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_
     gb_op(g, op);
 }
 
+/* out (B, HK, T, D) = a b over the H query heads: one product when H == HK; under GQA into every query head's
+ * (B, H, T, D) in dt first, then summed per group of H/HK heads. */
+static void gb_matmul_kv(gb *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out,
+                         cudnnDataType_t dt, int64_t B, int64_t H, int64_t HK, int64_t T, int64_t D)
+{
+    if (H == HK) {
+        gb_matmul(g, a, b, out);
+        return;
+    }
+    cudnnBackendDescriptor_t full = gb_v(g, dt, B, H, T, D);
+    gb_matmul(g, a, b, full);
+    gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, full, out);
+}
+
 static void gb_reshape(gb *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
 {
     cudnnBackendDescriptor_t op = gb_new(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "reshape op");
@@ -444,13 +458,7 @@ static void build_bwd(gb *g, const shape *s)
     int64_t tr[4] = {H * T * T, T * T, 1, T};
     cudnnBackendDescriptor_t PT = gb_tensor(g, g->next_uid++, io, B, H, T, T, tr, true, false);
     gb_reshape(g, P, PT);
-    if (H == HK) {
-        gb_matmul(g, PT, dO, dV);
-    } else {
-        cudnnBackendDescriptor_t dVf = gb_v(g, io, B, H, T, D);
-        gb_matmul(g, PT, dO, dVf);
-        gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, dVf, dV);
-    }
+    gb_matmul_kv(g, PT, dO, dV, io, B, H, HK, T, D);
     /* dS = P (dO V^T - softmax_sum) * scale */
     cudnnBackendDescriptor_t dP = gb_v(g, f, B, H, T, T), d1 = gb_v(g, f, B, H, T, T), d2 = gb_v(g, f, B, H, T, T);
     cudnnBackendDescriptor_t dS = gb_v(g, f, B, H, T, T);
@@ -461,13 +469,7 @@ static void build_bwd(gb *g, const shape *s)
     /* dK = dS^T Q */
     cudnnBackendDescriptor_t dST = gb_tensor(g, g->next_uid++, io, B, H, T, T, tr, true, false);
     gb_reshape(g, dS, dST);
-    if (H == HK) {
-        gb_matmul(g, dST, Q, dK);
-    } else {
-        cudnnBackendDescriptor_t dKf = gb_v(g, io, B, H, T, D);
-        gb_matmul(g, dST, Q, dKf);
-        gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, dKf, dK);
-    }
+    gb_matmul_kv(g, dST, Q, dK, io, B, H, HK, T, D);
     /* dQ = dS K (fp32 accumulator, then rounded) */
     cudnnBackendDescriptor_t K = gb_tensor(g, g->next_uid++, f, B, HK, T, D, sq, true, false); /* fp32, as the
                                                               frontend's reshape_k (a virtual tensor's default type) */
