@@ -10,6 +10,7 @@ declared=$(perl -0pe 's{/\*.*?\*/}{}gs' "$header" | grep -o '\bvram_torch_[a-z0-
            sed 's/[[:space:]]*($//' | sort -u)
 [ -n "$declared" ] || fail "no functions declared in $header"
 for lib in "$@"; do
+  [ -n "$lib" ] || continue # no CUDA library in this build (an empty argument)
   [ -f "$lib" ] || fail "no library at $lib"
   syms=$(nm -D --defined-only "$lib" | awk '{print $3}' | sed 's/@.*//' | grep -v '^__odr_asan' | sort -u)
   extra=$(comm -23 <(echo "$syms") <(echo "$declared"))
