@@ -173,6 +173,31 @@ static size_t prefix_pieces(const st_state *s, const smap *m, size_t u, piece *o
     return n;
 }
 
+/* ---------------------------------------------------------------- predictions */
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdull;
+}
+
+/* The key of a large request of u units after the sizes in hist (set before looking for a mapping). */
+static void pred_key(st_state *s, size_t u)
+{
+    uint64_t h = mix(0, u);
+    for (int i = 0; i < ST_HIST; i++)
+        h = mix(h, s->hist[i]);
+    s->key = h ? h : 1;
+}
+
+/* m serves the request being served (of u units): it remembers the request's key; u goes into the history. */
+static void learn(st_state *s, smap *m, size_t u)
+{
+    m->key = s->key;
+    memmove(&s->hist[1], &s->hist[0], (ST_HIST - 1) * sizeof s->hist[0]);
+    s->hist[0] = u;
+}
+
 /* Puts a new block on m, whose prefix lies on free units: segment, spans, statistics. The block is
  * req->size (large) or the whole granule (a small-pool segment, split by the caller). */
 static vr_status attach(vr_alloc *a, vra_request *req, smap *m)
@@ -209,6 +234,8 @@ static vr_status attach(vr_alloc *a, vra_request *req, smap *m)
     m->stream = req->stream;
     m->tick = ++s->tick;
     m->bsize = u;
+    if (!m->small)
+        learn(s, m, u);
     vra_pool_inc(a->stats.segment, req->pool, 1);
     vra_record(a, VRA_SEGMENT_MAP, seg->base, seg->size, req->stream);
     req->block = seg->head;
@@ -377,10 +404,39 @@ static vr_status grow(vr_alloc *a, vra_request *req)
 
 /* ---------------------------------------------------------------- the other decisions */
 
-/* Large: the mappings of exactly the size, least recently used first: the first one with its own block
- * cached on this stream (handed out as it is), or with no live block on its units (its cached blocks, and
- * those of others there, evicted, and a new block put on it). Training steps ask the same sizes in the
- * same order, so each request finds the mapping it had the step before. Small: best fit, as pytorch. */
+/* Tries to serve a large request of u units on m (idle or with a cached block): its own cached block of
+ * exactly the size on the request's stream, handed out as it is; else, when no live block uses the first u
+ * units of m, a new block there (the cached blocks on those units evicted). NULL if m cannot serve it. */
+static vr_block *take(vr_alloc *a, vra_request *req, smap *m, size_t u)
+{
+    st_state *s = S(a);
+    sext *e = m->user;
+    if (m->small || u > m->cap || (e && (!e->cached || e->seg->stream != req->stream)))
+        return NULL; /* another stream's cached block stays its own, as in pytorch */
+    if (e && e->seg->size == req->size) {
+        vr_block *b = e->seg->head;
+        vra_tree_remove(&req->pool->blocks, b);
+        lru_remove(s, e);
+        st_cand_remove(s, m);
+        m->tick = ++s->tick;
+        learn(s, m, u);
+        return b;
+    }
+    if (conflicts(a, m, u, false) == SIZE_MAX)
+        return NULL;
+    conflicts(a, m, u, true);
+    if (m->user)
+        evict(a, m->user);
+    fence_others(a, req->stream);
+    if (attach(a, req, m) != VR_OK)
+        return NULL;
+    return req->block;
+}
+
+/* Large: first the mapping that served the request after the previous one last time (a training loop asks
+ * the same requests in the same order, so following that chain replays the last step's placement, with no
+ * device call; it may be larger than the request when sizes vary); then the mappings of exactly the size,
+ * most recently used first. Small: best fit, as pytorch. */
 static vr_block *find_free(vr_alloc *a, vra_request *req)
 {
     st_state *s = S(a);
@@ -395,29 +451,15 @@ static vr_block *find_free(vr_alloc *a, vra_request *req)
         return b;
     }
     size_t u = req->size / UNIT;
-    for (size_t i = st_cand_lower_bound(s, u), end = i + CAND_SCAN; i < s->ncand && i < end; i++) {
-        smap *m = s->cand[i];
-        if (m->bsize != u)
-            break;
-        sext *e = m->user;
-        if (e && e->seg->stream == req->stream && e->seg->size == req->size) {
-            vr_block *b = e->seg->head;
-            vra_tree_remove(t, b);
-            lru_remove(s, e);
-            st_cand_remove(s, m);
-            m->tick = ++s->tick;
-            return b;
+    vr_block *b = NULL;
+    pred_key(s, u);
+    size_t lo = st_cand_lower_bound(s, u), hi = st_cand_lower_bound(s, u + 1);
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t k = 0; k < hi - lo && k < CAND_SCAN; k++) {
+            smap *m = s->cand[pass ? hi - 1 - k : lo + k];
+            if ((m->key == s->key) == !pass && (b = take(a, req, m, u)))
+                return b;
         }
-        if ((e && e->seg->stream != req->stream) || conflicts(a, m, u, false) == SIZE_MAX)
-            continue; /* another stream's cached block stays its own, as in pytorch */
-        conflicts(a, m, u, true);
-        if (m->user)
-            evict(a, m->user);
-        fence_others(a, req->stream);
-        if (attach(a, req, m) != VR_OK)
-            return NULL;
-        return req->block;
-    }
     return NULL;
 }
 

@@ -7,6 +7,10 @@
 #include "alloc/policy.h"
 
 #define ST_UNIT VRA_MIN_BLOCK
+#ifndef HISTK
+#define HISTK 2
+#endif
+#define ST_HIST HISTK                 /* large request sizes in a prediction's context */
 
 typedef struct sgran sgran;
 typedef struct sext sext;
@@ -54,6 +58,7 @@ struct smap {
     bool in_cand;                 /* in st->cand (large, idle or cached) */
     smap *iprev, *inext;          /* LRU of idle mappings (oldest first) */
     bool in_idle;
+    uint64_t key;                 /* of the last request it served (st->key) */
     smap *aprev, *anext;          /* every mapping */
     struct vchunk *chunk;         /* the address chunk its range comes from */
     sgran *g[];
@@ -119,6 +124,8 @@ typedef struct st_state {
     size_t ndirty, capdirty;
     uint64_t epoch;               /* for sext.mark */
     uint64_t tick;                /* blocks put on mappings so far */
+    uint64_t hist[ST_HIST];       /* units of the last large requests, newest first */
+    uint64_t key;                 /* of the request being served: hash of hist and its units */
 } st_state;
 
 static inline st_state *st_of(const vr_alloc *a) { return a->pstate; }
