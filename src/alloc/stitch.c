@@ -56,6 +56,8 @@
 #define CAND_SCAN 64              /* mappings of the size looked at per request */
 #define IDLE_PER_HELD 2           /* idle mappings may map this many times the granules held */
 #define IDLE_MIN ((size_t)1 << 30) /* ... or this many bytes, whichever is more */
+#define PATCH_DIV 8               /* a mapping is patched when at most 1/8 of its granules are taken */
+#define PATCH_MIN 8               /* ... and it has at least this many */
 #define SMALL_SCAN 16             /* idle small-pool mappings looked at per small grow */
 
 static st_state *S(const vr_alloc *a) { return a->pstate; }
@@ -233,6 +235,8 @@ static vr_status attach(vr_alloc *a, vra_request *req, smap *m)
     m->user = e;
     m->stream = req->stream;
     m->tick = ++s->tick;
+    for (size_t i = 0; i < n; i++)
+        e->p[i].g->claim = s->tick;
     m->bsize = u;
     if (!m->small)
         learn(s, m, u);
@@ -324,11 +328,38 @@ static plan make_plan(const st_state *s, bool small, size_t u)
     return p;
 }
 
-static sgran *take_fresh(st_state *s)
+static int by_claim(const void *x, const void *y)
 {
-    sgran *g = s->freelist;
-    st_unlink(s, g, ST_FREE);
-    return g;
+    uint64_t a = (*(sgran *const *)x)->claim, b = (*(sgran *const *)y)->claim;
+    return (a > b) - (a < b);
+}
+
+/* Takes n free granules (none marked skip: there must be n others), those least recently under a block
+ * first: the units of the mappings that served recent requests stay free for them (taking them would make
+ * those requests miss next time). */
+static void take_fresh(st_state *s, sgran **out, size_t n, uint64_t skip)
+{
+    if (!n)
+        return;
+    sgran **f = malloc(s->nfree * sizeof *f);
+    size_t k = 0;
+    for (sgran *g = s->freelist; g && (f || k < n); g = g->link[ST_FREE].next) {
+        if (skip && g->mark == skip)
+            continue;
+        if (f)
+            f[k] = g;
+        else
+            out[k] = g; /* no host memory to sort: the most recently freed */
+        k++;
+    }
+    if (f) {
+        qsort(f, k, sizeof *f, by_claim);
+        n = n < k ? n : k;
+        memcpy(out, f, n * sizeof *out);
+        free(f);
+    }
+    for (size_t i = 0; i < n; i++)
+        st_unlink(s, out[i], ST_FREE);
 }
 
 /* Maps the plan's granules at a new range and puts the block on it. */
@@ -342,10 +373,10 @@ static vr_status execute(vr_alloc *a, vra_request *req, const plan *p, bool smal
     size_t i = 0;
     if (p->head)
         g[i++] = p->head;
-    for (size_t j = 0; j < p->k; j++)
-        g[i++] = take_fresh(s);
-    if (p->e)
-        g[i++] = p->tail ? p->tail : take_fresh(s);
+    take_fresh(s, &g[i], p->nfresh, 0);
+    if (p->e && p->tail) { /* the tail goes last, after the fresh ones */
+        g[i + p->k] = p->tail;
+    }
     smap *m = NULL;
     vr_status st = st_map_new(a, g, n, p->head ? p->hlo : 0, small, &m);
     for (i = 0; i < n; i++) /* fresh granules back to FREE until the block's spans are added */
@@ -419,6 +450,8 @@ static vr_block *take(vr_alloc *a, vra_request *req, smap *m, size_t u)
         lru_remove(s, e);
         st_cand_remove(s, m);
         m->tick = ++s->tick;
+        for (size_t i = 0; i < e->n; i++)
+            e->p[i].g->claim = s->tick;
         learn(s, m, u);
         return b;
     }
@@ -431,6 +464,96 @@ static vr_block *take(vr_alloc *a, vra_request *req, smap *m, size_t u)
     if (attach(a, req, m) != VR_OK)
         return NULL;
     return req->block;
+}
+
+/* Indexes of the granules of m's first u units that a live block uses (into idx, when not NULL; at most
+ * max of them counted: more means too many); their count. */
+static size_t live_granules(st_state *s, const smap *m, size_t u, size_t *idx, size_t max)
+{
+    size_t n = 0, left = u;
+    for (size_t i = 0; left && n <= max; i++) {
+        const sgran *g = m->g[i];
+        uint32_t lo = i ? 0 : m->off;
+        uint32_t hi = left < s->nb - lo ? lo + (uint32_t)left : s->nb;
+        left -= hi - lo;
+        for (uint32_t j = 0; j < g->nused && g->used[j].lo < hi; j++)
+            if (g->used[j].hi > lo && !g->used[j].owner->cached) {
+                if (idx && n < max)
+                    idx[n] = i;
+                n++;
+                break;
+            }
+    }
+    return n;
+}
+
+/* Large, no mapping of the size free: the idle one of the size with the fewest granules under live blocks,
+ * when they are few (at most 1 in PATCH_DIV of its granules): those granules are replaced by free ones in
+ * its range, an unmap and a map each once the work queued on its last stream has completed (a host wait),
+ * far cheaper than a new mapping of the whole size. */
+static vr_block *patch(vr_alloc *a, vra_request *req, size_t u, size_t lo, size_t hi)
+{
+    st_state *s = S(a);
+    smap *best = NULL;
+    size_t nbest = SIZE_MAX;
+    for (size_t i = lo; i < hi && i < lo + CAND_SCAN; i++) {
+        smap *m = s->cand[i];
+        size_t ng = prefix_pieces(s, m, u, NULL);
+        if (m->user || u > m->cap || ng < PATCH_MIN)
+            continue;
+        size_t nl = live_granules(s, m, u, NULL, ng / PATCH_DIV);
+        if (nl <= ng / PATCH_DIV && (nl < nbest || (nl == nbest && m->key == s->key))) {
+            best = m;
+            nbest = nl;
+        }
+    }
+    if (!best || !nbest)
+        return NULL;
+    smap *m = best;
+    size_t *idx = malloc(nbest * sizeof *idx);
+    sgran **g = malloc(nbest * sizeof *g);
+    if (!idx || !g)
+        goto fail;
+    live_granules(s, m, u, idx, nbest);
+    while (s->nfree < nbest + m->n && s->oldest) /* enough free granules other than m's own */
+        evict(a, s->oldest);
+    uint64_t mark = ++s->epoch;
+    size_t own_free = 0;
+    for (size_t i = 0; i < m->n; i++)
+        if (m->g[i]->mark != mark) {
+            m->g[i]->mark = mark;
+            own_free += !m->g[i]->nused;
+        }
+    if (s->nfree - own_free < nbest &&
+        st_create_granules(a, nbest - (s->nfree - own_free), req->pool->stat) != VR_OK)
+        goto fail;
+    take_fresh(s, g, nbest, mark);
+    vr_event *ev = NULL;
+    if (vr_event_record(a->dev, m->stream, &ev) == VR_OK)
+        vr_event_sync(a->dev, ev);
+    else
+        vr_device_synchronize(a->dev);
+    st_idle_remove(s, m);
+    vr_status st = VR_OK;
+    for (size_t r = 0, run; r < nbest && st == VR_OK; r += run) {
+        for (run = 1; r + run < nbest && idx[r + run] == idx[r] + run;)
+            run++;
+        st = st_remap(a, m, idx[r], run, &g[r]);
+    }
+    for (size_t i = 0; i < nbest; i++) /* back to FREE until the block's spans are added */
+        st_reclass(s, g[i]);
+    st_idle_push(s, m);
+    if (st != VR_OK || u > m->cap)
+        goto fail;
+    free(idx);
+    free(g);
+    conflicts(a, m, u, true);
+    fence_others(a, req->stream);
+    return attach(a, req, m) == VR_OK ? req->block : NULL;
+fail:
+    free(idx);
+    free(g);
+    return NULL;
 }
 
 /* Large: first the mapping that served the request after the previous one last time (a training loop asks
@@ -460,7 +583,7 @@ static vr_block *find_free(vr_alloc *a, vra_request *req)
             if ((m->key == s->key) == !pass && (b = take(a, req, m, u)))
                 return b;
         }
-    return NULL;
+    return patch(a, req, u, lo, hi);
 }
 
 static bool should_split(const vr_alloc *a, const vr_block *b, size_t size)

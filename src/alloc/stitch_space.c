@@ -352,6 +352,50 @@ vr_status st_map_new(vr_alloc *a, sgran *const *g, size_t n, uint32_t off, bool 
     return VR_OK;
 }
 
+vr_status st_remap(vr_alloc *a, smap *m, size_t at, size_t n, sgran *const *g)
+{
+    st_state *s = st_of(a);
+    vr_phys **phs = malloc(n * sizeof *phs);
+    if (!phs)
+        return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
+    for (size_t i = 0; i < n; i++)
+        phs[i] = g[i]->ph;
+    uintptr_t va = m->va + at * s->G;
+    vr_device_phys_unmap_idle(a->dev, (void *)va, n * s->G);
+    a->stats.num_device_free += (int64_t)n;
+    for (size_t i = 0; i < n; i++)
+        m->g[at + i]->nmaps--;
+    vr_status st = vr_device_phys_map_granules(a->dev, (void *)va, phs, n);
+    if (st != VR_OK) { /* the old granules back; failing that, m keeps only what comes before them */
+        for (size_t i = 0; i < n; i++)
+            phs[i] = m->g[at + i]->ph;
+        if (vr_device_phys_map_granules(a->dev, (void *)va, phs, n) == VR_OK) {
+            for (size_t i = 0; i < n; i++)
+                m->g[at + i]->nmaps++;
+        } else {
+            size_t rest = m->n - at - n;
+            if (rest)
+                vr_device_phys_unmap_idle(a->dev, (void *)(va + n * s->G), rest * s->G);
+            for (size_t i = at + n; i < m->n; i++)
+                m->g[i]->nmaps--;
+            if (!at) {
+                m->cap += m->off;
+                m->off = 0;
+            }
+            st_give_tail(a, m, at);
+        }
+        free(phs);
+        return st;
+    }
+    free(phs);
+    a->stats.num_device_alloc += (int64_t)n;
+    for (size_t i = 0; i < n; i++) {
+        m->g[at + i] = g[i];
+        g[i]->nmaps++;
+    }
+    return VR_OK;
+}
+
 void st_give_tail(vr_alloc *a, smap *m, size_t keep)
 {
     st_state *s = st_of(a);

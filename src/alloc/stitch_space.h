@@ -36,6 +36,8 @@ struct sgran {
     glink link[3];                /* HEADS (by free end), TAILS (by free start), FREE */
     size_t idx;                   /* in st->all */
     size_t nmaps;                 /* mappings (smap) that map it: it is released only at 0 */
+    uint64_t claim;               /* st->tick when a block was last put on it */
+    uint64_t mark;                /* scratch (st->epoch) */
 };
 
 typedef struct piece {
@@ -154,6 +156,9 @@ vr_status st_map_new(vr_alloc *a, sgran *const *g, size_t n, uint32_t off, bool 
 void st_drop_idle(vr_alloc *a, size_t keep_granules, bool wait);
 /* Unmaps stale mappings: every one, waiting (wait_all); else the oldest whose events have completed. */
 void st_stale_reap(vr_alloc *a, bool wait_all);
+/* Maps g[0..n) at granules [at, at + n) of m in place of the ones there (unmapped first; the caller has
+ * made sure no work in flight uses that range). On failure m keeps only its granules before `at`. */
+vr_status st_remap(vr_alloc *a, smap *m, size_t at, size_t n, sgran *const *g);
 /* Forgets granules [keep, n) of a live mapping, already unmapped: their addresses go back to the chunk. */
 void st_give_tail(vr_alloc *a, smap *m, size_t keep);
 void st_idle_push(st_state *s, smap *m);
