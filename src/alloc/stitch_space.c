@@ -568,6 +568,7 @@ void st_drop_idle(vr_alloc *a, size_t keep_granules, bool wait)
         }
         x->m = nm;
         x->m[x->nm++] = m;
+        m->stale = true;
         s->nstale++;
     }
     for (int k = 0; k < nb; k++) {
@@ -629,18 +630,16 @@ vr_status st_space_check(vr_alloc *a)
         granules += m->n;
         for (size_t i = 0; i < m->n; i++)
             counts[m->g[i]->idx]++;
-        bool want_cand = !m->small && (!m->user || m->user->cached);
-        if (m->in_cand != want_cand || m->in_idle != !m->user || (m->user && m->user->m != m) ||
+        bool want_cand = !m->stale && !m->small && (!m->user || m->user->cached);
+        if (m->in_cand != want_cand || m->in_idle != (!m->user && !m->stale) || (m->user && m->user->m != m) ||
+            (m->stale && m->user) ||
             m->cap != m->n * s->nb - m->off || (m->small && (m->off || m->n != 1)))
             st = vr_error(VR_ERR_INVALID, "check: stitch mapping %#lx is in the wrong lists", (unsigned long)m->va);
         ncand += m->in_cand;
     }
-    for (const stale *x = s->stale_first; x; x = x->next)
-        for (size_t i = 0; i < x->nm; i++) {
-            stale_m++;
-            for (size_t j = 0; j < x->m[i]->n; j++)
-                counts[x->m[i]->g[j]->idx]++;
-        }
+    for (const stale *x = s->stale_first; x; x = x->next) /* still in s->maps: counted above */
+        for (size_t i = 0; i < x->nm; i++)
+            stale_m += x->m[i]->stale;
     for (const smap *m = s->idle_oldest; m; m = m->inext) {
         idle++;
         idle_g += m->n;

@@ -60,6 +60,7 @@ struct smap {
     bool in_cand;                 /* in st->cand (large, idle or cached) */
     smap *iprev, *inext;          /* LRU of idle mappings (oldest first) */
     bool in_idle;
+    bool stale;                   /* in the stale list: being unmapped */
     uint64_t key;                 /* of the last request it served (st->key) */
     smap *aprev, *anext;          /* every mapping */
     struct vchunk *chunk;         /* the address chunk its range comes from */
