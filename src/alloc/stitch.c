@@ -54,10 +54,11 @@
 
 #define UNIT ST_UNIT
 #define CAND_SCAN 64              /* mappings of the size looked at per request */
-#define IDLE_PER_HELD 2           /* idle mappings may map this many times the granules held */
+#define IDLE_PER_HELD 8           /* idle mappings may map this many times the granules held */
 #define IDLE_MIN ((size_t)1 << 30) /* ... or this many bytes, whichever is more */
 #define PATCH_DIV 8               /* a mapping is patched when at most 1/8 of its granules are taken */
 #define PATCH_MIN 8               /* ... and it has at least this many */
+#define PATCH_LARGER 2            /* mappings up to twice the request are patched for it */
 #define SMALL_SCAN 16             /* idle small-pool mappings looked at per small grow */
 
 static st_state *S(const vr_alloc *a) { return a->pstate; }
@@ -496,7 +497,7 @@ static vr_block *patch(vr_alloc *a, vra_request *req, size_t u, size_t lo, size_
     st_state *s = S(a);
     smap *best = NULL;
     size_t nbest = SIZE_MAX;
-    for (size_t i = lo; i < hi && i < lo + CAND_SCAN; i++) {
+    for (size_t i = lo; i < hi && i < lo + 4 * CAND_SCAN; i++) {
         smap *m = s->cand[i];
         size_t ng = prefix_pieces(s, m, u, NULL);
         if (m->user || u > m->cap || ng < PATCH_MIN)
@@ -583,7 +584,7 @@ static vr_block *find_free(vr_alloc *a, vra_request *req)
             if ((m->key == s->key) == !pass && (b = take(a, req, m, u)))
                 return b;
         }
-    return patch(a, req, u, lo, hi);
+    return patch(a, req, u, lo, st_cand_lower_bound(s, PATCH_LARGER * u + 1));
 }
 
 static bool should_split(const vr_alloc *a, const vr_block *b, size_t size)
