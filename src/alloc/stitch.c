@@ -236,8 +236,6 @@ static vr_status attach(vr_alloc *a, vra_request *req, smap *m)
     m->user = e;
     m->stream = req->stream;
     m->tick = ++s->tick;
-    for (size_t i = 0; i < n; i++)
-        e->p[i].g->claim = s->tick;
     m->bsize = u;
     if (!m->small)
         learn(s, m, u);
@@ -329,38 +327,17 @@ static plan make_plan(const st_state *s, bool small, size_t u)
     return p;
 }
 
-static int by_claim(const void *x, const void *y)
-{
-    uint64_t a = (*(sgran *const *)x)->claim, b = (*(sgran *const *)y)->claim;
-    return (a > b) - (a < b);
-}
-
-/* Takes n free granules (none marked skip: there must be n others), those least recently under a block
- * first: the units of the mappings that served recent requests stay free for them (taking them would make
- * those requests miss next time). */
+/* Takes n free granules, the most recently emptied first, none marked skip (there must be n others). */
 static void take_fresh(st_state *s, sgran **out, size_t n, uint64_t skip)
 {
-    if (!n)
-        return;
-    sgran **f = malloc(s->nfree * sizeof *f);
     size_t k = 0;
-    for (sgran *g = s->freelist; g && (f || k < n); g = g->link[ST_FREE].next) {
+    for (sgran *g = s->freelist, *next; g && k < n; g = next) {
+        next = g->link[ST_FREE].next;
         if (skip && g->mark == skip)
             continue;
-        if (f)
-            f[k] = g;
-        else
-            out[k] = g; /* no host memory to sort: the most recently freed */
-        k++;
+        out[k++] = g;
+        st_unlink(s, g, ST_FREE);
     }
-    if (f) {
-        qsort(f, k, sizeof *f, by_claim);
-        n = n < k ? n : k;
-        memcpy(out, f, n * sizeof *out);
-        free(f);
-    }
-    for (size_t i = 0; i < n; i++)
-        st_unlink(s, out[i], ST_FREE);
 }
 
 /* Maps the plan's granules at a new range and puts the block on it. */
@@ -451,8 +428,6 @@ static vr_block *take(vr_alloc *a, vra_request *req, smap *m, size_t u)
         lru_remove(s, e);
         st_cand_remove(s, m);
         m->tick = ++s->tick;
-        for (size_t i = 0; i < e->n; i++)
-            e->p[i].g->claim = s->tick;
         learn(s, m, u);
         return b;
     }

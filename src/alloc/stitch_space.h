@@ -36,7 +36,6 @@ struct sgran {
     glink link[3];                /* HEADS (by free end), TAILS (by free start), FREE */
     size_t idx;                   /* in st->all */
     size_t nmaps;                 /* mappings (smap) that map it: it is released only at 0 */
-    uint64_t claim;               /* st->tick when a block was last put on it */
     uint64_t mark;                /* scratch (st->epoch) */
 };
 
