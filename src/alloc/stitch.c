@@ -491,15 +491,20 @@ static vr_block *patch(vr_alloc *a, vra_request *req, size_t u, size_t lo, size_
     if (!idx || !g)
         goto fail;
     live_granules(s, m, u, idx, nbest);
-    while (s->nfree < nbest + m->n && s->oldest) /* enough free granules other than m's own */
+    uint64_t mark;
+    size_t own_free;
+    for (;;) { /* free granules other than m's own for the replacements: cached blocks evicted, oldest first */
+        mark = ++s->epoch;
+        own_free = 0;
+        for (size_t i = 0; i < m->n; i++)
+            if (m->g[i]->mark != mark) {
+                m->g[i]->mark = mark;
+                own_free += !m->g[i]->nused;
+            }
+        if (s->nfree - own_free >= nbest || !s->oldest)
+            break;
         evict(a, s->oldest);
-    uint64_t mark = ++s->epoch;
-    size_t own_free = 0;
-    for (size_t i = 0; i < m->n; i++)
-        if (m->g[i]->mark != mark) {
-            m->g[i]->mark = mark;
-            own_free += !m->g[i]->nused;
-        }
+    }
     if (s->nfree - own_free < nbest &&
         st_create_granules(a, nbest - (s->nfree - own_free), req->pool->stat) != VR_OK)
         goto fail;
