@@ -17,12 +17,20 @@
  * - Mappings outlive their blocks. A freed block is *cached*: it keeps its spans. A cached block is
  *   *evicted* when its units are wanted by another block: its spans are given back, its segment deleted,
  *   and its mapping stays mapped, *idle*. A large request looks at the mappings last used for exactly its
- *   size (cached on the request's stream, or idle), least recently used first, and takes the first whose
- *   units no live block uses: its own cached block is handed out as it is; otherwise the cached blocks on
- *   those units are evicted and a new block is put on it. No device call either way. A
- *   training loop asks the same sizes in the same order step after step, so each request tends to find
- *   the mapping it had the step before, on the same units. Small requests: best fit in the small pool's
- *   segments, as pytorch; a new small segment first takes an idle small mapping whose granule is free.
+ *   size (cached on the request's stream, or idle): first those whose last request had the same *key* (its
+ *   size and the sizes of the 2 large requests before it: which request of the step it is, when a step
+ *   asks a size several times), least recently used first, then the others, most recently used first; it
+ *   takes the first whose units no live block uses: its own cached block is handed out as it is;
+ *   otherwise the cached blocks on those units are evicted and a new block is put on it. No device call
+ *   either way. A training loop asks the same sizes in the same order step after step, so each request
+ *   finds the mapping it had the step before, on the same units. Small requests: best fit in the small
+ *   pool's segments, as pytorch; a new small segment first takes an idle small mapping whose granule is
+ *   free.
+ * - When every such mapping has units under live blocks, the idle mapping of the size (or up to twice it:
+ *   the block is its prefix) with the fewest such granules is *patched* if they are few (at most 1/8 of
+ *   its granules): they are replaced in its range by free granules (cached blocks evicted for them, oldest
+ *   first), an unmap and a map each, after a host wait on an event recorded on its last stream (work
+ *   queued on the range may still run). A new mapping would map every granule, and unmap as many later.
  * - Only a request no mapping can take gets a new one: placed with the granules free now (a request of u
  *   units uses the largest free granule end as its head, then u - h rounds into full granules plus a tail
  *   placed best-fit in the smallest free granule start that holds it, else a fresh granule, whose rest
@@ -32,9 +40,10 @@
  *   the live blocks plus unusable gaps fill every granule held. The new mapping's range comes from chunks
  *   of reserved address space (no cuMemAddressReserve per mapping); its granules are mapped with a cuMemMap
  *   each (CUDA maps only whole physical allocations) and one cuMemSetAccess.
- * - Idle mappings are kept up to twice the granules held (at least 1 GiB's worth); beyond that the least
- *   recently used are unmapped, in a batch: an event is recorded on each one's stream, and the ranges are
- *   unmapped (without a device-wide wait) once it has completed, looked at on every new mapping.
+ * - Idle mappings are kept up to 8 times the granules held (at least 1 GiB's worth: a step of a length
+ *   seen a few steps before finds its mappings); beyond that the least recently used are unmapped, in a
+ *   batch: an event is recorded on each one's stream, and the ranges are unmapped (without a device-wide
+ *   wait) once it has completed, looked at on every new mapping.
  * - Streams: units evicted from a block of stream s go to a block of another stream only after the host
  *   has waited for an event recorded on s (each grow for stream t waits for the streams other than t that
  *   evicted since their last wait). With one stream nothing waits.
@@ -176,7 +185,7 @@ static size_t prefix_pieces(const st_state *s, const smap *m, size_t u, piece *o
     return n;
 }
 
-/* ---------------------------------------------------------------- predictions */
+/* ---------------------------------------------------------------- keys of large requests */
 
 static uint64_t mix(uint64_t h, uint64_t v)
 {
@@ -393,8 +402,9 @@ static vr_status grow_new(vr_alloc *a, vra_request *req, bool small, size_t u)
 }
 
 /* A small-pool request: an idle small-pool mapping whose granule is free, else a new one. A large request
- * found no mapping of its size to take (find_free): a new one. (Putting it on the prefix of a larger
- * mapping would save the mapping but scatter pieces over granules, leaving gaps: reserved grows.) */
+ * found no mapping of its size to take or patch (find_free): a new one. (Taking the prefix of a larger
+ * conflict-free mapping would save the mapping but scatter pieces over granules, leaving gaps: reserved
+ * grows; 30% larger put gpt2_bf16_varlen_b16 at 1.011.) */
 static vr_status grow(vr_alloc *a, vra_request *req)
 {
     st_state *s = S(a);
@@ -537,10 +547,9 @@ fail:
     return NULL;
 }
 
-/* Large: first the mapping that served the request after the previous one last time (a training loop asks
- * the same requests in the same order, so following that chain replays the last step's placement, with no
- * device call; it may be larger than the request when sizes vary); then the mappings of exactly the size,
- * most recently used first. Small: best fit, as pytorch. */
+/* Large: the mappings of exactly the size, first those last used by a request of the same key (least
+ * recently used first: a step's requests of that key take them in turn), then the others (most recently
+ * used first); failing those, a patch. Small: best fit, as pytorch. */
 static vr_block *find_free(vr_alloc *a, vra_request *req)
 {
     st_state *s = S(a);

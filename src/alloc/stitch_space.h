@@ -7,10 +7,7 @@
 #include "alloc/policy.h"
 
 #define ST_UNIT VRA_MIN_BLOCK
-#ifndef HISTK
-#define HISTK 2
-#endif
-#define ST_HIST HISTK                 /* large request sizes in a prediction's context */
+#define ST_HIST 2                 /* large request sizes before a request in its key (4 or 1: more calls) */
 
 typedef struct sgran sgran;
 typedef struct sext sext;
