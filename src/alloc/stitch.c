@@ -17,12 +17,20 @@
  * - Mappings outlive their blocks. A freed block is *cached*: it keeps its spans. A cached block is
  *   *evicted* when its units are wanted by another block: its spans are given back, its segment deleted,
  *   and its mapping stays mapped, *idle*. A large request looks at the mappings last used for exactly its
- *   size (cached on the request's stream, or idle), least recently used first, and takes the first whose
- *   units no live block uses: its own cached block is handed out as it is; otherwise the cached blocks on
- *   those units are evicted and a new block is put on it. No device call either way. A
- *   training loop asks the same sizes in the same order step after step, so each request tends to find
- *   the mapping it had the step before, on the same units. Small requests: best fit in the small pool's
- *   segments, as pytorch; a new small segment first takes an idle small mapping whose granule is free.
+ *   size (cached on the request's stream, or idle): first those whose last request had the same *key* (its
+ *   size and the sizes of the 2 large requests before it: which request of the step it is, when a step
+ *   asks a size several times), least recently used first, then the others, most recently used first; it
+ *   takes the first whose units no live block uses: its own cached block is handed out as it is;
+ *   otherwise the cached blocks on those units are evicted and a new block is put on it. No device call
+ *   either way. A training loop asks the same sizes in the same order step after step, so each request
+ *   finds the mapping it had the step before, on the same units. Small requests: best fit in the small
+ *   pool's segments, as pytorch; a new small segment first takes an idle small mapping whose granule is
+ *   free.
+ * - When every such mapping has units under live blocks, the idle mapping of the size (or up to twice it:
+ *   the block is its prefix) with the fewest such granules is *patched* if they are few (at most 1/8 of
+ *   its granules): they are replaced in its range by free granules (cached blocks evicted for them, oldest
+ *   first), an unmap and a map each, after a host wait on an event recorded on its last stream (work
+ *   queued on the range may still run). A new mapping would map every granule, and unmap as many later.
  * - Only a request no mapping can take gets a new one: placed with the granules free now (a request of u
  *   units uses the largest free granule end as its head, then u - h rounds into full granules plus a tail
  *   placed best-fit in the smallest free granule start that holds it, else a fresh granule, whose rest
@@ -32,9 +40,10 @@
  *   the live blocks plus unusable gaps fill every granule held. The new mapping's range comes from chunks
  *   of reserved address space (no cuMemAddressReserve per mapping); its granules are mapped with a cuMemMap
  *   each (CUDA maps only whole physical allocations) and one cuMemSetAccess.
- * - Idle mappings are kept up to twice the granules held (at least 1 GiB's worth); beyond that the least
- *   recently used are unmapped, in a batch: an event is recorded on each one's stream, and the ranges are
- *   unmapped (without a device-wide wait) once it has completed, looked at on every new mapping.
+ * - Idle mappings are kept up to 8 times the granules held (at least 1 GiB's worth: a step of a length
+ *   seen a few steps before finds its mappings); beyond that the least recently used are unmapped, in a
+ *   batch: an event is recorded on each one's stream, and the ranges are unmapped (without a device-wide
+ *   wait) once it has completed, looked at on every new mapping.
  * - Streams: units evicted from a block of stream s go to a block of another stream only after the host
  *   has waited for an event recorded on s (each grow for stream t waits for the streams other than t that
  *   evicted since their last wait). With one stream nothing waits.
@@ -54,8 +63,11 @@
 
 #define UNIT ST_UNIT
 #define CAND_SCAN 64              /* mappings of the size looked at per request */
-#define IDLE_PER_HELD 2           /* idle mappings may map this many times the granules held */
+#define IDLE_PER_HELD 8           /* idle mappings may map this many times the granules held */
 #define IDLE_MIN ((size_t)1 << 30) /* ... or this many bytes, whichever is more */
+#define PATCH_DIV 8               /* a mapping is patched when at most 1/8 of its granules are taken */
+#define PATCH_MIN 8               /* ... and it has at least this many */
+#define PATCH_LARGER 2            /* mappings up to twice the request are patched for it */
 #define SMALL_SCAN 16             /* idle small-pool mappings looked at per small grow */
 
 static st_state *S(const vr_alloc *a) { return a->pstate; }
@@ -173,6 +185,31 @@ static size_t prefix_pieces(const st_state *s, const smap *m, size_t u, piece *o
     return n;
 }
 
+/* ---------------------------------------------------------------- keys of large requests */
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdull;
+}
+
+/* The key of a large request of u units after the sizes in hist (set before looking for a mapping). */
+static void pred_key(st_state *s, size_t u)
+{
+    uint64_t h = mix(0, u);
+    for (int i = 0; i < ST_HIST; i++)
+        h = mix(h, s->hist[i]);
+    s->key = h ? h : 1;
+}
+
+/* m serves the request being served (of u units): it remembers the request's key; u goes into the history. */
+static void learn(st_state *s, smap *m, size_t u)
+{
+    m->key = s->key;
+    memmove(&s->hist[1], &s->hist[0], (ST_HIST - 1) * sizeof s->hist[0]);
+    s->hist[0] = u;
+}
+
 /* Puts a new block on m, whose prefix lies on free units: segment, spans, statistics. The block is
  * req->size (large) or the whole granule (a small-pool segment, split by the caller). */
 static vr_status attach(vr_alloc *a, vra_request *req, smap *m)
@@ -209,6 +246,8 @@ static vr_status attach(vr_alloc *a, vra_request *req, smap *m)
     m->stream = req->stream;
     m->tick = ++s->tick;
     m->bsize = u;
+    if (!m->small)
+        learn(s, m, u);
     vra_pool_inc(a->stats.segment, req->pool, 1);
     vra_record(a, VRA_SEGMENT_MAP, seg->base, seg->size, req->stream);
     req->block = seg->head;
@@ -297,11 +336,17 @@ static plan make_plan(const st_state *s, bool small, size_t u)
     return p;
 }
 
-static sgran *take_fresh(st_state *s)
+/* Takes n free granules, the most recently emptied first, none marked skip (there must be n others). */
+static void take_fresh(st_state *s, sgran **out, size_t n, uint64_t skip)
 {
-    sgran *g = s->freelist;
-    st_unlink(s, g, ST_FREE);
-    return g;
+    size_t k = 0;
+    for (sgran *g = s->freelist, *next; g && k < n; g = next) {
+        next = g->link[ST_FREE].next;
+        if (skip && g->mark == skip)
+            continue;
+        out[k++] = g;
+        st_unlink(s, g, ST_FREE);
+    }
 }
 
 /* Maps the plan's granules at a new range and puts the block on it. */
@@ -315,10 +360,10 @@ static vr_status execute(vr_alloc *a, vra_request *req, const plan *p, bool smal
     size_t i = 0;
     if (p->head)
         g[i++] = p->head;
-    for (size_t j = 0; j < p->k; j++)
-        g[i++] = take_fresh(s);
-    if (p->e)
-        g[i++] = p->tail ? p->tail : take_fresh(s);
+    take_fresh(s, &g[i], p->nfresh, 0);
+    if (p->e && p->tail) { /* the tail goes last, after the fresh ones */
+        g[i + p->k] = p->tail;
+    }
     smap *m = NULL;
     vr_status st = st_map_new(a, g, n, p->head ? p->hlo : 0, small, &m);
     for (i = 0; i < n; i++) /* fresh granules back to FREE until the block's spans are added */
@@ -357,8 +402,9 @@ static vr_status grow_new(vr_alloc *a, vra_request *req, bool small, size_t u)
 }
 
 /* A small-pool request: an idle small-pool mapping whose granule is free, else a new one. A large request
- * found no mapping of its size to take (find_free): a new one. (Putting it on the prefix of a larger
- * mapping would save the mapping but scatter pieces over granules, leaving gaps: reserved grows.) */
+ * found no mapping of its size to take or patch (find_free): a new one. (Taking the prefix of a larger
+ * conflict-free mapping would save the mapping but scatter pieces over granules, leaving gaps: reserved
+ * grows; 30% larger put gpt2_bf16_varlen_b16 at 1.011.) */
 static vr_status grow(vr_alloc *a, vra_request *req)
 {
     st_state *s = S(a);
@@ -377,10 +423,133 @@ static vr_status grow(vr_alloc *a, vra_request *req)
 
 /* ---------------------------------------------------------------- the other decisions */
 
-/* Large: the mappings of exactly the size, least recently used first: the first one with its own block
- * cached on this stream (handed out as it is), or with no live block on its units (its cached blocks, and
- * those of others there, evicted, and a new block put on it). Training steps ask the same sizes in the
- * same order, so each request finds the mapping it had the step before. Small: best fit, as pytorch. */
+/* Tries to serve a large request of u units on m (idle or with a cached block): its own cached block of
+ * exactly the size on the request's stream, handed out as it is; else, when no live block uses the first u
+ * units of m, a new block there (the cached blocks on those units evicted). NULL if m cannot serve it. */
+static vr_block *take(vr_alloc *a, vra_request *req, smap *m, size_t u)
+{
+    st_state *s = S(a);
+    sext *e = m->user;
+    if (m->small || u > m->cap || (e && (!e->cached || e->seg->stream != req->stream)))
+        return NULL; /* another stream's cached block stays its own, as in pytorch */
+    if (e && e->seg->size == req->size) {
+        vr_block *b = e->seg->head;
+        vra_tree_remove(&req->pool->blocks, b);
+        lru_remove(s, e);
+        st_cand_remove(s, m);
+        m->tick = ++s->tick;
+        learn(s, m, u);
+        return b;
+    }
+    if (conflicts(a, m, u, false) == SIZE_MAX)
+        return NULL;
+    conflicts(a, m, u, true);
+    if (m->user)
+        evict(a, m->user);
+    fence_others(a, req->stream);
+    if (attach(a, req, m) != VR_OK)
+        return NULL;
+    return req->block;
+}
+
+/* Indexes of the granules of m's first u units that a live block uses (into idx, when not NULL; at most
+ * max of them counted: more means too many); their count. */
+static size_t live_granules(st_state *s, const smap *m, size_t u, size_t *idx, size_t max)
+{
+    size_t n = 0, left = u;
+    for (size_t i = 0; left && n <= max; i++) {
+        const sgran *g = m->g[i];
+        uint32_t lo = i ? 0 : m->off;
+        uint32_t hi = left < s->nb - lo ? lo + (uint32_t)left : s->nb;
+        left -= hi - lo;
+        for (uint32_t j = 0; j < g->nused && g->used[j].lo < hi; j++)
+            if (g->used[j].hi > lo && !g->used[j].owner->cached) {
+                if (idx && n < max)
+                    idx[n] = i;
+                n++;
+                break;
+            }
+    }
+    return n;
+}
+
+/* Large, no mapping of the size free: the idle one of the size with the fewest granules under live blocks,
+ * when they are few (at most 1 in PATCH_DIV of its granules): those granules are replaced by free ones in
+ * its range, an unmap and a map each once the work queued on its last stream has completed (a host wait),
+ * far cheaper than a new mapping of the whole size. */
+static vr_block *patch(vr_alloc *a, vra_request *req, size_t u, size_t lo, size_t hi)
+{
+    st_state *s = S(a);
+    smap *best = NULL;
+    size_t nbest = SIZE_MAX;
+    for (size_t i = lo; i < hi && i < lo + 4 * CAND_SCAN; i++) {
+        smap *m = s->cand[i];
+        size_t ng = prefix_pieces(s, m, u, NULL);
+        if (m->user || u > m->cap || ng < PATCH_MIN)
+            continue;
+        size_t nl = live_granules(s, m, u, NULL, ng / PATCH_DIV);
+        if (nl <= ng / PATCH_DIV && (nl < nbest || (nl == nbest && m->key == s->key))) {
+            best = m;
+            nbest = nl;
+        }
+    }
+    if (!best || !nbest)
+        return NULL;
+    smap *m = best;
+    size_t *idx = malloc(nbest * sizeof *idx);
+    sgran **g = malloc(nbest * sizeof *g);
+    if (!idx || !g)
+        goto fail;
+    live_granules(s, m, u, idx, nbest);
+    uint64_t mark;
+    size_t own_free;
+    for (;;) { /* free granules other than m's own for the replacements: cached blocks evicted, oldest first */
+        mark = ++s->epoch;
+        own_free = 0;
+        for (size_t i = 0; i < m->n; i++)
+            if (m->g[i]->mark != mark) {
+                m->g[i]->mark = mark;
+                own_free += !m->g[i]->nused;
+            }
+        if (s->nfree - own_free >= nbest || !s->oldest)
+            break;
+        evict(a, s->oldest);
+    }
+    if (s->nfree - own_free < nbest &&
+        st_create_granules(a, nbest - (s->nfree - own_free), req->pool->stat) != VR_OK)
+        goto fail;
+    take_fresh(s, g, nbest, mark);
+    vr_event *ev = NULL;
+    if (vr_event_record(a->dev, m->stream, &ev) == VR_OK)
+        vr_event_sync(a->dev, ev);
+    else
+        vr_device_synchronize(a->dev);
+    st_idle_remove(s, m);
+    vr_status st = VR_OK;
+    for (size_t r = 0, run; r < nbest && st == VR_OK; r += run) {
+        for (run = 1; r + run < nbest && idx[r + run] == idx[r] + run;)
+            run++;
+        st = st_remap(a, m, idx[r], run, &g[r]);
+    }
+    for (size_t i = 0; i < nbest; i++) /* back to FREE until the block's spans are added */
+        st_reclass(s, g[i]);
+    st_idle_push(s, m);
+    if (st != VR_OK || u > m->cap)
+        goto fail;
+    free(idx);
+    free(g);
+    conflicts(a, m, u, true);
+    fence_others(a, req->stream);
+    return attach(a, req, m) == VR_OK ? req->block : NULL;
+fail:
+    free(idx);
+    free(g);
+    return NULL;
+}
+
+/* Large: the mappings of exactly the size, first those last used by a request of the same key (least
+ * recently used first: a step's requests of that key take them in turn), then the others (most recently
+ * used first); failing those, a patch. Small: best fit, as pytorch. */
 static vr_block *find_free(vr_alloc *a, vra_request *req)
 {
     st_state *s = S(a);
@@ -395,30 +564,16 @@ static vr_block *find_free(vr_alloc *a, vra_request *req)
         return b;
     }
     size_t u = req->size / UNIT;
-    for (size_t i = st_cand_lower_bound(s, u), end = i + CAND_SCAN; i < s->ncand && i < end; i++) {
-        smap *m = s->cand[i];
-        if (m->bsize != u)
-            break;
-        sext *e = m->user;
-        if (e && e->seg->stream == req->stream && e->seg->size == req->size) {
-            vr_block *b = e->seg->head;
-            vra_tree_remove(t, b);
-            lru_remove(s, e);
-            st_cand_remove(s, m);
-            m->tick = ++s->tick;
-            return b;
+    vr_block *b = NULL;
+    pred_key(s, u);
+    size_t lo = st_cand_lower_bound(s, u), hi = st_cand_lower_bound(s, u + 1);
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t k = 0; k < hi - lo && k < CAND_SCAN; k++) {
+            smap *m = s->cand[pass ? hi - 1 - k : lo + k];
+            if ((m->key == s->key) == !pass && (b = take(a, req, m, u)))
+                return b;
         }
-        if ((e && e->seg->stream != req->stream) || conflicts(a, m, u, false) == SIZE_MAX)
-            continue; /* another stream's cached block stays its own, as in pytorch */
-        conflicts(a, m, u, true);
-        if (m->user)
-            evict(a, m->user);
-        fence_others(a, req->stream);
-        if (attach(a, req, m) != VR_OK)
-            return NULL;
-        return req->block;
-    }
-    return NULL;
+    return patch(a, req, u, lo, st_cand_lower_bound(s, PATCH_LARGER * u + 1));
 }
 
 static bool should_split(const vr_alloc *a, const vr_block *b, size_t size)

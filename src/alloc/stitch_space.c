@@ -352,6 +352,50 @@ vr_status st_map_new(vr_alloc *a, sgran *const *g, size_t n, uint32_t off, bool 
     return VR_OK;
 }
 
+vr_status st_remap(vr_alloc *a, smap *m, size_t at, size_t n, sgran *const *g)
+{
+    st_state *s = st_of(a);
+    vr_phys **phs = malloc(n * sizeof *phs);
+    if (!phs)
+        return vr_error(VR_ERR_OOM, "allocator: out of host memory for bookkeeping");
+    for (size_t i = 0; i < n; i++)
+        phs[i] = g[i]->ph;
+    uintptr_t va = m->va + at * s->G;
+    vr_device_phys_unmap_idle(a->dev, (void *)va, n * s->G);
+    a->stats.num_device_free += (int64_t)n;
+    for (size_t i = 0; i < n; i++)
+        m->g[at + i]->nmaps--;
+    vr_status st = vr_device_phys_map_granules(a->dev, (void *)va, phs, n);
+    if (st != VR_OK) { /* the old granules back; failing that, m keeps only what comes before them */
+        for (size_t i = 0; i < n; i++)
+            phs[i] = m->g[at + i]->ph;
+        if (vr_device_phys_map_granules(a->dev, (void *)va, phs, n) == VR_OK) {
+            for (size_t i = 0; i < n; i++)
+                m->g[at + i]->nmaps++;
+        } else {
+            size_t rest = m->n - at - n;
+            if (rest)
+                vr_device_phys_unmap_idle(a->dev, (void *)(va + n * s->G), rest * s->G);
+            for (size_t i = at + n; i < m->n; i++)
+                m->g[i]->nmaps--;
+            if (!at) {
+                m->cap += m->off;
+                m->off = 0;
+            }
+            st_give_tail(a, m, at);
+        }
+        free(phs);
+        return st;
+    }
+    free(phs);
+    a->stats.num_device_alloc += (int64_t)n;
+    for (size_t i = 0; i < n; i++) {
+        m->g[at + i] = g[i];
+        g[i]->nmaps++;
+    }
+    return VR_OK;
+}
+
 void st_give_tail(vr_alloc *a, smap *m, size_t keep)
 {
     st_state *s = st_of(a);
@@ -524,6 +568,7 @@ void st_drop_idle(vr_alloc *a, size_t keep_granules, bool wait)
         }
         x->m = nm;
         x->m[x->nm++] = m;
+        m->stale = true;
         s->nstale++;
     }
     for (int k = 0; k < nb; k++) {
@@ -585,18 +630,16 @@ vr_status st_space_check(vr_alloc *a)
         granules += m->n;
         for (size_t i = 0; i < m->n; i++)
             counts[m->g[i]->idx]++;
-        bool want_cand = !m->small && (!m->user || m->user->cached);
-        if (m->in_cand != want_cand || m->in_idle != !m->user || (m->user && m->user->m != m) ||
+        bool want_cand = !m->stale && !m->small && (!m->user || m->user->cached);
+        if (m->in_cand != want_cand || m->in_idle != (!m->user && !m->stale) || (m->user && m->user->m != m) ||
+            (m->stale && m->user) ||
             m->cap != m->n * s->nb - m->off || (m->small && (m->off || m->n != 1)))
             st = vr_error(VR_ERR_INVALID, "check: stitch mapping %#lx is in the wrong lists", (unsigned long)m->va);
         ncand += m->in_cand;
     }
-    for (const stale *x = s->stale_first; x; x = x->next)
-        for (size_t i = 0; i < x->nm; i++) {
-            stale_m++;
-            for (size_t j = 0; j < x->m[i]->n; j++)
-                counts[x->m[i]->g[j]->idx]++;
-        }
+    for (const stale *x = s->stale_first; x; x = x->next) /* still in s->maps: counted above */
+        for (size_t i = 0; i < x->nm; i++)
+            stale_m += x->m[i]->stale;
     for (const smap *m = s->idle_oldest; m; m = m->inext) {
         idle++;
         idle_g += m->n;

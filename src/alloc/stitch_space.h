@@ -7,6 +7,7 @@
 #include "alloc/policy.h"
 
 #define ST_UNIT VRA_MIN_BLOCK
+#define ST_HIST 2                 /* large request sizes before a request in its key (4 or 1: more calls) */
 
 typedef struct sgran sgran;
 typedef struct sext sext;
@@ -32,6 +33,7 @@ struct sgran {
     glink link[3];                /* HEADS (by free end), TAILS (by free start), FREE */
     size_t idx;                   /* in st->all */
     size_t nmaps;                 /* mappings (smap) that map it: it is released only at 0 */
+    uint64_t mark;                /* scratch (st->epoch) */
 };
 
 typedef struct piece {
@@ -54,6 +56,8 @@ struct smap {
     bool in_cand;                 /* in st->cand (large, idle or cached) */
     smap *iprev, *inext;          /* LRU of idle mappings (oldest first) */
     bool in_idle;
+    bool stale;                   /* in the stale list: being unmapped */
+    uint64_t key;                 /* of the last request it served (st->key) */
     smap *aprev, *anext;          /* every mapping */
     struct vchunk *chunk;         /* the address chunk its range comes from */
     sgran *g[];
@@ -119,6 +123,8 @@ typedef struct st_state {
     size_t ndirty, capdirty;
     uint64_t epoch;               /* for sext.mark */
     uint64_t tick;                /* blocks put on mappings so far */
+    uint64_t hist[ST_HIST];       /* units of the last large requests, newest first */
+    uint64_t key;                 /* of the request being served: hash of hist and its units */
 } st_state;
 
 static inline st_state *st_of(const vr_alloc *a) { return a->pstate; }
@@ -147,6 +153,9 @@ vr_status st_map_new(vr_alloc *a, sgran *const *g, size_t n, uint32_t off, bool 
 void st_drop_idle(vr_alloc *a, size_t keep_granules, bool wait);
 /* Unmaps stale mappings: every one, waiting (wait_all); else the oldest whose events have completed. */
 void st_stale_reap(vr_alloc *a, bool wait_all);
+/* Maps g[0..n) at granules [at, at + n) of m in place of the ones there (unmapped first; the caller has
+ * made sure no work in flight uses that range). On failure m keeps only its granules before `at`. */
+vr_status st_remap(vr_alloc *a, smap *m, size_t at, size_t n, sgran *const *g);
 /* Forgets granules [keep, n) of a live mapping, already unmapped: their addresses go back to the chunk. */
 void st_give_tail(vr_alloc *a, smap *m, size_t keep);
 void st_idle_push(st_state *s, smap *m);
