@@ -45,7 +45,7 @@ static void plan_flags(vr_flagset *fs, void *p)
         {"--memory", VR_FLAG_CHOICE, &o->memory, NULL, .choices = "planned|dynamic",
          .help = "static arena, or also replay through the caching allocator"},
         {"--inplace", VR_FLAG_SWITCH, &o->inplace, NULL, .help = "gelu/relu/add write their output over a dying input"},
-        {"--policy", VR_FLAG_STRING, &o->policy, "NAME", .help = "allocator policy in dynamic mode (pytorch)"},
+        {"--policy", VR_FLAG_STRING, &o->policy, "NAME", .help = "allocator policy in dynamic mode (stitch on cuda, else pytorch: as vram train)"},
         {"--steps", VR_FLAG_INT, &o->steps, "N", .lo = 1, .hi = 1000,
          .help = "dynamic: steps replayed through the allocator (2); device calls of the last one are shown"},
         {"--device", VR_FLAG_STRING, &o->device, "SPEC", .help = "meta, meta:SIZE, cpu, cpu:SIZE, cuda, cuda:N (meta)"},
@@ -219,6 +219,8 @@ static int run(int argc, char **argv)
         pc.memory = VR_MEMORY_DYNAMIC;
     if (o.policy && pc.memory != VR_MEMORY_DYNAMIC)
         return vr_cli_fail("plan", 2, "--policy: only with --memory dynamic");
+    if (!o.policy && pc.memory == VR_MEMORY_DYNAMIC && t.cuda) /* as vram train on a GPU (cmd_train.c) */
+        pc.alloc_policy = "stitch";
     if (o.kernels ? !strcmp(o.kernels, "cuda") : t.cuda) {
         s.workspace_bytes = VR_CUDA_WORKSPACE_BYTES;
         s.kernels = VR_KERNELS_CUDA;
