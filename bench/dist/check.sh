@@ -8,13 +8,9 @@
 # $OUT/loss-curves.svg). Outputs under $OUT.
 set -uo pipefail
 V=${1:-build-carry/vram}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-n=$(nvidia-smi -L | wc -l)
+. "$(dirname "$0")/mon.sh" # $out, $n, multicast off; mon NAME CMD..., losses FILE
 f="--device cuda --preset gpt2 --seq 1024 --precision bf16 --clip 1.0 --lr 6e-4 --lr-schedule constant --warmup 0"
 "$V" info >"$out/info.txt" 2>&1
-. "$(dirname "$0")/mon.sh" # mon NAME CMD..., losses FILE
 mon plain "$V" train $f --batch 16 --steps ${CURVE_STEPS:-20}
 for z in ${ZEROS:-0 1 2 3}; do mon g1z$z "$V" train $f --batch 16 --steps 20 --gpus 1 --zero $z; done
 echo "losses plain: $(losses "$out/plain.txt")"

@@ -1,7 +1,13 @@
-# Sourced by the bench/dist scripts (with $out set): the idle memory per GPU, then
+# Sourced by the bench/dist scripts first: $out (OUT, default /tmp/out) made, NVLink multicast off in every
+# process (KINDS.md), $n the GPU count, the idle memory per GPU; then
 #   mon NAME CMD...   runs CMD (5 min at most) into $out/NAME.txt with nvidia-smi sampling every 50 ms; prints
 #                     its status, tokens/s and the peak per GPU above idle
 #   losses FILE       the step losses a vram run printed
+#   jl FILE           the step losses of a vram run with --json
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+n=$(nvidia-smi -L | wc -l)
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits >"$out/idle.csv"
 mon() { # mon NAME CMD...: runs CMD with nvidia-smi sampling every 50 ms; prints the peak per GPU above idle
   local name=$1; shift
@@ -18,3 +24,4 @@ mon() { # mon NAME CMD...: runs CMD with nvidia-smi sampling every 50 ms; prints
   grep -E "DIFFERS|error|rror:" "$out/$name.txt" | head -3
 }
 losses() { grep -o 'step [0-9]*/[0-9]* | loss [0-9.]*' "$1" | awk '{print $NF}' | tr '\n' ' '; }
+jl() { grep '"event":"step"' "$1" | sed 's/.*"loss":\([-0-9.e]*\).*/\1/' | tr '\n' ' '; }

@@ -5,14 +5,10 @@
 #   bash bench/dist/mpirun_nccl.sh [VRAM]      (a vram built with MPI and CUDA for sm_90; default build-carry/vram)
 set -uo pipefail
 V=${1:-build-carry/vram}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. "$(dirname "$0")/mon.sh" # $out, $n, multicast off; mon NAME CMD..., losses FILE
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=8
-n=$(nvidia-smi -L | wc -l)
 "$V" info | grep -E "^dist" || true
 # --json: mpirun gives its ranks a terminal, where a human run would draw a progress bar
-jl() { grep '"event":"step"' "$1" | sed 's/.*"loss":\([-0-9.e]*\).*/\1/' | tr '\n' ' '; }
 cmp_losses() { python3 - "$1" "$2" "$3" <<'PY'
 import sys
 a = [float(x) for x in sys.argv[2].split()]; b = [float(x) for x in sys.argv[3].split()]

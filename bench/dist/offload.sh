@@ -7,12 +7,8 @@
 # ZeRO 2 with and without --offload optim: tokens/s and memory per GPU. Outputs under $OUT.
 set -uo pipefail
 V=${1:-build-carry/vram}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-n=$(nvidia-smi -L | wc -l)
+. "$(dirname "$0")/mon.sh" # $out, $n, multicast off; mon NAME CMD..., losses FILE
 f="--device cuda --seq 1024 --precision bf16 --clip 1.0 --lr 6e-4 --lr-schedule constant --warmup 0"
-. "$(dirname "$0")/mon.sh"
 mon off1 "$V" train $f --preset gpt2 --batch 16 --steps 20 --offload optim
 for z in ${ZEROS:-0 1 2 3}; do
   mon off${n}z$z "$V" train $f --preset gpt2 --batch $((16 / n)) --steps 20 --gpus "$n" --zero $z --offload optim
