@@ -48,13 +48,19 @@ def main():
     torch.backends.cudnn.benchmark = False
     torch.manual_seed(1234)
     step = {"gpt2": gpt2, "bert": bert, "resnet50": resnet50}[a.workload](torch)
-    losses, times = [], []
+    losses, times, costs = [], [], []
     for i in range(a.steps):
         torch.cuda.synchronize()
+        c0 = vt.allocator_costs() if vt else {}
         t0 = time.perf_counter()
         losses.append(step(i))
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1000)
+        if vt:   # the allocator's cost of this step: calls, host ms inside it, driver calls
+            c1 = vt.allocator_costs()
+            d = {k: c1[k] - c0.get(k, 0) for k in c1}
+            costs.append({(k[:-3] + "_ms" if k.endswith("_ns") else k): (round(v / 1e6, 3) if k.endswith("_ns") else v)
+                          for k, v in d.items() if v})
     if vt:
         st = vt.memory_stats()
         peak_res, peak_alloc = st["reserved_bytes.all.peak"], st["allocated_bytes.all.peak"]
@@ -62,7 +68,7 @@ def main():
         peak_res, peak_alloc = torch.cuda.max_memory_reserved(), torch.cuda.max_memory_allocated()
     out = {"workload": a.workload, "mode": a.mode, "steps": a.steps, "losses": losses,
            "step_ms_median": statistics.median(times[2:] if len(times) > 4 else times), "step_ms": times,
-           "peak_reserved": peak_res, "peak_allocated": peak_alloc, "torch": torch.__version__,
+           "peak_reserved": peak_res, "peak_allocated": peak_alloc, "allocator_costs": costs, "torch": torch.__version__,
            "device": torch.cuda.get_device_name(0)}
     print(json.dumps(out))
     return 0

@@ -15,6 +15,7 @@ import sys
 from . import _lib, _snapshot, _stats
 
 __all__ = ["enable", "enabled", "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
+           "allocator_costs",
            "snapshot", "dump_snapshot", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
            "empty_cache", "record_memory_history", "last_oom", "is_oom", "find_lib"]
 
@@ -102,6 +103,15 @@ def memory_stats(device=None):
 
 def memory_stats_as_nested_dict(device=None):
     return _stats.nested(_raw_stats(device))
+
+
+def allocator_costs(device=None):
+    """What vram's allocator has cost so far on a device (not a PyTorch statistic): malloc_calls, free_calls,
+    the host nanoseconds inside them (malloc_ns, free_ns) and the driver calls it made (map, unmap,
+    set_access, device_sync, event_sync, ...). {} while nothing is allocated there."""
+    L = _require()
+    text = _lib.take_string(L, L.vram_torch_costs_json(_device(device)))
+    return json.loads(text) if text is not None else {}
 
 
 def memory_summary(device=None, abbreviated=False):

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <time.h>
 
 #include "torch/torch_internal.h"
 #include "vram/util.h"
@@ -97,6 +98,13 @@ int vram_torch_configure(const char *policy, double fraction, size_t history, co
 }
 
 /* The device's allocator, created on first use. NULL with tl_err set when that fails. */
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static vr_alloc *get_or_create(int device)
 {
     vr_alloc *a = vt_get(device);
@@ -170,7 +178,10 @@ void *vram_torch_try_malloc(ssize_t size, int device, void *stream)
         pthread_mutex_unlock(&vt_lock);
         goto out;
     }
+    uint64_t t0 = now_ns();
     vr_status st = vr_alloc_malloc(a, (size_t)size, (vr_stream)(uintptr_t)stream, &p);
+    atomic_fetch_add_explicit(&vt_slots[device].ns_malloc, now_ns() - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&vt_slots[device].n_malloc, 1, memory_order_relaxed);
     if (st == VR_ERR_OOM) {
         vt_fail("CUDA out of memory. vram_torch (policy %s) on GPU %d: %s", vr_alloc_policy(a), device,
                 vr_last_error());
@@ -199,8 +210,11 @@ void vram_torch_free(void *ptr, ssize_t size, int device, void *stream)
         return;
     }
     int prev = vram_torch__guard_enter();
+    uint64_t t0 = now_ns();
     if (vr_alloc_free(a, ptr) != VR_OK)
         fprintf(stderr, "vram_torch: %s\n", vr_last_error());
+    atomic_fetch_add_explicit(&vt_slots[device].ns_free, now_ns() - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&vt_slots[device].n_free, 1, memory_order_relaxed);
     if (prev != device)
         vram_torch__guard_leave(prev);
 }

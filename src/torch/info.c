@@ -62,6 +62,33 @@ char *vram_torch_stats_json(int device)
     return text;
 }
 
+char *vram_torch_costs_json(int device)
+{
+    vr_alloc *a = vt_get(device);
+    if (!a) {
+        vt_fail("vram_torch: GPU %d has no vram allocator (nothing allocated there)", device);
+        return NULL;
+    }
+    const vt_slot *s = &vt_slots[device];
+    vr_device_calls c;
+    vr_device_get_calls(s->dev, &c);
+    cJSON *root = cJSON_CreateObject();
+    const struct { const char *name; uint64_t v; } f[] = {
+        {"malloc_calls", atomic_load(&s->n_malloc)}, {"free_calls", atomic_load(&s->n_free)},
+        {"malloc_ns", atomic_load(&s->ns_malloc)}, {"free_ns", atomic_load(&s->ns_free)},
+        {"vm_reserve", c.vm_reserve}, {"vm_release", c.vm_release}, {"phys_create", c.phys_create},
+        {"phys_release", c.phys_release}, {"map", c.map}, {"unmap", c.unmap}, {"set_access", c.set_access},
+        {"device_sync", c.device_sync}, {"cuda_malloc", c.malloc}, {"cuda_free", c.free},
+        {"event_record", c.event_record}, {"event_query", c.event_query}, {"event_sync", c.event_sync}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        cJSON_AddNumberToObject(root, f[i].name, (double)f[i].v);
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!text)
+        vt_fail("vram_torch: costs of GPU %d: out of host memory", device);
+    return text;
+}
+
 char *vram_torch_snapshot_json(int device)
 {
     vr_alloc *a = vt_get(device);

@@ -18,6 +18,8 @@ typedef struct vt_slot {
     uint64_t total;              /* the device's memory, bytes */
     double fraction;             /* set by the memory fraction hook (fraction_set) */
     bool fraction_set;
+    _Atomic uint64_t ns_malloc, ns_free;  /* host time inside vr_alloc_malloc / vr_alloc_free */
+    _Atomic uint64_t n_malloc, n_free;
 } vt_slot;
 
 extern vt_slot vt_slots[VRAM_TORCH_MAX_DEVICES];

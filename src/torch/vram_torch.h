@@ -81,6 +81,9 @@ VRAM_TORCH_API int vram_torch_device_active(int device);
  * "allocated_bytes", ... each [all, small, large] of {current, peak, allocated, freed}; the counters);
  * a device without an allocator gives zeros. Free with vram_torch_free_string. */
 VRAM_TORCH_API char *vram_torch_stats_json(int device);
+/* What the allocator of device has cost so far, as JSON: malloc/free calls and the host nanoseconds spent
+ * inside them, and the driver calls the device layer made (vr_device_calls' fields). NULL: no allocator. */
+VRAM_TORCH_API char *vram_torch_costs_json(int device);
 /* vr_alloc_snapshot_json of a device ("device" fields set to it); NULL without an allocator. */
 VRAM_TORCH_API char *vram_torch_snapshot_json(int device);
 /* vr_alloc_summary of a device; NULL without an allocator. */
