@@ -8,7 +8,8 @@ Each workload runs in a process of its own (a fresh caching allocator, as a user
 segments GPT-2 left (tools/torch_snapshot.py rebuilds those for the replay). Writes OUTDIR/{gpt2,mlp_varlen}.pickle (torch.cuda.memory._dump_snapshot) and OUTDIR/recorded.json with
 PyTorch's own max_memory_reserved / max_memory_allocated of each run (measured from the start of the
 recording). Workloads: GPT-2 124M (bench/gpu/torch_gpt2.py's model) B=8 T=1024 bf16 autocast + fused AdamW,
-3 steps; an MLP (4096 wide, 6 layers) with batch sizes changing every step, 8 steps."""
+3 steps; an MLP (4096 wide, 6 layers) with batch sizes changing every step, 8 steps; with
+SNAP_WORKLOADS="bert_varlen" (a list), transformers BERT-base with a new sequence length every step, 10 steps."""
 import json
 import os
 import subprocess
@@ -58,7 +59,17 @@ def mlp_varlen():
         opt.zero_grad(set_to_none=True)
 
 
-WORKLOADS = {"gpt2": gpt2, "mlp_varlen": mlp_varlen}
+def bert_varlen():
+    """bench/torch_alloc/workload.py's BERT (a new sequence length every step), 10 steps."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch_alloc"))
+    import workload
+    step = workload.bert(torch)
+    for i in range(10):
+        step(i)
+
+
+WORKLOADS = {"gpt2": gpt2, "mlp_varlen": mlp_varlen, "bert_varlen": bert_varlen}
+DEFAULT = os.environ.get("SNAP_WORKLOADS", "gpt2 mlp_varlen").split()   # which ones a plain run records
 
 
 def main():
@@ -68,7 +79,7 @@ def main():
         print(json.dumps(record(sys.argv[2], out, WORKLOADS[sys.argv[2]])))
         return
     rec = {"torch": torch.__version__, "device": torch.cuda.get_device_name()}
-    for name, fn in WORKLOADS.items():
+    for name, fn in ((n, WORKLOADS[n]) for n in DEFAULT):
         if "--same-process" in sys.argv[2:]:
             rec[name] = record(name, out, fn)
         else:

@@ -41,8 +41,11 @@ static int64_t kernels_take(const vr_graph *g, const vr_node *n, vr_kernels k)
     case VR_OP_CLASSIFIER: {
         int N = (int)vr_tensor_numel(&g->tensors[n->in[2]]), Vw = (int)rows_of(&g->tensors[n->in[1]]);
         size_t b = vr_cuda_classifier_scratch_bytes(N, Vw, dt);
-        /* the kernel runs chunks of as many rows as the planned scratch holds: all of min(N, 1024) */
-        assert_int_equal(vr_cuda_classifier_chunk_rows(b, Vw, dt), N < 1024 ? (N > 0 ? N : 1) : 1024);
+        /* the kernel runs chunks of as many rows as the planned scratch holds: every byte of it, at most N
+         * rows (one at least) and at most VR_SCRATCH_CUDA_CLASSIFIER_ROWS */
+        int r = vr_cuda_classifier_chunk_rows(b, Vw, dt);
+        assert_true(r >= 1 && r <= (N > 0 ? N : 1) && r <= VR_SCRATCH_CUDA_CLASSIFIER_ROWS);
+        assert_int_equal((uint64_t)r * vr_scratch_cuda_classifier_vp(Vw) * vr_cuda_dtype_size(dt), b);
         return (int64_t)b;
     }
     case VR_OP_ATTENTION_BWD: {

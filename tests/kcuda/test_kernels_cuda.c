@@ -601,6 +601,8 @@ static void test_matmul(void **state)
         run_matmul(dt, 1, 8, 8, 1);
         run_matmul(dt, 37, 24, 40, 1);
         run_matmul(dt, 37, 24, 40, 0);
+        run_matmul(dt, 1000, 16, 100, 1);    // bias gradient: column sums, unaligned rows (scalar loads)
+        run_matmul(dt, 300, 16, 33000, 1);   // ... partials beyond the workspace's reserve: one pass
         if (dt == VR_CUDA_F16) continue;
         run_matmul(dt, 4096, 768, 2304, 1);  // qkv
         run_matmul(dt, 4096, 768, 3072, 1);  // fc

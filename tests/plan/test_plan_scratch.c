@@ -146,6 +146,10 @@ static void gpt2_figures(void **state)
     /* the classifier: 1024 rows of 50304 (a multiple of 64) bf16 logits; CPU: 128 rows of 50257 fp32 */
     assert_int_equal(vr_scratch_cuda_classifier(1024, 50304, 2), 1024ull * 50304 * 2);
     assert_int_equal(vr_scratch_cuda_classifier(1024, 50257, 2), 1024ull * 50304 * 2);
+    assert_int_equal(vr_scratch_cuda_classifier(16384, 50257, 2), 4096ull * 50304 * 2);   /* 393 MiB */
+    assert_int_equal(vr_scratch_cuda_classifier(16384, 50257, 4), 2668ull * 50304 * 4);   /* the 512 MiB cap */
+    assert_int_equal(vr_scratch_cuda_classifier(16384, 128256, 4), 1046ull * 128256 * 4);
+    assert_int_equal(vr_scratch_cuda_classifier(16384, 300032, 4), 1024ull * 300032 * 4); /* at least 1024 */
     assert_int_equal(vr_scratch_cuda_classifier(5, 50257, 4), 5ull * 50304 * 4);
     assert_int_equal(vr_scratch_cpu_classifier(1024, 50257), 128ull * 50257 * 4);
     assert_int_equal(vr_scratch_cpu_classifier(0, 50257), 50257ull * 4); /* one row at least */
