@@ -5,8 +5,8 @@ LlamaForCausalLM built from a config (no download; random init, transformers' ow
 bf16 autocast over fp32 weights, fused AdamW (betas 0.9/0.95, eps 1e-8, weight decay 0.1), global-norm
 clipping 1.0, random tokens; eager or torch.compile.
 
-Prints one JSON line: mode, batch, seq, median step ms (steps after the first 3), tokens/s, peak
-memory_allocated / memory_reserved, parameters, losses.
+Prints one JSON line: mode, batch, seq, median step ms (steps after the first 3), tokens/s, every step's
+ms, peak memory_allocated / memory_reserved, parameters, torch/transformers versions, losses.
 
   python3 bench/gpu/hf_llama.py --preset llama3.2-1b --mode compile --batch 8 --seq 2048 [--steps 12]
 """
@@ -39,6 +39,7 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-4)
     a = ap.parse_args()
 
+    import transformers
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -72,6 +73,8 @@ def main():
     ms = statistics.median(times[3:]) if len(times) > 3 else times[-1]
     print(json.dumps({"system": f"hf-{a.mode}", "preset": a.preset, "batch": a.batch, "seq": a.seq,
                       "params": n_params, "ms": round(ms, 2), "tokens_per_s": round(a.batch * a.seq / ms * 1000),
+                      "times_ms": [round(v, 3) for v in times], "torch": torch.__version__,
+                      "transformers": transformers.__version__, "device": torch.cuda.get_device_name(),
                       "max_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
                       "max_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2),
                       "losses": [round(v, 4) for v in losses]}))

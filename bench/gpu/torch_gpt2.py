@@ -7,8 +7,8 @@ GELU tanh, F.scaled_dot_product_attention causal), GPT-2 init (normal 0.02, resi
 global-norm clipping 1.0, bf16 autocast over fp32 weights. Random tokens (or --init: an llm.c
 checkpoint for the same initial weights as vram).
 
-Prints one JSON line: mode, median step ms, tokens/s, peak memory_reserved/allocated, the CUDA
-context, and the losses per step.
+Prints one JSON line: mode, the shape and parameter count, median step ms, tokens/s, every step's ms,
+peak memory_reserved/allocated, the CUDA context, and the losses per step.
 
   python3 bench/gpu/torch_gpt2.py --mode eager|compile [--steps 30] [--batch 16] [--seq 1024]
                                   [--layers 12 --channels 768 --heads 12]
@@ -274,7 +274,8 @@ def main():
     free, total = torch.cuda.mem_get_info()
     print(json.dumps({
         "mode": a.mode, "torch": torch.__version__, "device": torch.cuda.get_device_name(),
-        "B": B, "T": T, "steps": a.steps, "median_ms": ms, "tokens_per_s": B * T / ms * 1000,
+        "B": B, "T": T, "L": L, "C": C, "NH": NH, "params": sum(p.numel() for p in model.parameters()),
+        "steps": a.steps, "median_ms": ms, "tokens_per_s": B * T / ms * 1000, "times_ms": times,
         "max_reserved": torch.cuda.max_memory_reserved(), "max_allocated": torch.cuda.max_memory_allocated(),
         "context": context, "device_used_end": total - free, "losses": losses,
     }))
