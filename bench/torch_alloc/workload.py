@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One PyTorch training run under one allocator, for bench/torch_alloc/run.sh.
 
-    python3 bench/torch_alloc/workload.py WORKLOAD MODE [--steps N]
+    python3 bench/torch_alloc/workload.py WORKLOAD MODE [--steps N] [--batch B]
 
 WORKLOAD: gpt2 (bench/gpu/torch_gpt2.py's nanoGPT-style GPT-2 124M, B=8 T=1024, bf16 autocast, fused
 AdamW, clip 1.0), bert (transformers BertForMaskedLM, bert-base from a BertConfig, no download; batch 32,
@@ -29,6 +29,7 @@ def main():
     ap.add_argument("workload", choices=["gpt2", "bert", "resnet50"])
     ap.add_argument("mode", choices=["native", "expandable", "vram_stitch", "vram_pytorch"])
     ap.add_argument("--steps", type=int, default=int(os.environ.get("STEPS", "12")))
+    ap.add_argument("--batch", type=int, default=0, help="the workload's batch (0: its default)")
     a = ap.parse_args()
 
     import torch
@@ -47,7 +48,7 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = False
     torch.manual_seed(1234)
-    step = {"gpt2": gpt2, "bert": bert, "resnet50": resnet50}[a.workload](torch)
+    step = {"gpt2": gpt2, "bert": bert, "resnet50": resnet50}[a.workload](torch, a.batch)
     losses, times, costs = [], [], []
     for i in range(a.steps):
         torch.cuda.synchronize()
@@ -74,12 +75,12 @@ def main():
     return 0
 
 
-def gpt2(torch):
+def gpt2(torch, batch=0):
     import torch_gpt2 as g
     model = g.GPT().cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
     gen = torch.Generator().manual_seed(7)
-    B, T = 8, 1024
+    B, T = batch or 8, 1024
 
     def step(i):
         x = torch.randint(0, g.V, (B, T + 1), generator=gen).cuda()
@@ -93,7 +94,7 @@ def gpt2(torch):
     return step
 
 
-def bert(torch):
+def bert(torch, batch=0):
     from transformers import BertConfig, BertForMaskedLM
     cfg = BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                      intermediate_size=3072, max_position_embeddings=512, attn_implementation="eager",
@@ -101,7 +102,7 @@ def bert(torch):
     model = BertForMaskedLM(cfg).cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(11)
-    B = 32
+    B = batch or 32
 
     def step(i):
         T = int(torch.randint(64, 513, (1,), generator=gen))
@@ -118,13 +119,13 @@ def bert(torch):
     return step
 
 
-def resnet50(torch):
+def resnet50(torch, batch=0):
     import torchvision
     model = torchvision.models.resnet50(weights=None).cuda().train()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     scaler = torch.amp.GradScaler("cuda")
     gen = torch.Generator().manual_seed(13)
-    B = 64
+    B = batch or 64
 
     def step(i):
         x = torch.randn(B, 3, 224, 224, generator=gen).cuda()
