@@ -4,11 +4,12 @@
 # expandable_segments:True and under vram_torch (policy stitch), each in a process of its own. On the GPU
 # machine, repo root, build-carry/libvram_torch.so (or build-gpu/) present:
 #     bash bench/torch_alloc/oom_case.sh            # BATCHES="96 112" STEPS=6 (defaults)
+#     FRACTION=0.3 BATCHES=32 bash bench/torch_alloc/oom_case.sh   # the same on a GPU capped at 30%
 # Prints per run: finished or the step that ran out of memory, peak reserved / allocated, median step ms.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$(mktemp -d /tmp/oom_case.XXXXXX)}; mkdir -p "$OUT"
-BATCHES=${BATCHES:-96 112}; STEPS=${STEPS:-6}; MODES=${MODES:-native expandable vram_stitch}
+BATCHES=${BATCHES:-96 112}; STEPS=${STEPS:-6}; MODES=${MODES:-native expandable vram_stitch}; FRACTION=${FRACTION:-0}
 export CUBLAS_WORKSPACE_CONFIG=:4096:8 TOKENIZERS_PARALLELISM=false TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1
 export PYTHONPATH=$PWD/python:$PWD/bench/gpu:${PYTHONPATH:-}
 for d in build-carry build-gpu; do [ -f $d/libvram_torch.so ] && { export VRAM_TORCH_LIB=$PWD/$d/libvram_torch.so; break; }; done
@@ -17,7 +18,7 @@ for B in $BATCHES; do
   for m in $MODES; do
     conf=""; [ $m = expandable ] && conf="expandable_segments:True"
     PYTORCH_CUDA_ALLOC_CONF=$conf PYTORCH_ALLOC_CONF=$conf timeout 600 python3 bench/torch_alloc/workload.py bert $m \
-      --steps "$STEPS" --batch "$B" > "$OUT/bert-b$B-$m.json" 2> "$OUT/bert-b$B-$m.log"
+      --steps "$STEPS" --batch "$B" --fraction "$FRACTION" > "$OUT/bert-b$B-$m.json" 2> "$OUT/bert-b$B-$m.log"
     rc=$?
     python3 - "$OUT/bert-b$B-$m.json" "$OUT/bert-b$B-$m.log" "$B" "$m" "$rc" <<'PY'
 import json, sys

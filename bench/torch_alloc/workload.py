@@ -30,13 +30,18 @@ def main():
     ap.add_argument("mode", choices=["native", "expandable", "vram_stitch", "vram_pytorch"])
     ap.add_argument("--steps", type=int, default=int(os.environ.get("STEPS", "12")))
     ap.add_argument("--batch", type=int, default=0, help="the workload's batch (0: its default)")
+    ap.add_argument("--fraction", type=float, default=0.0,
+                    help="cap the process's device memory at this fraction of the GPU (a smaller GPU): "
+                         "torch.cuda.set_per_process_memory_fraction natively, vram_torch.enable(fraction=) under vram")
     a = ap.parse_args()
 
     import torch
     vt = None
     if a.mode.startswith("vram_"):
         import vram_torch as vt
-        vt.enable(policy=a.mode[len("vram_"):])
+        vt.enable(policy=a.mode[len("vram_"):], fraction=a.fraction or None)
+    elif a.fraction:
+        torch.cuda.set_per_process_memory_fraction(a.fraction)
     if a.workload == "resnet50":
         try:
             import torchvision  # noqa: F401
