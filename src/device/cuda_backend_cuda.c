@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "vram/util.h"
 
@@ -276,6 +277,28 @@ static const vr_device_ops cuda_ops = {
     .use = cuda_use,
 };
 
+/* The access every mapping of device `index` gets: read/write for it and for each device that can reach
+ * its memory peer to peer (cudaDeviceCanAccessPeer). */
+static void grant_access(cuda_device *c, int index)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess)
+        count = 0, cudaGetLastError();
+    c->naccess = 0;
+    for (int d = -1; d < count && c->naccess < VR_CUDA_MAX_PEERS; d++) {
+        int can = 0;
+        if (d == index || (d >= 0 && (cudaDeviceCanAccessPeer(&can, d, index) != cudaSuccess || !can))) {
+            cudaGetLastError();
+            continue;
+        }
+        CUmemAccessDesc *a = &c->access[c->naccess++];
+        memset(a, 0, sizeof *a);
+        a->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        a->location.id = d < 0 ? index : d;
+        a->flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    }
+}
+
 vr_status vr__cuda_open(int index, const char *spec, vr_device **out)
 {
     *out = NULL;
@@ -296,6 +319,7 @@ vr_status vr__cuda_open(int index, const char *spec, vr_device **out)
     vr__device_init(&c->base, &cuda_ops, VR_DEVICE_CUDA, name);
     c->base.index = index;
     c->vm.granule = info.vm_supported ? info.vm_granularity : 0;
+    grant_access(c, index);
     *out = &c->base;
     return VR_OK;
 }

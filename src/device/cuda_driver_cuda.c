@@ -132,13 +132,9 @@ vr_status vr__cuda_enter(vr_device *dev, const vr_cu_api **api)
     return vr__cuda_use(dev->index);
 }
 
-CUresult vr__cu_set_rw(const vr_cu_api *api, int index, CUdeviceptr addr, size_t bytes)
+CUresult vr__cu_set_rw(const vr_cu_api *api, const cuda_device *c, CUdeviceptr addr, size_t bytes)
 {
-    CUmemAccessDesc access = {0};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = index;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    return api->MemSetAccess(addr, bytes, &access, 1);
+    return api->MemSetAccess(addr, bytes, c->access, (size_t)c->naccess);
 }
 
 void vr__cuda_sync_before_unmap(vr_device *dev)

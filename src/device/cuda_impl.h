@@ -52,13 +52,18 @@ CUmemAllocationProp vr__cuda_alloc_prop(int index);
  * dev made current (an error naming the device when there are none). */
 vr_status vr__cuda_enter(vr_device *dev, const vr_cu_api **cu);
 
-/* cuMemSetAccess: read/write for device `index` over [addr, addr+bytes). */
-CUresult vr__cu_set_rw(const vr_cu_api *cu, int index, CUdeviceptr addr, size_t bytes);
+/* cuMemSetAccess: read/write over [addr, addr+bytes) for the device and for every device that can
+ * access its memory peer to peer (as cudaMalloc'd memory is, once a program enables peer access: PyTorch
+ * copies between GPUs with kernels that read the other GPU's memory). */
+struct cuda_device;
+CUresult vr__cu_set_rw(const vr_cu_api *cu, const struct cuda_device *c, CUdeviceptr addr, size_t bytes);
 
 /* Before cuMemUnmap (which, unlike cudaFree, does not wait for kernels still
  * using the memory): makes dev current and synchronizes it; failures are
  * reported on stderr. */
 void vr__cuda_sync_before_unmap(vr_device *dev);
+
+#define VR_CUDA_MAX_PEERS 64    /* devices granted access to a mapping: the device and its peers */
 
 typedef struct cuda_device {
     vr_device base;
@@ -68,6 +73,8 @@ typedef struct cuda_device {
     vr_ptrmap phys_maps;      /* phys mapping address -> bytes (cuda_phys_cuda.c) */
     cudaEvent_t *pool;        /* idle events for reuse */
     size_t npool, cappool;
+    CUmemAccessDesc access[VR_CUDA_MAX_PEERS]; /* read/write for the device, then its peers */
+    int naccess;
 } cuda_device;
 
 /* Virtual memory ops of the cuda device (cuda_vm_cuda.c). */

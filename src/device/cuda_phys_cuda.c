@@ -84,7 +84,7 @@ static vr_status map_one(vr_device *dev, const vr_cu_api *cu, void *addr, vr_phy
     char b[160];
     CUresult res = cu->MemMap((CUdeviceptr)(uintptr_t)addr, bytes, 0, ph->h, offset);
     if (res == CUDA_SUCCESS && access) {
-        res = vr__cu_set_rw(cu, dev->index, (CUdeviceptr)(uintptr_t)addr, bytes);
+        res = vr__cu_set_rw(cu, (const cuda_device *)dev, (CUdeviceptr)(uintptr_t)addr, bytes);
         if (res != CUDA_SUCCESS)
             cu->MemUnmap((CUdeviceptr)(uintptr_t)addr, bytes);
     }
@@ -114,7 +114,7 @@ vr_status vr__cuda_phys_map_granules(vr_device *dev, void *addr, vr_phys *const 
     for (; i < n && st == VR_OK; i++)
         st = map_one(dev, cu, (char *)addr + i * granule, phs[i], 0, granule, false);
     if (st == VR_OK) {
-        CUresult res = vr__cu_set_rw(cu, dev->index, (CUdeviceptr)(uintptr_t)addr, n * granule);
+        CUresult res = vr__cu_set_rw(cu, (const cuda_device *)dev, (CUdeviceptr)(uintptr_t)addr, n * granule);
         if (res != CUDA_SUCCESS) {
             char b[160];
             st = vr_error(VR_ERR_DEVICE, "device %s: cuMemSetAccess of %zu mapped granules: %s", dev->name, n,

@@ -96,7 +96,7 @@ static vr_status map_granules(vr_device *dev, const vr_cu_api *cu, uintptr_t add
                             vr__cu_err(r != CUDA_SUCCESS ? r : rr, b, sizeof b));
         }
     }
-    CUresult r = vr__cu_set_rw(cu, dev->index, (CUdeviceptr)addr, bytes);
+    CUresult r = vr__cu_set_rw(cu, (const cuda_device *)dev, (CUdeviceptr)addr, bytes);
     if (r != CUDA_SUCCESS) {
         unmap_granules(dev, cu, addr, bytes);
         return vr_error(VR_ERR_DEVICE, "device %s: cuMemSetAccess: %s", dev->name, vr__cu_err(r, b, sizeof b));

@@ -1,14 +1,12 @@
 /* vram — CUDA matrix products through cuBLASLt: Linear forward (bias and GELU epilogues), Linear
- * backward (BGRADB epilogue for the bias gradient), a general row-major gemm, and a column-sum
- * kernel for the cases the epilogue does not cover.
+ * backward (the bias gradient by column sums), a general row-major gemm.
  *
  * Row-major tensors are cuBLASLt's column-major matrices transposed, so out(N,OC) = inp(N,C) w(OC,C)^T
  * is computed as out^T(OC,N) = op_T(w)(OC,C) inp^T(C,N): A = w (transposed), B = inp.
  *
  * Algorithms come from cublasLtMatmulAlgoGetHeuristic, cached per shape/epilogue/alignment (a small
  * table under a mutex), so a training step pays the heuristic once per distinct product. cuBLASLt
- * uses the ctx workspace except its last VR_LT_RESERVE bytes, which hold a bias gradient produced
- * by the BGRADB epilogue before it is added into an accumulating dbias. */
+ * uses the ctx workspace except its last VR_LT_RESERVE bytes, which hold the column sums' partials. */
 #include <cublasLt.h>
 #include <mutex>
 #include <string.h>
@@ -198,12 +196,82 @@ __global__ void k_colsum(T *dbias, const T *dout, int N, int OC, int acc)
     }
 }
 
+/* Column sums in two passes, for every shape with a workspace: pass 1, a grid of column tiles (256 columns:
+ * 32 lanes x 8 adjacent columns) by row chunks, each block summing its chunk's rows into fp32 partials in
+ * the workspace's reserved tail; pass 2 adds a column's partials in chunk order. The chunking depends on
+ * N and OC only, so the sums are the same run to run; enough blocks to fill the GPU where one block per
+ * 64 columns (k_colsum: 12 blocks at OC 768) leaves most of it idle. */
+#define CS_COLS 256
+#define CS_ROWG 8
+
+template <typename T>
+__global__ void k_colsum_part(float *part, const T *dout, int N, int OC, int rows_per_chunk, int vec)
+{
+    __shared__ float sh[CS_ROWG][CS_COLS + 1];
+    int lane = threadIdx.x, rg = threadIdx.y;
+    int c0 = blockIdx.x * CS_COLS + lane * 8;
+    int r0 = blockIdx.y * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (vec && c0 + 8 <= OC) { /* 8 elements in 16 bytes (bf16/fp16) or 32 (fp32) */
+        for (int r = r0 + rg; r < r1; r += CS_ROWG) {
+            const T *p = dout + (size_t)r * OC + c0;
+            if (sizeof(T) == 2) {
+                uint4 u = *(const uint4 *)p;
+                const T *e = (const T *)&u;
+#pragma unroll
+                for (int j = 0; j < 8; j++) s[j] += vr_tof(e[j]);
+            } else {
+                float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+                s[0] += a.x, s[1] += a.y, s[2] += a.z, s[3] += a.w, s[4] += b.x, s[5] += b.y, s[6] += b.z, s[7] += b.w;
+            }
+        }
+    } else {
+        for (int r = r0 + rg; r < r1; r += CS_ROWG)
+            for (int j = 0; j < 8; j++)
+                if (c0 + j < OC) s[j] += vr_tof(dout[(size_t)r * OC + c0 + j]);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) sh[rg][lane * 8 + j] = s[j];
+    __syncthreads();
+    for (int c = rg * 32 + lane; c < CS_COLS; c += CS_ROWG * 32) {
+        float t = 0.0f;
+        for (int y = 0; y < CS_ROWG; y++) t += sh[y][c];
+        int gc = blockIdx.x * CS_COLS + c;
+        if (gc < OC) part[(size_t)blockIdx.y * OC + gc] = t;
+    }
+}
+
+template <typename T>
+__global__ void k_colsum_fin(T *dbias, const float *part, int nchunk, int OC, int acc)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= OC) return;
+    float t = 0.0f;
+    for (int k = 0; k < nchunk; k++) t += part[(size_t)k * OC + c];
+    dbias[c] = vr_fromf<T>(acc ? vr_tof(dbias[c]) + t : t);
+}
+
 template <typename T>
 static vr_status colsum_t(const vr_cuda_ctx *ctx, void *dbias, const void *dout, int N, int OC, int acc,
                           const char *op)
 {
-    dim3 block(32, 32);
-    k_colsum<<<(OC + 63) / 64, block, 0, VR_STREAM(ctx)>>>((T *)dbias, (const T *)dout, N, OC, acc);
+    float *part = (float *)lt_reserve(ctx);
+    int tiles = (OC + CS_COLS - 1) / CS_COLS;
+    int cap = part ? (int)(VR_LT_RESERVE / sizeof(float) / (size_t)OC) : 0;   /* chunks the reserve holds */
+    int want = (2 * (ctx->sm_count > 0 ? ctx->sm_count : 132) + tiles - 1) / tiles;                        /* ~2 blocks per SM */
+    int nchunk = min(min(cap, want), (N + CS_ROWG - 1) / CS_ROWG);
+    if (nchunk < 2) { /* one block per 64 columns over all rows */
+        dim3 block(32, 32);
+        k_colsum<<<(OC + 63) / 64, block, 0, VR_STREAM(ctx)>>>((T *)dbias, (const T *)dout, N, OC, acc);
+        return vr_cu_launched(ctx, op);
+    }
+    int rows = (N + nchunk - 1) / nchunk;
+    nchunk = (N + rows - 1) / rows;
+    int vec = ((uintptr_t)dout % 16 == 0) && ((size_t)OC * sizeof(T)) % 16 == 0;
+    k_colsum_part<T><<<dim3(tiles, nchunk), dim3(32, CS_ROWG), 0, VR_STREAM(ctx)>>>(part, (const T *)dout, N, OC,
+                                                                                    rows, vec);
+    VR_CU_TRY(vr_cu_launched(ctx, op));
+    k_colsum_fin<T><<<(OC + 255) / 256, 256, 0, VR_STREAM(ctx)>>>((T *)dbias, part, nchunk, OC, acc);
     return vr_cu_launched(ctx, op);
 }
 
@@ -293,28 +361,11 @@ extern "C" vr_status vr_cuda_matmul_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt
     if (dinp) // dinp^T(C,N) = w^T(C,OC) dout^T(OC,N)
         VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, dinp, w, dout, C, N, OC, C, OC, C, 0, 0, 1.0f,
                                   acc_dinp ? 1.0f : 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, op));
-    int bias_done = 0;
-    if (dw) { // dw^T(C,OC) = inp^T(C,N) dout(N,OC); BGRADB sums op(B) = dout over N
-        void *bgrad = NULL;
-        size_t esz = vr_cuda_dtype_size(dt);
-        if (dbias && !acc_dparam) bgrad = dbias;
-        else if (dbias && lt_reserve(ctx) && (size_t)OC * esz <= VR_LT_RESERVE) bgrad = lt_reserve(ctx);
-        vr_status st = VR_ERR_UNSUPPORTED;
-        if (bgrad)
-            st = vr_cu_lt_matmul(ctx, dt, dw, inp, dout, C, OC, N, C, OC, C, 0, 1, 1.0f,
-                                 acc_dparam ? 1.0f : 0.0f, CUBLASLT_EPILOGUE_BGRADB, bgrad, NULL, 0, op);
-        if (st == VR_OK) {
-            bias_done = 1;
-            if (bgrad != dbias) VR_CU_TRY(vr_cuda_acc(ctx, dt, dbias, bgrad, (size_t)OC, 1));
-        } else if (st == VR_ERR_UNSUPPORTED) {
-            vr_clear_error();
-            VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, dw, inp, dout, C, OC, N, C, OC, C, 0, 1, 1.0f,
-                                      acc_dparam ? 1.0f : 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, op));
-        } else {
-            return st;
-        }
-    }
-    if (dbias && !bias_done) VR_CU_TRY(vr_cu_colsum(ctx, dt, dbias, dout, N, OC, acc_dparam, op));
+    if (dw) // dw^T(C,OC) = inp^T(C,N) dout(N,OC). No BGRADB epilogue: on the H100 it made GPT-2's dw products
+            // 1.1-1.5x slower (bench/gpu/lt_algos.cu), more than the column sums below cost
+        VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, dw, inp, dout, C, OC, N, C, OC, C, 0, 1, 1.0f,
+                                  acc_dparam ? 1.0f : 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, op));
+    if (dbias) VR_CU_TRY(vr_cu_colsum(ctx, dt, dbias, dout, N, OC, acc_dparam, op));
     return VR_OK;
 }
 
