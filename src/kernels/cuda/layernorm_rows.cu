@@ -2,8 +2,7 @@
  *
  * A lane holds the K 16-byte vectors lane, lane + 32, ... of its row (V = 16 / sizeof(T) columns
  * each), so a row of C <= 32 K V columns is read from memory once; all arithmetic is fp32.
- * Forward: mean, then the variance about it from the registers; the weights stay in registers over
- * the rows of a warp. With a second input the residual add runs first (x = inp + inp2, rounded to the
+ * Forward: mean, then the variance about it from the registers (the weights come from L1/L2). With a second input the residual add runs first (x = inp + inp2, rounded to the
  * dtype as the add kernel does, and written out), so add + layernorm is one pass.
  * Backward: a block of 16 warps per row slice (kernels/scratch.h: slices of rows_per_slice rows);
  * each warp computes dinp of its rows and keeps its columns' sums of dout xhat and dout in registers;
@@ -34,15 +33,6 @@ __global__ void __launch_bounds__(256) k_ln_rows_fwd(T *out, float *mean, float 
     int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     int nv = C / V, r0 = warp * rows_per_warp, r1 = min(N, r0 + rows_per_warp);
     if (r0 >= N) return;
-    vr_vec<T> wv[K], bv[K];
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        int i = lane + 32 * k;
-        if (i < nv) {
-            wv[k] = vr_ld16_nc(w + i * V);
-            bv[k] = vr_ld16_nc(b + i * V);
-        }
-    }
     float inv_c = 1.0f / C;
     for (int r = r0; r < r1; r++) {
         size_t off = (size_t)r * C;
@@ -79,10 +69,10 @@ __global__ void __launch_bounds__(256) k_ln_rows_fwd(T *out, float *mean, float 
         for (int k = 0; k < K; k++) {
             int i = lane + 32 * k;
             if (i < nv) {
-                vr_vec<T> o;
+                vr_vec<T> wv = vr_ld16_nc(w + i * V), bv = vr_ld16_nc(b + i * V), o;
 #pragma unroll
                 for (int j = 0; j < V; j++)
-                    o.v[j] = vr_fromf<T>((vr_tof(xv[k].v[j]) - m) * rs * vr_tof(wv[k].v[j]) + vr_tof(bv[k].v[j]));
+                    o.v[j] = vr_fromf<T>((vr_tof(xv[k].v[j]) - m) * rs * vr_tof(wv.v[j]) + vr_tof(bv.v[j]));
                 vr_st16(out + off + i * V, o);
             }
         }
@@ -201,8 +191,7 @@ static int rows_fwd_t(const vr_cuda_ctx *ctx, void *out, float *mean, float *rst
         return 0;
     int K = ln_k(C / V, 8);
     if (!K) return 0;
-    /* several rows per warp once there are rows enough to fill the GPU: the weights load once */
-    int rpw = N >= 32768 ? 4 : N >= 8192 ? 2 : 1;
+    int rpw = 1; /* rows per warp (more saves nothing now that the weights are not held) */
     int warps = (N + rpw - 1) / rpw, grid = (warps + 7) / 8;
     cudaStream_t s = VR_STREAM(ctx);
     T *o = (T *)out, *rp = (T *)res;
