@@ -80,6 +80,10 @@ typedef struct vr_exec_config {
                                    * norm over all gradients in one pass, the update of all parameters in
                                    * one launch, from a table of addresses in the step's workspace). Same
                                    * results: the update bit for bit, the norm to fp32 summation order. */
+    bool no_fuse;                 /* CUDA: every node runs its own kernels; by default the executor fuses
+                                   * a residual add into the layernorm node right after it (planned memory,
+                                   * no poison; the same bytes, one pass fewer). The graph and the plan
+                                   * are the same either way. */
     bool profile;                 /* CUDA, node by node: GPU time per node (events), printed at the end */
     unsigned attention_v1;        /* CUDA: bit 0 forward, bit 1 backward run the first attention kernels
                                    * (deterministic backward) instead of the default ones */
