@@ -118,6 +118,7 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
     vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison,
                          .loss_scale = c->loss_scale, .loss_scale_window = c->loss_scale_window,
                          .cuda_graph = c->cuda_graph, .per_node_optimizer = c->per_node_optimizer,
+                         .no_fuse = c->no_fuse,
                          .profile = c->profile, .attention_v1 = c->attention_v1,
                          .on_node = c->on_node, .on_node_ctx = c->on_node_ctx, .device_times = c->device_times,
                          .comm = c->comm};
