@@ -83,6 +83,11 @@ __global__ void __launch_bounds__(256) k_ln_rows_fwd(T *out, float *mean, float 
     }
 }
 
+__device__ __forceinline__ void ln_prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 /* Shared memory of the backward's block sums: (dw | db) x K V 32 floats, lane-minor so that a warp's
  * stores do not conflict: column (lane + 32 k) V + j at (k V + j) 32 + lane. */
 template <int K, int V>
@@ -114,6 +119,17 @@ __global__ void __launch_bounds__(VR_LN_BWD_WARPS * 32) k_ln_rows_bwd(T *dinp, f
             if (i < nv) {
                 xv[k] = vr_ld16(inp + off + i * V);
                 gv[k] = vr_ld16(dout + off + i * V);
+            }
+        }
+        if (r + VR_LN_BWD_WARPS < r1) { /* the warp's next row on its way to L2 while this one computes */
+            size_t nx = off + (size_t)VR_LN_BWD_WARPS * C;
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                int i = lane + 32 * k;
+                if (i < nv) {
+                    ln_prefetch_l2(inp + nx + i * V);
+                    ln_prefetch_l2(dout + nx + i * V);
+                }
             }
         }
         float sg = 0.0f, sgx = 0.0f;
