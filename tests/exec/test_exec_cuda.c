@@ -321,8 +321,9 @@ static void dynamic_equals_plan(void **state)
  * node by node only) counts the adds right before a layernorm that queued no work in the last step. */
 typedef struct step_opts {
     bool no_fuse;
-    vr_precision prec; /* 0: bf16 */
+    vr_precision prec;  /* 0: bf16 */
     int *fused_adds;
+    bool deterministic; /* vram's attention with the v1 backward (no atomics in dQ): bit-for-bit repeatable */
 } step_opts;
 
 static void graph_steps_opts(bool graph, step_opts so, int steps, double *loss, double *norm, float **params,
@@ -332,13 +333,15 @@ static void graph_steps_opts(bool graph, step_opts so, int steps, double *loss, 
     vr_model_config m = et_gpt(4, 32);
     vr_step_config s = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .precision = so.prec ? so.prec : VR_PREC_BF16,
                         .grad_clip = 1.0f, .kernels = VR_KERNELS_CUDA, .workspace_bytes = (uint64_t)4 << 20};
+    if (so.deterministic)
+        s.attention = VR_ATTENTION_VRAM;
     assert_int_equal(vr_graph_build(&m, &s, &o->g), VR_OK);
     vr_plan_config pc = {.memory = VR_MEMORY_PLANNED};
     assert_int_equal(vr_plan_create(o->g, &pc, &o->plan), VR_OK);
     vr_device *dev = NULL;
     assert_int_equal(vr_device_open("cuda", &dev), VR_OK);
     vr_exec_config ec = {.memory = VR_MEMORY_PLANNED, .cuda_graph = graph, .no_fuse = so.no_fuse,
-                         .device_times = so.fused_adds != NULL};
+                         .device_times = so.fused_adds != NULL, .attention_v1 = so.deterministic ? 3u : 0u};
     vr_exec *e = NULL;
     if (vr_exec_create(o->plan, dev, &ec, &e) != VR_OK)
         fail_msg("%s", vr_last_error());
@@ -418,8 +421,8 @@ static void cuda_graph_equals_nodes(void **state)
 
 /* ------------------------------------------------------------------ add + layernorm fusion */
 
-/* Fused (the default) against no_fuse: the same losses, norms and parameters bit for bit over several
- * steps, in bf16 and fp32, node by node and (bf16) under a CUDA graph; the tiny GPT's residual adds
+/* Fused (the default) against no_fuse, both with deterministic kernels (vram's attention, its v1
+ * backward): the same losses, norms and parameters bit for bit over several steps, in bf16 and fp32, node by node and (bf16) under a CUDA graph; the tiny GPT's residual adds
  * before ln2, the next ln1 and lnf (2 layers: 4) queue nothing when fused, all of them when not. */
 static void fused_equals_unfused(void **state)
 {
@@ -433,9 +436,12 @@ static void fused_equals_unfused(void **state)
         float *p0, *p1;
         int fa0 = -1, fa1 = -1;
         run_out a, b;
-        graph_steps_opts(graph, (step_opts){.prec = prec, .fused_adds = graph ? NULL : &fa0}, K, l0, n0, &p0, &a);
-        graph_steps_opts(graph, (step_opts){.no_fuse = true, .prec = prec, .fused_adds = graph ? NULL : &fa1}, K, l1,
-                         n1, &p1, &b);
+        graph_steps_opts(graph, (step_opts){.prec = prec, .fused_adds = graph ? NULL : &fa0, .deterministic = true},
+                         K, l0, n0, &p0, &a);
+        graph_steps_opts(graph,
+                         (step_opts){.no_fuse = true, .prec = prec, .fused_adds = graph ? NULL : &fa1,
+                                     .deterministic = true},
+                         K, l1, n1, &p1, &b);
         double dl = 0, dn = 0;
         for (int k = 0; k < K; k++) {
             dl = fmax(dl, fabs(l0[k] - l1[k]));
