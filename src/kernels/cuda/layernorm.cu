@@ -6,8 +6,8 @@
  * stays in L1), fp32 statistics saved for backward.
  * Backward: dinp one warp per row: dinp = rstd (g - mean_c(g) - xhat mean_c(g xhat)), g = dout w.
  * dw = sum_n dout xhat and db = sum_n dout in two steps: blocks over (64 columns) x (a slice of
- * rows) write fp32 partial sums to scratch, then one thread per column adds the slices in order
- * (deterministic, no atomics); either of dw and db may be NULL (a frozen weight or bias). */
+ * rows) write fp32 partial sums to scratch, then 16 threads per column add the slices in a fixed order
+ * (deterministic, no atomics; the final kernel serves the bandwidth kernels too); either of dw and db may be NULL (a frozen weight or bias). */
 #include <math.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
@@ -222,15 +222,28 @@ __global__ void k_ln_bwd_partial(float *part, const T *dout, const T *inp, const
     }
 }
 
+/* Block (32, 16): 32 columns, 16 slice lanes; lane y adds slices y, y + 16, ... in order, then lane 0 adds
+ * the 16 lanes' sums in order (a fixed order: deterministic; the slices' loads in flight side by side). */
+#define VR_LN_FINAL_Y 16
 template <typename T>
 __global__ void k_ln_bwd_final(T *dw, T *db, const float *part, int slices, int C, int acc)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float sw[VR_LN_FINAL_Y][33], sb[VR_LN_FINAL_Y][33];
+    int x = threadIdx.x, y = threadIdx.y, c = blockIdx.x * 32 + x;
     float tw = 0.0f, tb = 0.0f;
-    for (int s = 0; s < slices; s++) {
-        tw += part[(size_t)s * 2 * C + c];
-        tb += part[(size_t)s * 2 * C + C + c];
+    if (c < C)
+        for (int s = y; s < slices; s += VR_LN_FINAL_Y) {
+            tw += part[(size_t)s * 2 * C + c];
+            tb += part[(size_t)s * 2 * C + C + c];
+        }
+    sw[y][x] = tw;
+    sb[y][x] = tb;
+    __syncthreads();
+    if (y || c >= C) return;
+    tw = tb = 0.0f;
+    for (int k = 0; k < VR_LN_FINAL_Y; k++) {
+        tw += sw[k][x];
+        tb += sb[k][x];
     }
     if (dw) dw[c] = vr_fromf<T>(acc ? vr_tof(dw[c]) + tw : tw);
     if (db) db[c] = vr_fromf<T>(acc ? vr_tof(db[c]) + tb : tb);
@@ -240,7 +253,8 @@ template <typename T>
 static vr_status ln_bwd_final_t(const vr_cuda_ctx *ctx, void *dw, void *db, const float *part, int slices, int C,
                                 int acc)
 {
-    k_ln_bwd_final<<<(C + 255) / 256, 256, 0, VR_STREAM(ctx)>>>((T *)dw, (T *)db, part, slices, C, acc);
+    k_ln_bwd_final<<<(C + 31) / 32, dim3(32, VR_LN_FINAL_Y), 0, VR_STREAM(ctx)>>>((T *)dw, (T *)db, part, slices, C,
+                                                                                acc);
     return vr_cu_launched(ctx, "layernorm_bwd");
 }
 
@@ -280,8 +294,8 @@ static vr_status ln_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, void *db
         } else {
             slices = 0;
         }
-        k_ln_bwd_final<<<(C + 255) / 256, 256, 0, s>>>((T *)dw, (T *)db, (const float *)scratch, slices, C,
-                                                      acc_dparam);
+        k_ln_bwd_final<<<(C + 31) / 32, dim3(32, VR_LN_FINAL_Y), 0, s>>>((T *)dw, (T *)db, (const float *)scratch,
+                                                                        slices, C, acc_dparam);
         VR_CU_LAUNCHED(ctx, "layernorm_bwd");
     }
     return VR_OK;
