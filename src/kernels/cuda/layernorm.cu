@@ -7,7 +7,8 @@
  * Backward: dinp one warp per row: dinp = rstd (g - mean_c(g) - xhat mean_c(g xhat)), g = dout w.
  * dw = sum_n dout xhat and db = sum_n dout in two steps: blocks over (64 columns) x (a slice of
  * rows) write fp32 partial sums to scratch, then 16 threads per column add the slices in a fixed order
- * (deterministic, no atomics; the final kernel serves the bandwidth kernels too); either of dw and db may be NULL (a frozen weight or bias). */
+ * (deterministic, no atomics; the final kernel serves the bandwidth kernels too); either of dw and db
+ * may be NULL (a frozen weight or bias). */
 #include <math.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
