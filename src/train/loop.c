@@ -255,7 +255,7 @@ vr_status vr__trainer_eval_setup(vr_trainer *t)
     if (!st)
         st = vr__trainer_memory_check(t, t->eplan, t->plan->arena_size, "evaluation");
     vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison,
-                         .params_from = t->exec, .attention_v1 = c->attention_v1};
+                         .params_from = t->exec, .attention_v1 = c->attention_v1, .no_fuse = c->no_fuse};
     if (!st)
         st = vr_exec_create(t->eplan, t->dev, &ec, &t->eexec);
     if (!st)
