@@ -80,11 +80,10 @@ typedef struct vr_exec_config {
                                    * norm over all gradients in one pass, the update of all parameters in
                                    * one launch, from a table of addresses in the step's workspace). Same
                                    * results: the update bit for bit, the norm to fp32 summation order. */
-    bool no_fuse;                 /* CUDA: every node runs its own kernels; by default the executor fuses
-                                   * a residual add into the layernorm node right after it (planned memory,
-                                   * no poison; the same bytes, one pass fewer). The graph and the plan
-                                   * are the same either way. */
     bool profile;                 /* CUDA, node by node: GPU time per node (events), printed at the end */
+    bool unfused;                 /* CUDA: every node runs its own kernels, instead of the default fusion of a
+                                   * residual add into the layernorm node right after it (one kernel, planned
+                                   * memory without poison; the same bytes). Same tensors, same plan. */
     unsigned attention_v1;        /* CUDA: bit 0 forward, bit 1 backward run the first attention kernels
                                    * (deterministic backward) instead of the default ones */
     float loss_scale;             /* fp16 training: the first dynamic loss scale (0: 65536, as

@@ -266,7 +266,7 @@ static int run(int argc, char **argv)
     c.loss_scale_window = (int)o.loss_scale_window;
     c.cuda_graph = o.cuda_graph;
     c.per_node_optimizer = !o.multi_tensor;
-    c.no_fuse = !o.fuse;
+    c.unfused = !o.fuse;
     c.profile = o.profile;
     c.device_times = o.trace != NULL; /* the trace shows each node's time on the GPU too */
     if (o.m.attention && o.m.attention[0] == 'v' && o.m.attention[1] != 'r') /* --attention v2|v1|v1-fwd|v1-bwd */

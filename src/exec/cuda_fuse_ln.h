@@ -17,7 +17,7 @@ typedef struct vr_cuda_fuse_ln {
     int64_t n;           /* its elements */
 } vr_cuda_fuse_ln;
 
-/* Finds the pairs once (the graph is static): fusion on (not vr_exec_config.no_fuse), planned memory,
+/* Finds the pairs once (the graph is static): fusion on (not vr_exec_config.unfused), planned memory,
  * no poison. f->pair stays NULL when there is none. */
 vr_status vr__cuda_fuse_ln_init(vr_cuda_fuse_ln *f, const vr_exec *e);
 void vr__cuda_fuse_ln_free(vr_cuda_fuse_ln *f);

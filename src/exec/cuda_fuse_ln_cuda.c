@@ -40,7 +40,7 @@ vr_status vr__cuda_fuse_ln_init(vr_cuda_fuse_ln *f, const vr_exec *e)
     const vr_graph *g = e->g;
     f->pair = NULL;
     f->pending = -1;
-    if (e->cfg.no_fuse || e->cfg.memory != VR_MEMORY_PLANNED || e->cfg.poison || g->n_nodes < 2)
+    if (e->cfg.unfused || e->cfg.memory != VR_MEMORY_PLANNED || e->cfg.poison || g->n_nodes < 2)
         return VR_OK;
     int found = 0;
     for (int i = 0; i + 1 < g->n_nodes; i++)

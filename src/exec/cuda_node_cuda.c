@@ -552,8 +552,8 @@ static vr_status run_kernels(const vr_exec_args *a)
         st = scratch_check(a->g, n, a->scratch ? a->scratch_bytes : 0);
     if (st)
         return st;
-    bool fused = false; /* an add put off into the layernorm after it, or that layernorm running both */
-    if ((st = vr__cuda_fuse_ln_node(&s->fuse_ln, c, a, dt, &fused, &s->idle)) || fused)
+    bool ln_fused = false; /* an add put off into the layernorm after it, or that layernorm running both */
+    if ((st = vr__cuda_fuse_ln_node(&s->fuse_ln, c, a, dt, &ln_fused, &s->idle)) || ln_fused)
         return st;
     switch (n->op) {
     case VR_OP_EMBEDDING: {

@@ -317,10 +317,10 @@ static void dynamic_equals_plan(void **state)
  * recaptures): node by node, and with cuda_graph (step 1 node by node, step 2 captured, the rest
  * replayed). Same losses, norms and parameters (sumsq's fp32 atomics may reorder a few additions:
  * 1e-5), and the plan still equals the run. */
-/* Executor switches of graph_steps beyond the CUDA graph: fusion off; *fused_adds (not NULL: device times on,
+/* Executor switches of graph_steps beyond the CUDA graph: fusion off (unfused); *fused_adds (not NULL: device times on,
  * node by node only) counts the adds right before a layernorm that queued no work in the last step. */
 typedef struct step_opts {
-    bool no_fuse;
+    bool unfused;
     vr_precision prec;  /* 0: bf16 */
     int *fused_adds;
     bool deterministic; /* vram's attention with the v1 backward (no atomics in dQ): bit-for-bit repeatable */
@@ -340,7 +340,7 @@ static void graph_steps_opts(bool graph, step_opts so, int steps, double *loss, 
     assert_int_equal(vr_plan_create(o->g, &pc, &o->plan), VR_OK);
     vr_device *dev = NULL;
     assert_int_equal(vr_device_open("cuda", &dev), VR_OK);
-    vr_exec_config ec = {.memory = VR_MEMORY_PLANNED, .cuda_graph = graph, .no_fuse = so.no_fuse,
+    vr_exec_config ec = {.memory = VR_MEMORY_PLANNED, .cuda_graph = graph, .unfused = so.unfused,
                          .device_times = so.fused_adds != NULL, .attention_v1 = so.deterministic ? 3u : 0u};
     vr_exec *e = NULL;
     if (vr_exec_create(o->plan, dev, &ec, &e) != VR_OK)
@@ -421,7 +421,7 @@ static void cuda_graph_equals_nodes(void **state)
 
 /* ------------------------------------------------------------------ add + layernorm fusion */
 
-/* Fused (the default) against no_fuse, both with deterministic kernels (vram's attention, its v1
+/* Fused (the default) against unfused, both with deterministic kernels (vram's attention, its v1
  * backward): the same losses, norms and parameters bit for bit over several steps, in bf16 and fp32, node by node and (bf16) under a CUDA graph; the tiny GPT's residual adds
  * before ln2, the next ln1 and lnf (2 layers: 4) queue nothing when fused, all of them when not. */
 static void fused_equals_unfused(void **state)
@@ -439,7 +439,7 @@ static void fused_equals_unfused(void **state)
         graph_steps_opts(graph, (step_opts){.prec = prec, .fused_adds = graph ? NULL : &fa0, .deterministic = true},
                          K, l0, n0, &p0, &a);
         graph_steps_opts(graph,
-                         (step_opts){.no_fuse = true, .prec = prec, .fused_adds = graph ? NULL : &fa1,
+                         (step_opts){.unfused = true, .prec = prec, .fused_adds = graph ? NULL : &fa1,
                                      .deterministic = true},
                          K, l1, n1, &p1, &b);
         double dl = 0, dn = 0;
