@@ -81,6 +81,9 @@ typedef struct vr_exec_config {
                                    * one launch, from a table of addresses in the step's workspace). Same
                                    * results: the update bit for bit, the norm to fp32 summation order. */
     bool profile;                 /* CUDA, node by node: GPU time per node (events), printed at the end */
+    bool unfused;                 /* CUDA: every node runs its own kernels, instead of the default fusion of a
+                                   * residual add into the layernorm node right after it (one kernel, planned
+                                   * memory without poison; the same bytes). Same tensors, same plan. */
     unsigned attention_v1;        /* CUDA: bit 0 forward, bit 1 backward run the first attention kernels
                                    * (deterministic backward) instead of the default ones */
     float loss_scale;             /* fp16 training: the first dynamic loss scale (0: 65536, as

@@ -52,6 +52,7 @@
 #include "exec/cuda_comm.h"
 #include "exec/cuda_copy.h"
 #include "exec/cuda_dtype.h"
+#include "exec/cuda_fuse_ln.h"
 #include "exec/cuda_prof.h"
 #include "exec/cuda_times.h"
 #include "kernels/cpu/kernels_cpu.h"
@@ -92,6 +93,7 @@ typedef struct cuda_state {
     vr_cuda_side comms;       /* data parallel: the collectives' stream and events */
     vr_cuda_times times;      /* cfg.device_times: every node's span on the GPU (the trace) */
     bool idle;                /* the node being run queued no device work (a multi-tensor group's member) */
+    vr_cuda_fuse_ln fuse_ln;  /* residual add + layernorm in one kernel (cuda_fuse_ln_cuda.c) */
 } cuda_state;
 
 static const vr_tensor *T_(const vr_exec_args *a, int id) { return &a->g->tensors[id]; }
@@ -550,6 +552,9 @@ static vr_status run_kernels(const vr_exec_args *a)
         st = scratch_check(a->g, n, a->scratch ? a->scratch_bytes : 0);
     if (st)
         return st;
+    bool ln_fused = false; /* an add put off into the layernorm after it, or that layernorm running both */
+    if ((st = vr__cuda_fuse_ln_node(&s->fuse_ln, c, a, dt, &ln_fused, &s->idle)) || ln_fused)
+        return st;
     switch (n->op) {
     case VR_OP_EMBEDDING: {
         const vr_tensor *tok = T_(a, n->in[0]);
@@ -771,6 +776,7 @@ static void cuda_state_free(cuda_state *s)
     free(s->opt.host);
     free(s->build);
     free(s->cudnn);
+    vr__cuda_fuse_ln_free(&s->fuse_ln);
     vr__cuda_prof_end(s->prof, NULL);
     free(s);
 }
@@ -835,6 +841,8 @@ static vr_status cuda_init(vr_exec *e)
         st = vr_error(VR_ERR_OOM, "exec: out of host memory");
     if (!st)
         st = attention_choose(e, s);
+    if (!st)
+        st = vr__cuda_fuse_ln_init(&s->fuse_ln, e);
     if (!st && !e->cfg.cuda_graph)
         st = vr__cuda_prof_new(e->g->n_nodes, e->cfg.profile, &s->prof);
     if (!st)

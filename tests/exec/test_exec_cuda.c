@@ -8,7 +8,9 @@
  * mode, and the arena is the plan's. Multi-tensor apply (the
  * default) against the per-node optimizer: the same state after each step (bit
  * for bit when the clip factors are equal), in planned, CUDA graph and dynamic
- * mode. */
+ * mode. The executor's add + layernorm fusion (the default without poison) against every node's own
+ * kernels: the same steps (bit for bit with that fusion alone), node by node, under a CUDA graph and
+ * with recompute, the adds queueing no work of their own; an fp32 fused step matches the CPU. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -37,6 +39,8 @@ static bool gpu_present(void)
     return vr_cuda_device_count(&n) == VR_OK && n > 0;
 }
 
+static bool run_poison = true; /* run_model's executor poisons (which turns the executor's fusions off) */
+
 static void run_model(const char *dev_spec, vr_precision prec, vr_memory_mode mode, vr_model_config m, run_out *o)
 {
     memset(o, 0, sizeof *o);
@@ -51,7 +55,7 @@ static void run_model(const char *dev_spec, vr_precision prec, vr_memory_mode mo
     assert_int_equal(vr_plan_create(o->g, &pc, &o->plan), VR_OK);
     vr_device *dev = NULL;
     assert_int_equal(vr_device_open(dev_spec, &dev), VR_OK);
-    vr_exec_config ec = {.memory = mode, .poison = true};
+    vr_exec_config ec = {.memory = mode, .poison = run_poison};
     vr_exec *e = NULL;
     if (vr_exec_create(o->plan, dev, &ec, &e) != VR_OK)
         fail_msg("%s", vr_last_error());
@@ -313,18 +317,33 @@ static void dynamic_equals_plan(void **state)
  * recaptures): node by node, and with cuda_graph (step 1 node by node, step 2 captured, the rest
  * replayed). Same losses, norms and parameters (sumsq's fp32 atomics may reorder a few additions:
  * 1e-5), and the plan still equals the run. */
-static void graph_steps(bool graph, int steps, double *loss, double *norm, float **params, run_out *o)
+/* Executor switches of graph_steps beyond the CUDA graph: fusion off (unfused); *fused_adds (not NULL: device times on,
+ * node by node only) counts the adds right before a layernorm that queued no work in the last step. */
+typedef struct step_opts {
+    bool unfused;
+    vr_precision prec;  /* 0: bf16 */
+    int *fused_adds;
+    bool deterministic; /* vram's attention with the v1 backward (no atomics in dQ): bit-for-bit repeatable */
+    vr_recompute recompute;
+} step_opts;
+
+static void graph_steps_opts(bool graph, step_opts so, int steps, double *loss, double *norm, float **params,
+                             run_out *o)
 {
     memset(o, 0, sizeof *o);
     vr_model_config m = et_gpt(4, 32);
-    vr_step_config s = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .precision = VR_PREC_BF16,
+    vr_step_config s = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .precision = so.prec ? so.prec : VR_PREC_BF16,
                         .grad_clip = 1.0f, .kernels = VR_KERNELS_CUDA, .workspace_bytes = (uint64_t)4 << 20};
+    s.recompute = so.recompute;
+    if (so.deterministic)
+        s.attention = VR_ATTENTION_VRAM;
     assert_int_equal(vr_graph_build(&m, &s, &o->g), VR_OK);
     vr_plan_config pc = {.memory = VR_MEMORY_PLANNED};
     assert_int_equal(vr_plan_create(o->g, &pc, &o->plan), VR_OK);
     vr_device *dev = NULL;
     assert_int_equal(vr_device_open("cuda", &dev), VR_OK);
-    vr_exec_config ec = {.memory = VR_MEMORY_PLANNED, .cuda_graph = graph};
+    vr_exec_config ec = {.memory = VR_MEMORY_PLANNED, .cuda_graph = graph, .unfused = so.unfused,
+                         .device_times = so.fused_adds != NULL, .attention_v1 = so.deterministic ? 3u : 0u};
     vr_exec *e = NULL;
     if (vr_exec_create(o->plan, dev, &ec, &e) != VR_OK)
         fail_msg("%s", vr_last_error());
@@ -351,11 +370,26 @@ static void graph_steps(bool graph, int steps, double *loss, double *norm, float
         if (graph && k >= 1)
             assert_true(e->graph && e->graph_captured);
     }
+    if (so.fused_adds) {
+        *so.fused_adds = 0;
+        for (int i = 0; i + 1 < o->g->n_nodes; i++) {
+            uint64_t t0, t1;
+            int lane;
+            if (o->g->nodes[i].op == VR_OP_ADD && o->g->nodes[i + 1].op == VR_OP_LAYERNORM &&
+                !vr_exec_device_span(e, i, 0, &t0, &t1, &lane))
+                (*so.fused_adds)++;
+        }
+    }
     assert_int_equal(vr_exec_read(e, o->g->params, p, (uint64_t)o->g->n_params * 4), VR_OK);
     *params = p;
     vr_exec_get_memory(e, &o->mem);
     vr_exec_free(e);
     vr_device_close(dev);
+}
+
+static void graph_steps(bool graph, int steps, double *loss, double *norm, float **params, run_out *o)
+{
+    graph_steps_opts(graph, (step_opts){0}, steps, loss, norm, params, o);
 }
 
 static void cuda_graph_equals_nodes(void **state)
@@ -385,6 +419,83 @@ static void cuda_graph_equals_nodes(void **state)
     a.params = b.params = NULL;
     run_free(&a);
     run_free(&b);
+}
+
+/* ------------------------------------------------------------------ add + layernorm fusion */
+
+/* Fused (the default) against unfused, both with deterministic kernels (vram's attention, its v1
+ * backward), over several steps: bf16 and fp32 node by node, bf16 under a CUDA graph and with block
+ * recompute (the recompute phase's pairs too). The add + layernorm kernel writes the bytes of the add
+ * and the layernorm (test_kernels_cuda checks that bit for bit), so with that fusion alone the steps are
+ * equal bit for bit (printed); other executor fusions that vr_exec_config.unfused also turns off (Linear +
+ * GELU) round differently, so the assertions take fuse_matches' bounds. The tiny GPT's residual adds
+ * before ln2, the next ln1 and lnf (2 layers: 4, recompute's on top) queue nothing when fused, none
+ * when not. */
+static void fused_equals_unfused(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    enum { K = 4 };
+    for (int v = 0; v < 4; v++) {
+        bool graph = v == 2;
+        vr_precision prec = v == 1 ? VR_PREC_FP32 : VR_PREC_BF16;
+        bool fp32 = prec == VR_PREC_FP32;
+        vr_recompute rc = v == 3 ? VR_RECOMPUTE_BLOCK : VR_RECOMPUTE_NONE;
+        double l0[K], n0[K], l1[K], n1[K];
+        float *p0, *p1;
+        int fa0 = -1, fa1 = -1;
+        run_out a, b;
+        graph_steps_opts(graph,
+                         (step_opts){.prec = prec, .fused_adds = graph ? NULL : &fa0, .deterministic = true,
+                                     .recompute = rc},
+                         K, l0, n0, &p0, &a);
+        graph_steps_opts(graph,
+                         (step_opts){.unfused = true, .prec = prec, .fused_adds = graph ? NULL : &fa1,
+                                     .deterministic = true, .recompute = rc},
+                         K, l1, n1, &p1, &b);
+        double dl = 0, dn = 0;
+        for (int k = 0; k < K; k++) {
+            dl = fmax(dl, fabs(l0[k] - l1[k]));
+            dn = fmax(dn, fabs(n0[k] - n1[k]));
+        }
+        float dp = max_diff(p0, p1, a.g->n_params);
+        printf("fusion (%s%s%s): %d steps, loss %.6f..%.6f, fused vs unfused |loss| %.3g |norm| %.3g params %.3g;"
+               " adds without work: fused %d, unfused %d\n",
+               fp32 ? "fp32" : "bf16", graph ? ", cuda graph" : "", rc ? ", block recompute" : "", K, l0[0],
+               l0[K - 1], dl, dn, (double)dp, fa0, fa1);
+        assert_true(dl < (fp32 ? 1e-5 : 1e-2) && dp < (fp32 ? 1e-4f : 1e-2f));
+        if (!graph) {
+            assert_true(rc ? fa0 >= 4 : fa0 == 4);
+            assert_true(fa1 == 0);
+        }
+        check_plan_equals_run(&a);
+        assert_true(a.mem.arena == a.plan->arena_size);
+        free(p0);
+        free(p1);
+        a.params = b.params = NULL;
+        run_free(&a);
+        run_free(&b);
+    }
+}
+
+/* An fp32 step with the fusion on (no poison) matches the CPU step as fp32_matches_cpu does. */
+static void fused_fp32_matches_cpu(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    run_out c, g;
+    run_poison = false;
+    run_step("cpu", VR_PREC_FP32, VR_MEMORY_PLANNED, &c);
+    run_step("cuda", VR_PREC_FP32, VR_MEMORY_PLANNED, &g);
+    run_poison = true;
+    printf("fp32 fused: loss cpu %.7f cuda %.7f, norm cpu %.6f cuda %.6f, max param diff %.3g\n", c.loss, g.loss,
+           c.norm, g.norm, (double)max_diff(c.params, g.params, c.g->n_params));
+    assert_true(fabs(c.loss - g.loss) < 1e-4);
+    assert_true(fabs(c.norm - g.norm) < 1e-4 * (1 + c.norm));
+    assert_true(max_diff(c.params, g.params, c.g->n_params) < 1e-4f);
+    check_plan_equals_run(&g);
+    run_free(&c);
+    run_free(&g);
 }
 
 /* ------------------------------------------------------------------ multi-tensor apply */
@@ -623,6 +734,8 @@ int main(void)
         cmocka_unit_test(fp16_loss_scaling),
         cmocka_unit_test(dynamic_equals_plan),
         cmocka_unit_test(cuda_graph_equals_nodes),
+        cmocka_unit_test(fused_equals_unfused),
+        cmocka_unit_test(fused_fp32_matches_cpu),
         cmocka_unit_test(multi_tensor_equals_nodes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

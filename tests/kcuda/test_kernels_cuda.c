@@ -665,15 +665,180 @@ static void run_layernorm(vr_cuda_dtype dt, int N, int C)
     cudaFree(scratch), cudaFree(gdi), cudaFree(gdw), cudaFree(gdb), cudaFree(a1), cudaFree(a2), cudaFree(a3);
 }
 
+/* Device bytes equal? */
+static int same_dev(const void *a, const void *b, size_t bytes)
+{
+    unsigned char *x = malloc(bytes ? bytes : 1), *y = malloc(bytes ? bytes : 1);
+    CU(cudaMemcpy(x, a, bytes, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(y, b, bytes, cudaMemcpyDeviceToHost));
+    int eq = !memcmp(x, y, bytes);
+    free(x);
+    free(y);
+    return eq;
+}
+
+/* The backward twice on the same inputs: bit for bit the same dinp, dw and db (a fixed summation order). */
+static void run_layernorm_determinism(vr_cuda_dtype dt, int N, int C)
+{
+    size_t n = (size_t)N * C, es = vr_cuda_dtype_size(dt);
+    float *inp = hrand(n, -2, 2), *w = hrand(C, 0.5f, 1.5f), *b = hrand(C, -0.5f, 0.5f), *dout = hrand(n, -1, 1);
+    void *di = up(dt, inp, n), *dw = up(dt, w, C), *dbb = up(dt, b, C), *dd = up(dt, dout, n);
+    void *out = dnan(dt, n);
+    float *mean = dnan(VR_CUDA_F32, N), *rstd = dnan(VR_CUDA_F32, N);
+    OK(vr_cuda_layernorm_fwd(&ctx, dt, out, mean, rstd, di, dw, dbb, N, C));
+    size_t sb = vr_cuda_layernorm_bwd_scratch_bytes(N, C);
+    void *scratch = dalloc(sb), *g[2][3];
+    for (int r = 0; r < 2; r++) {
+        g[r][0] = dnan(dt, n), g[r][1] = dnan(dt, C), g[r][2] = dnan(dt, C);
+        OK(vr_cuda_layernorm_bwd(&ctx, dt, g[r][0], g[r][1], g[r][2], dd, di, dw, mean, rstd, N, C, 0, 0, scratch,
+                                 sb));
+    }
+    CU(cudaDeviceSynchronize());
+    print_message("    layernorm_bwd twice N%d C%d %s: bitwise equal\n", N, C, vr_cuda_dtype_name(dt));
+    if (!same_dev(g[0][0], g[1][0], n * es) || !same_dev(g[0][1], g[1][1], C * es) ||
+        !same_dev(g[0][2], g[1][2], C * es))
+        fail_msg("layernorm_bwd N%d C%d (%s): two runs differ", N, C, vr_cuda_dtype_name(dt));
+    free(inp), free(w), free(b), free(dout);
+    cudaFree(di), cudaFree(dw), cudaFree(dbb), cudaFree(dd), cudaFree(out), cudaFree(mean), cudaFree(rstd);
+    cudaFree(scratch);
+    for (int r = 0; r < 2; r++) cudaFree(g[r][0]), cudaFree(g[r][1]), cudaFree(g[r][2]);
+}
+
+/* add + layernorm in one call: res = x + y and out = layernorm(res) against the CPU, and bit for bit what
+ * vr_cuda_add_fwd then vr_cuda_layernorm_fwd give; also with res in place of x. */
+static void run_add_layernorm(vr_cuda_dtype dt, int N, int C)
+{
+    size_t n = (size_t)N * C, es = vr_cuda_dtype_size(dt);
+    float *x = hrand(n, -2, 2), *y = hrand(n, -1, 1), *w = hrand(C, 0.5f, 1.5f), *b = hrand(C, -0.5f, 0.5f);
+    void *dx = up(dt, x, n), *dy = up(dt, y, n), *dw = up(dt, w, C), *dbb = up(dt, b, C);
+    void *res = dnan(dt, n), *out = dnan(dt, n), *res2 = dnan(dt, n), *out2 = dnan(dt, n);
+    float *mean = dnan(VR_CUDA_F32, N), *rstd = dnan(VR_CUDA_F32, N);
+    float *mean2 = dnan(VR_CUDA_F32, N), *rstd2 = dnan(VR_CUDA_F32, N);
+    OK(vr_cuda_add_layernorm_fwd(&ctx, dt, res, out, mean, rstd, dx, dy, dw, dbb, N, C));
+    // the CPU: the sum rounded to dt as the GPU stores it, then the layernorm of that
+    float *rs = down(dt, res, n), *rsum = hzero(n), *ref = hzero(n), *rm = hzero(N), *rr = hzero(N);
+    vr_cpu_add_fwd(rsum, x, y, n);
+    char what[80];
+    snprintf(what, sizeof what, "add_layernorm_fwd res N%d C%d", N, C);
+    expect_close(what, dt, res, rsum, n, tol_for(dt, TOL_F32));
+    vr_cpu_layernorm_fwd(ref, rm, rr, rs, w, b, N, C);
+    expect_close("add_layernorm_fwd out", dt, out, ref, n, tol_for(dt, TOL_F32));
+    expect_close("add_layernorm_fwd mean", VR_CUDA_F32, mean, rm, N, TOL_F32);
+    expect_close("add_layernorm_fwd rstd", VR_CUDA_F32, rstd, rr, N, TOL_F32);
+    OK(vr_cuda_add_fwd(&ctx, dt, res2, dx, dy, n));
+    OK(vr_cuda_layernorm_fwd(&ctx, dt, out2, mean2, rstd2, res2, dw, dbb, N, C));
+    CU(cudaDeviceSynchronize());
+    if (!same_dev(res, res2, n * es) || !same_dev(out, out2, n * es) || !same_dev(mean, mean2, N * 4) ||
+        !same_dev(rstd, rstd2, N * 4))
+        fail_msg("add_layernorm_fwd N%d C%d (%s): not the bytes of add then layernorm", N, C,
+                 vr_cuda_dtype_name(dt));
+    // in place: the sum over x
+    poison(dt, out, n);
+    OK(vr_cuda_add_layernorm_fwd(&ctx, dt, dx, out, mean, rstd, dx, dy, dw, dbb, N, C));
+    CU(cudaDeviceSynchronize());
+    if (!same_dev(dx, res2, n * es) || !same_dev(out, out2, n * es))
+        fail_msg("add_layernorm_fwd N%d C%d (%s): in place differs", N, C, vr_cuda_dtype_name(dt));
+    print_message("    add_layernorm_fwd N%d C%d %s: bitwise add + layernorm (also in place)\n", N, C,
+                  vr_cuda_dtype_name(dt));
+    free(x), free(y), free(w), free(b), free(rs), free(rsum), free(ref), free(rm), free(rr);
+    cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(dbb), cudaFree(res), cudaFree(out), cudaFree(res2);
+    cudaFree(out2), cudaFree(mean), cudaFree(rstd), cudaFree(mean2), cudaFree(rstd2);
+}
+
+/* Shapes: tiny, odd C (100: the generic kernels for 16-bit rows; 1600: the forward's widest register rows,
+ * the generic backward), GPT-2's 768 and 1024 from one row to over 10000 (the slices of the dw/db sums,
+ * 128 at most, cut rows unevenly), C not a multiple of 256 columns (96, 200: lanes without a vector). */
+static const int LN_SHAPES[][2] = {{1, 5},     {37, 100},  {1, 768},   {3, 768},   {129, 768}, {4096, 768},
+                                   {10007, 768}, {16384, 768}, {300, 1024}, {129, 1600}, {65, 96}, {513, 200},
+                                   {33, 2048}};
+
 static void test_layernorm(void **state)
 {
     (void)state;
     NEED_GPU();
-    for (int di = 0; di < 3; di++) {
-        run_layernorm(DTS[di], 1, 5);
-        run_layernorm(DTS[di], 37, 100);
-        if (DTS[di] != VR_CUDA_F16) run_layernorm(DTS[di], 4096, 768);
+    for (int di = 0; di < 3; di++)
+        for (size_t k = 0; k < sizeof LN_SHAPES / sizeof LN_SHAPES[0]; k++) {
+            int N = LN_SHAPES[k][0], C = LN_SHAPES[k][1];
+            if (DTS[di] == VR_CUDA_F16 && N > 600) continue; /* fp16 where cheap */
+            run_layernorm(DTS[di], N, C);
+            run_add_layernorm(DTS[di], N, C);
+        }
+    for (int di = 0; di < 2; di++) {
+        run_layernorm_determinism(DTS[di], 16384, 768);
+        run_layernorm_determinism(DTS[di], 1000, 1600);
+        run_layernorm_determinism(DTS[di], 513, 100);
     }
+    /* the generic kernels (the ones before the register rows) against the CPU too */
+    vr__cuda_layernorm_generic(1);
+    run_layernorm(VR_CUDA_BF16, 4096, 768);
+    run_layernorm(VR_CUDA_F32, 129, 768);
+    run_add_layernorm(VR_CUDA_BF16, 129, 768);
+    vr__cuda_layernorm_generic(0);
+}
+
+/* VRAM_KCUDA_BENCH=1: microseconds per call and GB/s (the bytes each must move: the forward reads x and
+ * writes y; add + layernorm reads two and writes two; the backward reads x and dout and writes dinp) for
+ * GPT-2 124M's layernorms, 16384 x 768 bf16, the register-row kernels against the generic ones, and the
+ * add then the layernorm as two calls. Skipped otherwise. */
+static double bench_us(int which, int generic, void *const *p, int N, int C, void *scratch, size_t sb)
+{
+    vr__cuda_layernorm_generic(generic);
+    cudaEvent_t e0, e1;
+    CU(cudaEventCreate(&e0));
+    CU(cudaEventCreate(&e1));
+    const int reps = 50;
+    float ms = 0.0f;
+    for (int pass = 0; pass < 2; pass++) { /* the first warms up */
+        CU(cudaEventRecord(e0, 0));
+        for (int r = 0; r < reps; r++) {
+            if (which == 0)
+                OK(vr_cuda_layernorm_fwd(&ctx, VR_CUDA_BF16, p[1], p[5], p[6], p[0], p[3], p[4], N, C));
+            else if (which == 1)
+                OK(vr_cuda_add_layernorm_fwd(&ctx, VR_CUDA_BF16, p[7], p[1], p[5], p[6], p[0], p[2], p[3], p[4], N, C));
+            else if (which == 2) {
+                OK(vr_cuda_add_fwd(&ctx, VR_CUDA_BF16, p[7], p[0], p[2], (size_t)N * C));
+                OK(vr_cuda_layernorm_fwd(&ctx, VR_CUDA_BF16, p[1], p[5], p[6], p[7], p[3], p[4], N, C));
+            } else
+                OK(vr_cuda_layernorm_bwd(&ctx, VR_CUDA_BF16, p[8], p[9], p[10], p[2], p[0], p[3], p[5], p[6], N, C,
+                                         0, 0, scratch, sb));
+        }
+        CU(cudaEventRecord(e1, 0));
+        CU(cudaEventSynchronize(e1));
+        CU(cudaEventElapsedTime(&ms, e0, e1));
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    vr__cuda_layernorm_generic(0);
+    return 1000.0 * ms / reps;
+}
+
+static void test_layernorm_bench(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    const char *b = getenv("VRAM_KCUDA_BENCH");
+    if (!b || !*b || !strcmp(b, "0")) skip();
+    const int N = 16384, C = 768;
+    size_t n = (size_t)N * C;
+    float *h = hrand(n, -2, 2), *hw = hrand(C, 0.5f, 1.5f);
+    void *p[11];
+    p[0] = up(VR_CUDA_BF16, h, n), p[1] = dnan(VR_CUDA_BF16, n), p[2] = up(VR_CUDA_BF16, h, n);
+    p[3] = up(VR_CUDA_BF16, hw, C), p[4] = up(VR_CUDA_BF16, hw, C), p[5] = dnan(VR_CUDA_F32, N);
+    p[6] = dnan(VR_CUDA_F32, N), p[7] = dnan(VR_CUDA_BF16, n), p[8] = dnan(VR_CUDA_BF16, n);
+    p[9] = dnan(VR_CUDA_BF16, C), p[10] = dnan(VR_CUDA_BF16, C);
+    size_t sb = vr_cuda_layernorm_bwd_scratch_bytes(N, C);
+    void *scratch = dalloc(sb);
+    OK(vr_cuda_layernorm_fwd(&ctx, VR_CUDA_BF16, p[1], p[5], p[6], p[0], p[3], p[4], N, C));
+    static const char *names[] = {"layernorm_fwd", "add_layernorm_fwd", "add_fwd + layernorm_fwd", "layernorm_bwd"};
+    const double mb[] = {2.0 * n * 2, 4.0 * n * 2, 4.0 * n * 2, 3.0 * n * 2}; /* bytes that must move */
+    print_message("    %d x %d bf16           new: us    GB/s   generic: us    GB/s\n", N, C);
+    for (int k = 0; k < 4; k++) {
+        double t = bench_us(k, 0, p, N, C, scratch, sb), tg = bench_us(k, 1, p, N, C, scratch, sb);
+        print_message("    %-24s %10.1f %7.0f %12.1f %7.0f\n", names[k], t, mb[k] / t / 1e3, tg, mb[k] / tg / 1e3);
+    }
+    free(h), free(hw);
+    for (int k = 0; k < 11; k++) cudaFree(p[k]);
+    cudaFree(scratch);
 }
 
 /* ------------------------------------------------------------------ attention */
@@ -1119,7 +1284,7 @@ int main(void)
         cmocka_unit_test(test_elementwise),  cmocka_unit_test(test_convert),
         cmocka_unit_test(test_reductions),   cmocka_unit_test(test_loss_scaling),
         cmocka_unit_test(test_embedding),    cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_attention), cmocka_unit_test(test_llama_ops),
+        cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_layernorm_bench), cmocka_unit_test(test_attention), cmocka_unit_test(test_llama_ops),
         cmocka_unit_test(test_classifier),   cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_optimizers),   cmocka_unit_test(test_bad_arguments),
     };

@@ -270,6 +270,15 @@ vr_status vr_cuda_layernorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *
                                 const float *mean, const float *rstd, int N, int C, int acc_dinp,
                                 int acc_dparam, void *scratch, size_t scratch_bytes);
 size_t vr_cuda_layernorm_bwd_scratch_bytes(int N, int C);
+/* res(N,C) = a + b (rounded to the dtype, as vr_cuda_add_fwd) and out, mean, rstd = layernorm(res) as
+ * vr_cuda_layernorm_fwd, in one pass where the rows allow: the same bytes as the two calls. res may be
+ * a or b; out, mean and rstd overlap none of res, a, b. */
+vr_status vr_cuda_add_layernorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *res, void *out,
+                                    float *mean, float *rstd, const void *a, const void *b,
+                                    const void *w, const void *bias, int N, int C);
+/* Benchmarks only: on (1) runs the generic layernorm kernels where the bandwidth ones would (the
+ * speed before them); process-wide, not thread-safe. */
+void vr__cuda_layernorm_generic(int on);
 
 /* ---------------------------------------------------------------- attention */
 

@@ -1,17 +1,23 @@
 /* vram — CUDA layer normalization over the last dimension (torch.nn.LayerNorm, eps 1e-5).
  *
+ * Rows of 16-byte aligned vectors that fit a warp's registers run the bandwidth kernels of
+ * layernorm_rows.cu (one read of each row); the kernels here are the generic ones for the others:
  * Forward: one warp per row; mean, then the variance about it (two passes over the row, which
  * stays in L1), fp32 statistics saved for backward.
  * Backward: dinp one warp per row: dinp = rstd (g - mean_c(g) - xhat mean_c(g xhat)), g = dout w.
  * dw = sum_n dout xhat and db = sum_n dout in two steps: blocks over (64 columns) x (a slice of
- * rows) write fp32 partial sums to scratch, then one thread per column adds the slices in order
- * (deterministic, no atomics); either of dw and db may be NULL (a frozen weight or bias). */
+ * rows) write fp32 partial sums to scratch, then 16 threads per column add the slices in a fixed order
+ * (deterministic, no atomics; the final kernel serves the bandwidth kernels too); either of dw and db
+ * may be NULL (a frozen weight or bias). */
 #include <math.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
+#include "kernels/cuda/layernorm_rows.cuh"
 #include "kernels/scratch.h"
 
-#define VR_LN_EPS 1e-5f
+/* Benchmarks only: 1 runs the generic kernels even where the bandwidth ones apply (the old speed). */
+static int ln_generic_only;
+extern "C" void vr__cuda_layernorm_generic(int on) { ln_generic_only = on; }
 
 /* Row slices of the partial sums and the scratch they take: kernels/scratch.h (the plan's size too). */
 static int ln_slices(int N) { return vr_scratch_norm_slices(N); }
@@ -64,6 +70,8 @@ extern "C" vr_status vr_cuda_layernorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype
     if (N < 0 || C <= 0) return vr_cu_bad("layernorm_fwd", "bad shape");
     if (N == 0) return VR_OK;
     if (!out || !mean || !rstd || !inp || !w || !b) return vr_cu_bad("layernorm_fwd", "NULL pointer");
+    vr_status st = VR_OK;
+    if (!ln_generic_only && vr__ln_rows_fwd(ctx, dt, out, mean, rstd, NULL, inp, NULL, w, b, N, C, &st)) return st;
     return VR_CU_DISPATCH(dt, ln_fwd_t, ctx, out, mean, rstd, inp, w, b, N, C);
 }
 
@@ -215,18 +223,40 @@ __global__ void k_ln_bwd_partial(float *part, const T *dout, const T *inp, const
     }
 }
 
+/* Block (32, 16): 32 columns, 16 slice lanes; lane y adds slices y, y + 16, ... in order, then lane 0 adds
+ * the 16 lanes' sums in order (a fixed order: deterministic; the slices' loads in flight side by side). */
+#define VR_LN_FINAL_Y 16
 template <typename T>
 __global__ void k_ln_bwd_final(T *dw, T *db, const float *part, int slices, int C, int acc)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float sw[VR_LN_FINAL_Y][33], sb[VR_LN_FINAL_Y][33];
+    int x = threadIdx.x, y = threadIdx.y, c = blockIdx.x * 32 + x;
     float tw = 0.0f, tb = 0.0f;
-    for (int s = 0; s < slices; s++) {
-        tw += part[(size_t)s * 2 * C + c];
-        tb += part[(size_t)s * 2 * C + C + c];
+    if (c < C)
+        for (int s = y; s < slices; s += VR_LN_FINAL_Y) {
+            tw += part[(size_t)s * 2 * C + c];
+            tb += part[(size_t)s * 2 * C + C + c];
+        }
+    sw[y][x] = tw;
+    sb[y][x] = tb;
+    __syncthreads();
+    if (y || c >= C) return;
+    tw = tb = 0.0f;
+    for (int k = 0; k < VR_LN_FINAL_Y; k++) {
+        tw += sw[k][x];
+        tb += sb[k][x];
     }
     if (dw) dw[c] = vr_fromf<T>(acc ? vr_tof(dw[c]) + tw : tw);
     if (db) db[c] = vr_fromf<T>(acc ? vr_tof(db[c]) + tb : tb);
+}
+
+template <typename T>
+static vr_status ln_bwd_final_t(const vr_cuda_ctx *ctx, void *dw, void *db, const float *part, int slices, int C,
+                                int acc)
+{
+    k_ln_bwd_final<<<(C + 31) / 32, dim3(32, VR_LN_FINAL_Y), 0, VR_STREAM(ctx)>>>((T *)dw, (T *)db, part, slices, C,
+                                                                                acc);
+    return vr_cu_launched(ctx, "layernorm_bwd");
 }
 
 template <typename T>
@@ -265,8 +295,8 @@ static vr_status ln_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, void *db
         } else {
             slices = 0;
         }
-        k_ln_bwd_final<<<(C + 255) / 256, 256, 0, s>>>((T *)dw, (T *)db, (const float *)scratch, slices, C,
-                                                      acc_dparam);
+        k_ln_bwd_final<<<(C + 31) / 32, dim3(32, VR_LN_FINAL_Y), 0, s>>>((T *)dw, (T *)db, (const float *)scratch,
+                                                                        slices, C, acc_dparam);
         VR_CU_LAUNCHED(ctx, "layernorm_bwd");
     }
     return VR_OK;
@@ -285,6 +315,32 @@ extern "C" vr_status vr_cuda_layernorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype
     if ((dw || db) && N > 0 && (!scratch || scratch_bytes < vr_cuda_layernorm_bwd_scratch_bytes(N, C)))
         return vr_error(VR_ERR_INVALID, "cuda kernels: %s: scratch of %zu bytes < %zu needed", op,
                         scratch_bytes, vr_cuda_layernorm_bwd_scratch_bytes(N, C));
+    if (!ln_generic_only && N > 0 && (dinp || dw || db)) {
+        int slices = ln_slices(N), rps = (N + slices - 1) / slices;
+        float *part = dw || db ? (float *)scratch : NULL;
+        vr_status st = VR_OK;
+        if (vr__ln_rows_bwd(ctx, dt, dinp, part, dout, inp, w, mean, rstd, N, C, slices, rps, acc_dinp, &st)) {
+            if (st || !part) return st;
+            return VR_CU_DISPATCH(dt, ln_bwd_final_t, ctx, dw, db, part, slices, C, acc_dparam);
+        }
+    }
     return VR_CU_DISPATCH(dt, ln_bwd_t, ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C, acc_dinp,
                           acc_dparam, scratch);
+}
+
+extern "C" vr_status vr_cuda_add_layernorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *res, void *out,
+                                               float *mean, float *rstd, const void *a, const void *b,
+                                               const void *w, const void *bias, int N, int C)
+{
+    const char *op = "add_layernorm_fwd";
+    VR_CU_CTX_OK(ctx, op);
+    VR_CU_DT_OK(dt, op);
+    if (N < 0 || C <= 0) return vr_cu_bad(op, "bad shape");
+    if (N == 0) return VR_OK;
+    if (!res || !out || !mean || !rstd || !a || !b || !w || !bias) return vr_cu_bad(op, "NULL pointer");
+    vr_status st = VR_OK;
+    if (!ln_generic_only && vr__ln_rows_fwd(ctx, dt, out, mean, rstd, res, a, b, w, bias, N, C, &st)) return st;
+    /* the same results in two passes */
+    VR_CU_TRY(vr_cuda_add_fwd(ctx, dt, res, a, b, (size_t)N * (size_t)C));
+    return vr_cuda_layernorm_fwd(ctx, dt, out, mean, rstd, res, w, bias, N, C);
 }

@@ -1,0 +1,276 @@
+/* vram — layer normalization at memory bandwidth: one warp per row, the row held in registers.
+ *
+ * A lane holds the K 16-byte vectors lane, lane + 32, ... of its row (V = 16 / sizeof(T) columns
+ * each), so a row of C <= 32 K V columns is read from memory once; all arithmetic is fp32.
+ * Forward: mean, then the variance about it from the registers (the weights come from L1/L2). With a second input the residual add runs first (x = inp + inp2, rounded to the
+ * dtype as the add kernel does, and written out), so add + layernorm is one pass.
+ * Backward: a block of 16 warps per row slice (kernels/scratch.h: slices of rows_per_slice rows);
+ * each warp computes dinp of its rows and keeps its columns' sums of dout xhat and dout in registers;
+ * at the end the warps add into shared memory one after another (a fixed order, no atomics) and the
+ * block writes the slice's fp32 partial sums, which layernorm.cu's final kernel adds in slice order. */
+#include "kernels/cuda/cuda_internal.cuh"
+#include "kernels/cuda/layernorm_rows.cuh"
+
+#define VR_LN_BWD_WARPS 16
+
+/* The K (vectors per lane) that a row of nv vectors needs, rounded up to an instantiated one; 0: more
+ * than kmax (too wide for registers). The forward holds a row (kmax 8: 1024 fp32 or 2048 16-bit
+ * columns), the backward two rows and two sums per column (kmax 6 for fp32: 768 columns, 4 for 16-bit:
+ * 1024); wider rows run the generic kernels of layernorm.cu. */
+static int ln_k(int nv, int kmax)
+{
+    int k = (nv + 31) / 32;
+    if (k > kmax) return 0;
+    return k <= 4 ? k : k <= 6 ? 6 : 8;
+}
+
+template <typename T, int K, bool ADD>
+__global__ void __launch_bounds__(256) k_ln_rows_fwd(T *out, float *mean, float *rstd, T *res, const T *inp,
+                                                     const T *inp2, const T *w, const T *b, int N, int C,
+                                                     int rows_per_warp)
+{
+    constexpr int V = vr_vec<T>::N;
+    int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    int nv = C / V, r0 = warp * rows_per_warp, r1 = min(N, r0 + rows_per_warp);
+    if (r0 >= N) return;
+    float inv_c = 1.0f / C;
+    for (int r = r0; r < r1; r++) {
+        size_t off = (size_t)r * C;
+        vr_vec<T> xv[K];
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int i = lane + 32 * k;
+            if (i < nv) {
+                xv[k] = vr_ld16(inp + off + i * V);
+                if (ADD) {
+                    vr_vec<T> yv = vr_ld16(inp2 + off + i * V);
+#pragma unroll
+                    for (int j = 0; j < V; j++) xv[k].v[j] = vr_fromf<T>(vr_tof(xv[k].v[j]) + vr_tof(yv.v[j]));
+                    vr_st16(res + off + i * V, xv[k]);
+                }
+#pragma unroll
+                for (int j = 0; j < V; j++) s += vr_tof(xv[k].v[j]);
+            }
+        }
+        float m = vr_warp_sum(s) * inv_c;
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; k++)
+            if (lane + 32 * k < nv) {
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    float d = vr_tof(xv[k].v[j]) - m;
+                    v += d * d;
+                }
+            }
+        float rs = rsqrtf(vr_warp_sum(v) * inv_c + VR_LN_EPS);
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int i = lane + 32 * k;
+            if (i < nv) {
+                vr_vec<T> wv = vr_ld16_nc(w + i * V), bv = vr_ld16_nc(b + i * V), o;
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    o.v[j] = vr_fromf<T>((vr_tof(xv[k].v[j]) - m) * rs * vr_tof(wv.v[j]) + vr_tof(bv.v[j]));
+                vr_st16(out + off + i * V, o);
+            }
+        }
+        if (lane == 0) {
+            mean[r] = m;
+            rstd[r] = rs;
+        }
+    }
+}
+
+__device__ __forceinline__ void ln_prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* Shared memory of the backward's block sums: (dw | db) x K V 32 floats, lane-minor so that a warp's
+ * stores do not conflict: column (lane + 32 k) V + j at (k V + j) 32 + lane. */
+template <int K, int V>
+__device__ __forceinline__ int ln_sh(int k, int j, int lane) { return (k * V + j) * 32 + lane; }
+
+template <typename T, int K>
+__global__ void __launch_bounds__(VR_LN_BWD_WARPS * 32) k_ln_rows_bwd(T *dinp, float *part, const T *dout,
+                                                                     const T *inp, const T *w, const float *mean,
+                                                                     const float *rstd, int N, int C,
+                                                                     int rows_per_slice, int acc)
+{
+    constexpr int V = vr_vec<T>::N, S = K * V * 32;
+    __shared__ float sh[2 * S];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int nv = C / V, r0 = blockIdx.x * rows_per_slice, r1 = min(N, r0 + rows_per_slice);
+    float aw[K][V], ab[K][V];
+#pragma unroll
+    for (int k = 0; k < K; k++)
+#pragma unroll
+        for (int j = 0; j < V; j++) aw[k][j] = ab[k][j] = 0.0f;
+    float inv_c = 1.0f / C;
+    for (int r = r0 + warp; r < r1; r += VR_LN_BWD_WARPS) {
+        size_t off = (size_t)r * C;
+        float m = mean[r], rs = rstd[r];
+        vr_vec<T> xv[K], gv[K];
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int i = lane + 32 * k;
+            if (i < nv) {
+                xv[k] = vr_ld16(inp + off + i * V);
+                gv[k] = vr_ld16(dout + off + i * V);
+            }
+        }
+        if (r + VR_LN_BWD_WARPS < r1) { /* the warp's next row on its way to L2 while this one computes */
+            size_t nx = off + (size_t)VR_LN_BWD_WARPS * C;
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                int i = lane + 32 * k;
+                if (i < nv) {
+                    ln_prefetch_l2(inp + nx + i * V);
+                    ln_prefetch_l2(dout + nx + i * V);
+                }
+            }
+        }
+        float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int i = lane + 32 * k;
+            if (i < nv) {
+                vr_vec<T> wv;
+                if (dinp) wv = vr_ld16_nc(w + i * V);
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    float g = vr_tof(gv[k].v[j]), xh = (vr_tof(xv[k].v[j]) - m) * rs;
+                    if (dinp) {
+                        float wg = g * vr_tof(wv.v[j]);
+                        sg += wg;
+                        sgx += wg * xh;
+                    }
+                    if (part) {
+                        aw[k][j] += g * xh;
+                        ab[k][j] += g;
+                    }
+                }
+            }
+        }
+        if (!dinp) continue;
+        sg = vr_warp_sum(sg) * inv_c;
+        sgx = vr_warp_sum(sgx) * inv_c;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int i = lane + 32 * k;
+            if (i < nv) {
+                vr_vec<T> wv = vr_ld16_nc(w + i * V), dv, o;
+                if (acc) dv = vr_ld16(dinp + off + i * V);
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    float xh = (vr_tof(xv[k].v[j]) - m) * rs;
+                    float d = rs * (vr_tof(gv[k].v[j]) * vr_tof(wv.v[j]) - sg - xh * sgx);
+                    o.v[j] = vr_fromf<T>(acc ? vr_tof(dv.v[j]) + d : d);
+                }
+                vr_st16(dinp + off + i * V, o);
+            }
+        }
+    }
+    if (!part) return; /* uniform over the block */
+    /* the warps' sums into shared memory, warp 0 first, then 1, ...: the same order every run */
+    for (int t = 0; t < VR_LN_BWD_WARPS; t++) {
+        if (warp == t) {
+#pragma unroll
+            for (int k = 0; k < K; k++)
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    int q = ln_sh<K, V>(k, j, lane);
+                    sh[q] = t == 0 ? aw[k][j] : sh[q] + aw[k][j];
+                    sh[S + q] = t == 0 ? ab[k][j] : sh[S + q] + ab[k][j];
+                }
+        }
+        __syncthreads();
+    }
+    float *p = part + (size_t)blockIdx.x * 2 * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        int i = c / V, j = c - i * V;
+        int q = ln_sh<K, V>(i / 32, j, i & 31);
+        p[c] = sh[q];
+        p[C + c] = sh[S + q];
+    }
+}
+
+template <typename T>
+static int rows_fwd_t(const vr_cuda_ctx *ctx, void *out, float *mean, float *rstd, void *res, const void *inp,
+                      const void *inp2, const void *w, const void *b, int N, int C, vr_status *st)
+{
+    constexpr int V = vr_vec<T>::N;
+    if (C % V || !vr_aligned16(out) || !vr_aligned16(inp) || !vr_aligned16(w) || !vr_aligned16(b) ||
+        (inp2 && (!vr_aligned16(inp2) || !vr_aligned16(res))))
+        return 0;
+    int K = ln_k(C / V, 8);
+    if (!K) return 0;
+    int rpw = 1; /* rows per warp (more saves nothing now that the weights are not held) */
+    int warps = (N + rpw - 1) / rpw, grid = (warps + 7) / 8;
+    cudaStream_t s = VR_STREAM(ctx);
+    T *o = (T *)out, *rp = (T *)res;
+    const T *x = (const T *)inp, *x2 = (const T *)inp2, *wp = (const T *)w, *bp = (const T *)b;
+#define VR_LN_FWD(KK)                                                                                        \
+    case KK:                                                                                                 \
+        if (inp2)                                                                                            \
+            k_ln_rows_fwd<T, KK, true><<<grid, 256, 0, s>>>(o, mean, rstd, rp, x, x2, wp, bp, N, C, rpw);    \
+        else                                                                                                 \
+            k_ln_rows_fwd<T, KK, false><<<grid, 256, 0, s>>>(o, mean, rstd, rp, x, x2, wp, bp, N, C, rpw);   \
+        break
+    switch (K) {
+        VR_LN_FWD(1);
+        VR_LN_FWD(2);
+        VR_LN_FWD(3);
+        VR_LN_FWD(4);
+        VR_LN_FWD(6);
+        VR_LN_FWD(8);
+    }
+#undef VR_LN_FWD
+    *st = vr_cu_launched(ctx, inp2 ? "add_layernorm_fwd" : "layernorm_fwd");
+    return 1;
+}
+
+template <typename T>
+static int rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, const void *dout, const void *inp,
+                      const void *w, const float *mean, const float *rstd, int N, int C, int slices, int rps,
+                      int acc, vr_status *st)
+{
+    constexpr int V = vr_vec<T>::N;
+    if (C % V || !vr_aligned16(dout) || !vr_aligned16(inp) || (dinp && (!vr_aligned16(dinp) || !vr_aligned16(w))))
+        return 0;
+    int K = ln_k(C / V, sizeof(T) == 4 ? 6 : 4);
+    if (!K) return 0;
+    cudaStream_t s = VR_STREAM(ctx);
+    T *d = (T *)dinp;
+    const T *g = (const T *)dout, *x = (const T *)inp, *wp = (const T *)w;
+#define VR_LN_BWD(KK)                                                                                                 \
+    case KK:                                                                                                          \
+        k_ln_rows_bwd<T, KK><<<slices, VR_LN_BWD_WARPS * 32, 0, s>>>(d, part, g, x, wp, mean, rstd, N, C, rps, acc); \
+        break
+    switch (K) {
+        VR_LN_BWD(1);
+        VR_LN_BWD(2);
+        VR_LN_BWD(3);
+        VR_LN_BWD(4);
+        VR_LN_BWD(6);
+    }
+#undef VR_LN_BWD
+    *st = vr_cu_launched(ctx, "layernorm_bwd");
+    return 1;
+}
+
+int vr__ln_rows_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *mean, float *rstd, void *res,
+                    const void *inp, const void *inp2, const void *w, const void *b, int N, int C, vr_status *st)
+{
+    return VR_CU_DISPATCH(dt, rows_fwd_t, ctx, out, mean, rstd, res, inp, inp2, w, b, N, C, st);
+}
+
+int vr__ln_rows_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, float *part, const void *dout,
+                    const void *inp, const void *w, const float *mean, const float *rstd, int N, int C,
+                    int slices, int rows_per_slice, int acc_dinp, vr_status *st)
+{
+    return VR_CU_DISPATCH(dt, rows_bwd_t, ctx, dinp, part, dout, inp, w, mean, rstd, N, C, slices, rows_per_slice,
+                          acc_dinp, st);
+}

@@ -1,0 +1,24 @@
+/* vram — the bandwidth kernels of layer normalization (layernorm_rows.cu), private to
+ * src/kernels/cuda: a row lives in a warp's registers as 16-byte vectors, read once from memory.
+ * Each returns 0 when it does not apply (the shape or the alignment; layernorm.cu then runs the
+ * generic kernels), 1 when it launched (*st: the launch's status). */
+#ifndef VRAM_KERNELS_CUDA_LAYERNORM_ROWS_CUH
+#define VRAM_KERNELS_CUDA_LAYERNORM_ROWS_CUH
+
+#include "kernels/cuda/kernels_cuda.h"
+
+#define VR_LN_EPS 1e-5f
+
+/* out = layernorm(x) with x = inp, or x = inp + inp2 rounded to the dtype and written to res
+ * (inp2 and res both NULL or both not). */
+int vr__ln_rows_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *mean, float *rstd, void *res,
+                    const void *inp, const void *inp2, const void *w, const void *b, int N, int C, vr_status *st);
+
+/* dinp (may be NULL) in one pass over dout and inp, and when part is not NULL the fp32 partial sums of
+ * dw | db of `slices` row slices of rows_per_slice rows each (kernels/scratch.h's layout), each slice
+ * summed in a fixed order. */
+int vr__ln_rows_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, float *part, const void *dout,
+                    const void *inp, const void *w, const float *mean, const float *rstd, int N, int C,
+                    int slices, int rows_per_slice, int acc_dinp, vr_status *st);
+
+#endif
