@@ -1162,7 +1162,9 @@ static void test_softmax_xent(void **state)
             float *losses = dnan(VR_CUDA_F32, N);
             void *probs = dnan(dt, (size_t)N * V);
             OK(vr_cuda_softmax_xent_fwd(&ctx, dt, losses, probs, dz, dtg, N, V));
-            expect_close("softmax_xent_fwd losses", VR_CUDA_F32, losses, rl, N, dt == VR_CUDA_F32 ? TOL_F32 : 1e-3);
+            /* a small loss is log(S) + M - z[t] with cancellation: __expf's ~1e-6 error is relatively
+             * larger there (0.0094519 vs 0.0094521 seen) */
+            expect_close("softmax_xent_fwd losses", VR_CUDA_F32, losses, rl, N, dt == VR_CUDA_F32 ? 1e-4 : 1e-3);
             expect_close("softmax_xent_fwd probs", dt, probs, rp, (size_t)N * V, tol_for(dt, TOL_F32));
             // backward from the CPU probs rounded to dt
             void *dp = up(dt, rp, (size_t)N * V);
