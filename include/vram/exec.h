@@ -81,6 +81,11 @@ typedef struct vr_exec_config {
                                    * one launch, from a table of addresses in the step's workspace). Same
                                    * results: the update bit for bit, the norm to fp32 summation order. */
     bool profile;                 /* CUDA, node by node: GPU time per node (events), printed at the end */
+    bool unfused;                 /* CUDA: every node runs its own kernels, instead of the default fusion of a
+                                   * Linear and the GELU after it (forward: matmul + gelu; backward: the
+                                   * matmul_bwd's dinp product + gelu_bwd) into one cuBLASLt product with a
+                                   * GELU epilogue, where the graph allows (vr_exec_fused_pairs). Same
+                                   * tensors, same plan; results equal to rounding. */
     unsigned attention_v1;        /* CUDA: bit 0 forward, bit 1 backward run the first attention kernels
                                    * (deterministic backward) instead of the default ones */
     float loss_scale;             /* fp16 training: the first dynamic loss scale (0: 65536, as
@@ -200,6 +205,11 @@ bool vr_exec_cuda_graph_state(const vr_exec *e, bool *on, const char **reason);
  * auto when cuDNN could not run them; "" without attention nodes or on the CPU. Valid while the executor
  * lives. */
 const char *vr_exec_attention_kernels(const vr_exec *e);
+
+/* CUDA: the Linear + GELU pairs this executor runs as one cuBLASLt product (vr_exec_config.unfused),
+ * found when it was made: *fwd forward ones (matmul + gelu, recompute's too), *bwd backward ones
+ * (matmul_bwd + gelu_bwd); either may be NULL. 0 and 0 on the CPU or when unfused. */
+void vr_exec_fused_pairs(const vr_exec *e, int *fwd, int *bwd);
 
 /* fp16 dynamic loss scaling: the scale the next step runs with and the good steps counted toward
  * its growth (1 and 0 without scaling); set restores them (a resumed run). */
