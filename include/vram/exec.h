@@ -208,7 +208,9 @@ const char *vr_exec_attention_kernels(const vr_exec *e);
 
 /* CUDA: the Linear + GELU pairs this executor runs as one cuBLASLt product (vr_exec_config.unfused),
  * found when it was made: *fwd forward ones (matmul + gelu, recompute's too), *bwd backward ones
- * (matmul_bwd + gelu_bwd); either may be NULL. 0 and 0 on the CPU or when unfused. */
+ * (matmul_bwd + gelu_bwd; a pair for whose shape cuBLASLt turned out to have no DGELU algorithm, at its
+ * first step, runs the two products one after the other and is no longer counted); either may be NULL.
+ * 0 and 0 on the CPU or when unfused. */
 void vr_exec_fused_pairs(const vr_exec *e, int *fwd, int *bwd);
 
 /* fp16 dynamic loss scaling: the scale the next step runs with and the good steps counted toward

@@ -195,6 +195,8 @@ static vr_status bwd_gelu(vr_cuda_fuse *f, int i, const vr_exec_args *a, const v
         if (st != VR_ERR_UNSUPPORTED)
             return st;
         f->part[i] = PART_BWD_SPLIT;
+        f->bwd--;
+        a->exec->fused_bwd = f->bwd;
     }
     vr_status st = vr_cuda_matmul_bwd(c, dt, dpost, NULL, NULL, dout, NULL, w, N, C, OC, 0, 0);
     return st ? st : vr_cuda_gelu_bwd(c, dt, dpre, pre, dpost, (size_t)N * C, 0);

@@ -664,6 +664,14 @@ static void fuse_steps(const fuse_case *fc, int steps, double *loss, int *fwd, i
     }
     if (fc->graph)
         assert_true(e->graph && e->graph_captured);
+    int fwd_run = 0, bwd_run = 0; /* after the steps: backward pairs cuBLASLt had no DGELU algorithm for are out */
+    vr_exec_fused_pairs(e, &fwd_run, &bwd_run);
+    assert_int_equal(fwd_run, *fwd);
+    if (bwd_run != *bwd)
+        printf("fusion %s: %d of %d backward pairs without a cuBLASLt DGELU algorithm (run unfused)\n",
+               vr_precision_name(fc->prec), *bwd - bwd_run, *bwd);
+    if (fc->prec == VR_PREC_BF16) /* the training case: cuBLASLt has DGELU for bf16 on sm_80+ */
+        assert_int_equal(bwd_run, *bwd);
     assert_int_equal(vr_exec_read(e, o->g->params, p, (uint64_t)o->g->n_params * 4), VR_OK);
     o->params = p;
     vr_exec_get_memory(e, &o->mem);
@@ -672,8 +680,9 @@ static void fuse_steps(const fuse_case *fc, int steps, double *loss, int *fwd, i
 }
 
 /* A Linear and the GELU beside it as one cuBLASLt product (the default) against every node's own
- * kernels (vr_exec_config.unfused) and the CPU, over 4 steps: fp32 fused within 1e-5 of unfused (losses;
- * parameters 1e-4, Adam's sign of a ~0 gradient) and 1e-4 of the CPU, bf16 within close_to_cpu's 1e-2; in planned memory (poisoned),
+ * kernels (vr_exec_config.unfused) and the CPU, over 4 steps: fp32 fused within 1e-4 of unfused and of
+ * the CPU (losses, parameters: cuBLASLt's fp32 GELU is within ~1e-3 of vram's, test_kernels_cuda), bf16
+ * within close_to_cpu's 1e-2; in planned memory (poisoned),
  * dynamic memory, a CUDA graph, block and selective recompute. The pairs were fused (both GPT blocks'
  * backward; the forward's, and recompute's under block), none when unfused, and the plan still equals
  * the run. */
@@ -721,7 +730,7 @@ static void fuse_matches(void **state)
                     assert_int_equal(fwd, L);
                 else if (rcs[r] == VR_RECOMPUTE_BLOCK)
                     assert_true(fwd >= L);
-                assert_true(dlu < (fp32 ? 1e-5 : 1e-2) && dpu < (fp32 ? 1e-4f : 1e-2f));
+                assert_true(dlu < (fp32 ? 1e-4 : 1e-2) && dpu < (fp32 ? 1e-4f : 1e-2f));
                 assert_true(dlc < (fp32 ? 1e-4 : 1e-2) && dpc < (fp32 ? 1e-4f : 1e-2f));
                 check_plan_equals_run(&f);
                 run_free(&f);
