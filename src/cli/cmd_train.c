@@ -39,7 +39,7 @@ typedef struct topts {
     bool has_wd, has_min_lr, has_beta1, has_beta2, has_momentum;
     double loss_scale;
     long long loss_scale_window;
-    bool cuda_graph, multi_tensor, profile;
+    bool cuda_graph, multi_tensor, fuse, profile;
     unsigned attention_v1;
 } topts;
 
@@ -60,9 +60,12 @@ static int env_defaults(topts *o)
 {
     const char *v;
     o->multi_tensor = true;
+    o->fuse = true;
     if ((v = getenv("VRAM_CUDA_GRAPH")) && *v && vr_flag_onoff("train", "VRAM_CUDA_GRAPH", v, &o->cuda_graph))
         return 2;
     if ((v = getenv("VRAM_MULTI_TENSOR")) && *v && vr_flag_onoff("train", "VRAM_MULTI_TENSOR", v, &o->multi_tensor))
+        return 2;
+    if ((v = getenv("VRAM_FUSE")) && *v && vr_flag_onoff("train", "VRAM_FUSE", v, &o->fuse))
         return 2;
     if ((v = getenv("VRAM_PROFILE")) && *v && vr_flag_onoff("train", "VRAM_PROFILE", v, &o->profile))
         return 2;
@@ -151,6 +154,8 @@ static void train_flags(vr_flagset *fs, void *p)
          .help = "replay the step as a CUDA graph from step 3 on (off) [VRAM_CUDA_GRAPH=1]"},
         {"--multi-tensor", VR_FLAG_CUSTOM, &o->multi_tensor, "on|off", .parse = vr_flag_onoff,
          .help = "one launch for the global norm and one for all updates (on)\n[VRAM_MULTI_TENSOR=0]"},
+        {"--fuse", VR_FLAG_CUSTOM, &o->fuse, "on|off", .parse = vr_flag_onoff,
+         .help = "a Linear and the GELU after it as one cuBLASLt product (on) [VRAM_FUSE=0]"},
         {"--profile", VR_FLAG_SWITCH, &o->profile, NULL,
          .help = "GPU time per node and per op at the end (node by node only) [VRAM_PROFILE=1]"},
         VR_FLAG_HEADING_TEXT("output"),
@@ -261,6 +266,7 @@ static int run(int argc, char **argv)
     c.loss_scale_window = (int)o.loss_scale_window;
     c.cuda_graph = o.cuda_graph;
     c.per_node_optimizer = !o.multi_tensor;
+    c.unfused = !o.fuse;
     c.profile = o.profile;
     c.device_times = o.trace != NULL; /* the trace shows each node's time on the GPU too */
     if (o.m.attention && o.m.attention[0] == 'v' && o.m.attention[1] != 'r') /* --attention v2|v1|v1-fwd|v1-bwd */
