@@ -164,6 +164,18 @@ void vr__cuda_fuse_free(vr_cuda_fuse *f)
     f->part = NULL;
 }
 
+/* Tensor t's address in the planned arena, bound or not: an input of the pair's first node that died
+ * there, whose bytes kept() found intact. NULL in dynamic memory or on the host. */
+static void *arena_ptr(const vr_exec *e, int t)
+{
+    const vr_tensor *x = &e->g->tensors[t];
+    const vr_plan_tensor *b = &e->plan->tensors[base(e, t)];
+    if (e->cfg.memory != VR_MEMORY_PLANNED || b->host || !e->arena)
+        return NULL;
+    return (char *)e->arena + (b->offset - e->arena_lo) +
+           (x->view_of >= 0 ? (uint64_t)x->view_offset * vr_dtype_size(x->dtype) : 0);
+}
+
 static const vr_tensor *T_(const vr_exec_args *a, int id) { return &a->g->tensors[id]; }
 static int lastdim(const vr_exec_args *a, int id) { return (int)T_(a, id)->shape[T_(a, id)->ndim - 1]; }
 static int rows(const vr_exec_args *a, int id) { return (int)(vr_tensor_numel(T_(a, id)) / lastdim(a, id)); }
@@ -227,6 +239,9 @@ vr_status vr__cuda_fuse_run(vr_cuda_fuse *f, const vr_exec_args *a, const vr_cud
     case PART_BWD_SPLIT: {
         vr_exec_args m; /* the pair's first node, with the addresses its tensors have now (all still bound) */
         vr__exec_node_args(a->exec, i - 1, a->micro, NULL, 1.0f, &m);
+        for (int k = 0; k < VR_NODE_MAX_IN; k++)
+            if (m.node->in[k] >= 0 && !m.in[k])
+                m.in[k] = arena_ptr(a->exec, m.node->in[k]);
         if (part == PART_FWD_GELU)
             return fwd_gelu(a, &m, c, dt);
         return bwd_gelu(f, i, a, &m, c, dt);
