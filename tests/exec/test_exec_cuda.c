@@ -8,7 +8,8 @@
  * mode, and the arena is the plan's. Multi-tensor apply (the
  * default) against the per-node optimizer: the same state after each step (bit
  * for bit when the clip factors are equal), in planned, CUDA graph and dynamic
- * mode. Linear + GELU fused into one cuBLASLt product (the default) against unfused and the CPU. */
+ * mode. Linear + GELU fused into one cuBLASLt product (the default) against unfused and the CPU; the
+ * pairs found from a graph and its plan (fuse_pairs: runs without a GPU). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include <cmocka.h>
 
 #include "exec_test_util.h"
+#include "exec/cuda_fuse.h"
 #include "exec/exec_internal.h"
 #include "vram/device.h"
 
@@ -679,6 +681,62 @@ static void fuse_steps(const fuse_case *fc, int steps, double *loss, int *fwd, i
     vr_device_close(dev);
 }
 
+/* The pairs an executor would fuse, found from the graph and the plan alone (no GPU needed: a stand-in
+ * executor holding only what vr__cuda_fuse_init reads). A tiny GPT (L = 2) and GPT-2 124M's shape with
+ * accumulation: without recompute every block's forward and backward pair; under block recompute the
+ * recompute nodes' forward pairs (the forward's fch input dies at the fch) and every backward pair; under
+ * selective, every backward pair, and in dynamic memory no forward pair (the fch input dies there). */
+static void fuse_pairs(void **state)
+{
+    (void)state;
+    const vr_gpt_config shapes[2] = {{.L = 2, .C = 32, .NH = 4, .V = 60, .Vp = 0, .maxT = 32},
+                                     {.L = 12, .C = 768, .NH = 12, .V = 50257, .Vp = 50304, .maxT = 1024}};
+    for (int sh = 0; sh < 2; sh++)
+        for (int rc = 0; rc < 3; rc++)
+            for (int dyn = 0; dyn < 2; dyn++) {
+                vr_model_config m = et_gpt(4, sh ? 1024 : 32);
+                m.gpt = shapes[sh];
+                vr_step_config s = {.train = true, .accum = sh ? 2 : 1, .optim = VR_OPTIM_ADAMW,
+                                    .precision = VR_PREC_BF16, .grad_clip = 1.0f, .recompute = (vr_recompute)rc,
+                                    .kernels = VR_KERNELS_CUDA, .workspace_bytes = (uint64_t)4 << 20};
+                vr_graph *g = NULL;
+                vr_plan *p = NULL;
+                assert_int_equal(vr_graph_build(&m, &s, &g), VR_OK);
+                vr_plan_config pc = {.memory = dyn ? VR_MEMORY_DYNAMIC : VR_MEMORY_PLANNED, .inplace = true};
+                assert_int_equal(vr_plan_create(g, &pc, &p), VR_OK);
+                vr_exec e;
+                memset(&e, 0, sizeof e);
+                e.g = g;
+                e.plan = p;
+                e.cfg.memory = pc.memory;
+                e.opt_start = g->n_nodes;
+                for (int i = g->n_nodes - 1; i >= 0; i--)
+                    if (g->nodes[i].phase == VR_PHASE_OPTIMIZER)
+                        e.opt_start = i;
+                vr_cuda_fuse f;
+                assert_int_equal(vr__cuda_fuse_init(&f, &e), VR_OK);
+                int L = shapes[sh].L;
+                printf("fuse pairs: L %d recompute %d %s: forward %d backward %d\n", L, rc, dyn ? "dynamic" : "planned",
+                       f.fwd, f.bwd);
+                assert_int_equal(f.bwd, L);
+                if (rc != VR_RECOMPUTE_SELECTIVE)
+                    assert_int_equal(f.fwd, L);
+                else if (dyn)
+                    assert_int_equal(f.fwd, 0);
+                for (int i = 0; i < g->n_nodes; i++) /* every part on a node of its op, the pair adjacent */
+                    if (f.part[i] && (g->nodes[i].op == VR_OP_MATMUL || g->nodes[i].op == VR_OP_MATMUL_BWD))
+                        assert_true(f.part[i + 1] && (g->nodes[i + 1].op == VR_OP_GELU ||
+                                                      g->nodes[i + 1].op == VR_OP_GELU_BWD));
+                vr__cuda_fuse_free(&f);
+                e.cfg.unfused = true;
+                assert_int_equal(vr__cuda_fuse_init(&f, &e), VR_OK);
+                assert_true(f.fwd == 0 && f.bwd == 0);
+                vr__cuda_fuse_free(&f);
+                vr_plan_free(p);
+                vr_graph_free(g);
+            }
+}
+
 /* A Linear and the GELU beside it as one cuBLASLt product (the default) against every node's own
  * kernels (vr_exec_config.unfused) and the CPU, over 4 steps: fp32 fused within 1e-4 of unfused and of
  * the CPU (losses, parameters: cuBLASLt's fp32 GELU is within ~1e-3 of vram's, test_kernels_cuda), bf16
@@ -753,6 +811,7 @@ int main(void)
         cmocka_unit_test(dynamic_equals_plan),
         cmocka_unit_test(cuda_graph_equals_nodes),
         cmocka_unit_test(multi_tensor_equals_nodes),
+        cmocka_unit_test(fuse_pairs),
         cmocka_unit_test(fuse_matches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
