@@ -237,7 +237,7 @@ vr_status vr__cuda_fuse_run(vr_cuda_fuse *f, const vr_exec_args *a, const vr_cud
     case PART_FWD_GELU:
     case PART_BWD_GELU:
     case PART_BWD_SPLIT: {
-        vr_exec_args m; /* the pair's first node, with the addresses its tensors have now (all still bound) */
+        vr_exec_args m; /* the pair's first node, its tensors at their addresses now (a dead input: planned) */
         vr__exec_node_args(a->exec, i - 1, a->micro, NULL, 1.0f, &m);
         for (int k = 0; k < VR_NODE_MAX_IN; k++)
             if (m.node->in[k] >= 0 && !m.in[k])
