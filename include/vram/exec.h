@@ -144,7 +144,8 @@ bool vr_exec_device_times(vr_exec *e);
  * it when the host waits for it), and its lane (0: the compute stream, 1: offload's copy stream, 2: data
  * parallel's communication stream). The first call after a step waits for the step's work on the device
  * (once). false where the node queued no device work (host nodes, reshapes, the members of a multi-tensor
- * group after the first, which runs the group) or the backend keeps no times. */
+ * group after the first, which runs the group; the matmul of a fused forward Linear + GELU pair, whose gelu
+ * runs the product: vr_exec_fused_pairs) or the backend keeps no times. */
 bool vr_exec_device_span(vr_exec *e, int node, int pass, uint64_t *t0_ns, uint64_t *t1_ns, int *lane);
 
 /* What the run really held. Live bytes are raw (numel x dtype size), counted
