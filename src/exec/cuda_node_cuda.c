@@ -917,8 +917,9 @@ static void cuda_fini(vr_exec *e)
     if (s) {
         (void)vr_device_use(e->dev); /* the streams and handles are that device's */
         vr_cuda_sync(&s->ctx);
+        bool profiled = s->prof != NULL;
         vr__cuda_prof_end(s->prof, e->g);
-        if (s->prof && (s->fuse.fwd || s->fuse.bwd)) /* the table's reader: where the fused products' time is */
+        if (profiled && (s->fuse.fwd || s->fuse.bwd)) /* the table's reader: where the fused products' time is */
             fprintf(stderr, "  (Linear + GELU fused, --fuse off to part them: the gelu nodes hold %d forward products "
                             "and their matmuls ~0, the gelu_bwd nodes %d backward dinp products)\n",
                     s->fuse.fwd, s->fuse.bwd);
