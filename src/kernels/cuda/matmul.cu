@@ -1,6 +1,6 @@
 /* vram — CUDA matrix products through cuBLASLt: Linear forward (bias and GELU epilogues), Linear
- * backward (BGRADB epilogue for the bias gradient; DGELU for a dinp product fused with the GELU backward
- * before it, vr_cuda_matmul_dgelu_bwd), a general row-major gemm, and a column-sum
+ * backward (BGRADB epilogue for the bias gradient; DGELU: a dinp product fused with the backward of the
+ * GELU that fed the Linear, vr_cuda_matmul_dgelu_bwd), a general row-major gemm, and a column-sum
  * kernel for the cases the epilogue does not cover.
  *
  * Row-major tensors are cuBLASLt's column-major matrices transposed, so out(N,OC) = inp(N,C) w(OC,C)^T
