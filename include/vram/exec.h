@@ -83,7 +83,11 @@ typedef struct vr_exec_config {
     bool profile;                 /* CUDA, node by node: GPU time per node (events), printed at the end */
     bool unfused;                 /* CUDA: every node runs its own kernels, instead of the default fusion of a
                                    * residual add into the layernorm node right after it (one kernel, planned
-                                   * memory without poison; the same bytes). Same tensors, same plan. */
+                                   * memory without poison; the same bytes) and of a Linear and the GELU
+                                   * after it (forward: matmul + gelu; backward: the matmul_bwd's dinp
+                                   * product + gelu_bwd) into one cuBLASLt product with a GELU epilogue,
+                                   * where the graph allows (vr_exec_fused_pairs). Same tensors, same plan;
+                                   * results equal to rounding. */
     unsigned attention_v1;        /* CUDA: bit 0 forward, bit 1 backward run the first attention kernels
                                    * (deterministic backward) instead of the default ones */
     float loss_scale;             /* fp16 training: the first dynamic loss scale (0: 65536, as
@@ -142,7 +146,8 @@ bool vr_exec_device_times(vr_exec *e);
  * it when the host waits for it), and its lane (0: the compute stream, 1: offload's copy stream, 2: data
  * parallel's communication stream). The first call after a step waits for the step's work on the device
  * (once). false where the node queued no device work (host nodes, reshapes, the members of a multi-tensor
- * group after the first, which runs the group) or the backend keeps no times. */
+ * group after the first, which runs the group; the matmul of a fused forward Linear + GELU pair, whose gelu
+ * runs the product: vr_exec_fused_pairs) or the backend keeps no times. */
 bool vr_exec_device_span(vr_exec *e, int node, int pass, uint64_t *t0_ns, uint64_t *t1_ns, int *lane);
 
 /* What the run really held. Live bytes are raw (numel x dtype size), counted
@@ -203,6 +208,13 @@ bool vr_exec_cuda_graph_state(const vr_exec *e, bool *on, const char **reason);
  * auto when cuDNN could not run them; "" without attention nodes or on the CPU. Valid while the executor
  * lives. */
 const char *vr_exec_attention_kernels(const vr_exec *e);
+
+/* CUDA: the Linear + GELU pairs this executor runs as one cuBLASLt product (vr_exec_config.unfused),
+ * found when it was made: *fwd forward ones (matmul + gelu, recompute's too), *bwd backward ones
+ * (matmul_bwd + gelu_bwd; a pair for whose shape cuBLASLt turned out to have no DGELU algorithm, at its
+ * first step, runs the two products one after the other and is no longer counted); either may be NULL.
+ * 0 and 0 on the CPU or when unfused. */
+void vr_exec_fused_pairs(const vr_exec *e, int *fwd, int *bwd);
 
 /* fp16 dynamic loss scaling: the scale the next step runs with and the good steps counted toward
  * its growth (1 and 0 without scaling); set restores them (a resumed run). */

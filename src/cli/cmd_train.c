@@ -155,7 +155,7 @@ static void train_flags(vr_flagset *fs, void *p)
         {"--multi-tensor", VR_FLAG_CUSTOM, &o->multi_tensor, "on|off", .parse = vr_flag_onoff,
          .help = "one launch for the global norm and one for all updates (on)\n[VRAM_MULTI_TENSOR=0]"},
         {"--fuse", VR_FLAG_CUSTOM, &o->fuse, "on|off", .parse = vr_flag_onoff,
-         .help = "the executor's fusions: a residual add run inside the next layernorm (on)\n[VRAM_FUSE=0]"},
+         .help = "the executor's fusions: a residual add inside the next layernorm, a Linear and the\nGELU after it as one cuBLASLt product (on) [VRAM_FUSE=0]"},
         {"--profile", VR_FLAG_SWITCH, &o->profile, NULL,
          .help = "GPU time per node and per op at the end (node by node only) [VRAM_PROFILE=1]"},
         VR_FLAG_HEADING_TEXT("output"),

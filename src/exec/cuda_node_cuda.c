@@ -43,9 +43,14 @@
  * backward's dQ accumulator and softmax_sum from the node's planned scratch (sized for the choice by
  * kernels/scratch.h). vr_exec_attention_kernels says what was chosen.
  *
+ * Linear + GELU (vr_exec_config.unfused turns it off): a matmul and the gelu after it, a matmul_bwd and
+ * the gelu_bwd after it, run as one cuBLASLt product with a GELU epilogue, queued by the pair's second
+ * node (cuda_fuse.h); vr_exec_fused_pairs says how many.
+ *
  * As on the CPU, the embedding backward zeroes rows T..maxT-1 of dwpe and the
  * classifier rows V..Vp-1 of dwte when they overwrite (the CUDA classifier's products
  * cover the padded rows and write 0 there). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +58,7 @@
 #include "exec/cuda_copy.h"
 #include "exec/cuda_dtype.h"
 #include "exec/cuda_fuse_ln.h"
+#include "exec/cuda_fuse.h"
 #include "exec/cuda_prof.h"
 #include "exec/cuda_times.h"
 #include "kernels/cpu/kernels_cpu.h"
@@ -92,6 +98,7 @@ typedef struct cuda_state {
     vr_cuda_copies copies;    /* offload: the copy nodes' stream and events */
     vr_cuda_side comms;       /* data parallel: the collectives' stream and events */
     vr_cuda_times times;      /* cfg.device_times: every node's span on the GPU (the trace) */
+    vr_cuda_fuse fuse;        /* Linear + GELU pairs run as one product (cuda_fuse.h) */
     bool idle;                /* the node being run queued no device work (a multi-tensor group's member) */
     vr_cuda_fuse_ln fuse_ln;  /* residual add + layernorm in one kernel (cuda_fuse_ln_cuda.c) */
 } cuda_state;
@@ -555,6 +562,9 @@ static vr_status run_kernels(const vr_exec_args *a)
     bool ln_fused = false; /* an add put off into the layernorm after it, or that layernorm running both */
     if ((st = vr__cuda_fuse_ln_node(&s->fuse_ln, c, a, dt, &ln_fused, &s->idle)) || ln_fused)
         return st;
+    bool fused = false; /* a node of a Linear + GELU pair queues its part of the one product */
+    if ((st = vr__cuda_fuse_run(&s->fuse, a, c, dt, &fused, &s->idle)) || fused)
+        return st;
     switch (n->op) {
     case VR_OP_EMBEDDING: {
         const vr_tensor *tok = T_(a, n->in[0]);
@@ -777,6 +787,7 @@ static void cuda_state_free(cuda_state *s)
     free(s->build);
     free(s->cudnn);
     vr__cuda_fuse_ln_free(&s->fuse_ln);
+    vr__cuda_fuse_free(&s->fuse);
     vr__cuda_prof_end(s->prof, NULL);
     free(s);
 }
@@ -843,6 +854,8 @@ static vr_status cuda_init(vr_exec *e)
         st = attention_choose(e, s);
     if (!st)
         st = vr__cuda_fuse_ln_init(&s->fuse_ln, e);
+    if (!st)
+        st = vr__cuda_fuse_init(&s->fuse, e);
     if (!st && !e->cfg.cuda_graph)
         st = vr__cuda_prof_new(e->g->n_nodes, e->cfg.profile, &s->prof);
     if (!st)
@@ -861,6 +874,8 @@ static vr_status cuda_init(vr_exec *e)
         s->ctx.opt_scalars = s->clip + 4;
     e->be_state = s;
     e->multi_tensor = s->mt;
+    e->fused_fwd = s->fuse.fwd;
+    e->fused_bwd = s->fuse.bwd;
     return VR_OK;
 }
 
@@ -910,7 +925,12 @@ static void cuda_fini(vr_exec *e)
     if (s) {
         (void)vr_device_use(e->dev); /* the streams and handles are that device's */
         vr_cuda_sync(&s->ctx);
+        bool profiled = s->prof != NULL;
         vr__cuda_prof_end(s->prof, e->g);
+        if (profiled && (s->fuse.fwd || s->fuse.bwd)) /* the table's reader: where the fused products' time is */
+            fprintf(stderr, "  (Linear + GELU fused, --fuse off to part them: the gelu nodes hold %d forward products "
+                            "and their matmuls ~0, the gelu_bwd nodes %d backward dinp products)\n",
+                    s->fuse.fwd, s->fuse.bwd);
         s->prof = NULL;
         vr_cuda_graph_destroy(s->graph);
         vr_cuda_ctx_destroy(&s->ctx);

@@ -169,6 +169,7 @@ struct vr_exec {
     vr_optim_hparams graph_h;     /* the hyperparameters baked into it (lr and step are not) */
     bool multi_tensor;            /* the backend runs the optimizer phase multi-tensor (CUDA: set by its
                                    * init, cleared if it falls back to node by node) */
+    int fused_fwd, fused_bwd;     /* CUDA: Linear + GELU pairs run as one product (vr_exec_fused_pairs) */
     bool scaling;                 /* fp16 training: dynamic loss scaling on */
     float loss_scale;             /* the scale the next step runs with (1 without scaling) */
     int scale_good;               /* good steps since the scale last changed */

@@ -270,6 +270,14 @@ bool vr_exec_cuda_graph_state(const vr_exec *e, bool *on, const char **reason)
 
 const char *vr_exec_attention_kernels(const vr_exec *e) { return e->attention; }
 
+void vr_exec_fused_pairs(const vr_exec *e, int *fwd, int *bwd)
+{
+    if (fwd)
+        *fwd = e->fused_fwd;
+    if (bwd)
+        *bwd = e->fused_bwd;
+}
+
 void vr_exec_get_loss_scale(const vr_exec *e, float *scale, int *good)
 {
     *scale = e->loss_scale;

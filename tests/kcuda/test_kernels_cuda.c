@@ -579,6 +579,27 @@ static void run_matmul(vr_cuda_dtype dt, int N, int C, int OC, int with_bias)
     expect_acc("matmul_bwd dw", dt, a2, p2, rdw, (size_t)OC * C);
     if (with_bias) expect_acc("matmul_bwd dbias", dt, a3, p3, rdb, OC);
 
+    // fused GELU backward: dpre(N,C) = (dout w) * gelu'(pre), the DGELU epilogue (where cuBLASLt has one)
+    {
+        float *hp = hrand((size_t)N * C, -3, 3), *rdpre = hzero((size_t)N * C);
+        void *dpre_in = up(dt, hp, (size_t)N * C), *gdpre = dnan(dt, (size_t)N * C);
+        float *hpr = down(dt, dpre_in, (size_t)N * C); /* pre as the device holds it */
+        vr_cpu_gelu_bwd(rdpre, hpr, rdinp, (size_t)N * C, 0);
+        vr_status dst = vr_cuda_matmul_dgelu_bwd(&ctx, dt, gdpre, ddout, dw_in, dpre_in, N, C, OC);
+        if (dst == VR_ERR_UNSUPPORTED) {
+            printf("matmul_dgelu_bwd %s N%d C%d OC%d: no cuBLASLt algorithm (the executor runs the two steps)\n",
+                   vr_cuda_dtype_name(dt), N, C, OC);
+        } else {
+            OK(dst);
+            expect_close("matmul_dgelu_bwd", dt, gdpre, rdpre, (size_t)N * C, dt == VR_CUDA_F32 ? 1e-3 : TOL_LOW);
+        }
+        assert_int_equal(vr_cuda_matmul_dgelu_bwd(&ctx, dt, dpre_in, ddout, dw_in, dpre_in, N, C, OC),
+                         VR_ERR_INVALID); /* dpre aliasing pre */
+        vr_clear_error();
+        free(hp), free(rdpre), free(hpr);
+        cudaFree(dpre_in), cudaFree(gdpre);
+    }
+
     // general gemm: D(N,OC) = inp(N,C) w(OC,C)^T through the row-major entry point
     poison(dt, out, (size_t)N * OC);
     OK(vr_cuda_gemm(&ctx, dt, out, dinp_in, dw_in, N, OC, C, C, C, OC, 0, 1, 1.0f, 0));

@@ -250,6 +250,13 @@ vr_status vr_cuda_matmul_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *din
                              void *dbias, const void *dout, const void *inp, const void *w, int N,
                              int C, int OC, int acc_dinp, int acc_dparam);
 
+/* The dinp product of a Linear whose input was gelu(pre), fused with the GELU backward (cuBLASLt's
+ * DGELU epilogue): dpre(N,C) = (dout(N,OC) w(OC,C)) * gelu'(pre(N,C)), overwritten. dpre must not
+ * alias pre. VR_ERR_UNSUPPORTED (no error set) where cuBLASLt has no algorithm for it or C is not a
+ * multiple of 8: then matmul_bwd's dinp and gelu_bwd give the same result, to rounding. */
+vr_status vr_cuda_matmul_dgelu_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dpre, const void *dout,
+                                   const void *w, const void *pre, int N, int C, int OC);
+
 /* General product for the executor: D(m,n) (=|+=) alpha op(A) op(B), row-major, with leading
  * dimensions lda/ldb/ldd (elements); transa/transb 0 or 1 (op = transpose); all of dt. */
 vr_status vr_cuda_gemm(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, const void *A,

@@ -1,5 +1,6 @@
 /* vram — CUDA matrix products through cuBLASLt: Linear forward (bias and GELU epilogues), Linear
- * backward (the bias gradient by column sums), a general row-major gemm.
+ * backward (the bias gradient by column sums; DGELU: a dinp product fused with the backward of the
+ * GELU that fed the Linear, vr_cuda_matmul_dgelu_bwd), a general row-major gemm.
  *
  * Row-major tensors are cuBLASLt's column-major matrices transposed, so out(N,OC) = inp(N,C) w(OC,C)^T
  * is computed as out^T(OC,N) = op_T(w)(OC,C) inp^T(C,N): A = w (transposed), B = inp.
@@ -52,7 +53,7 @@ static int align_class(const void *p)
 
 struct lt_key {
     int dt, m, n, k, lda, ldb, ldd, ta, tb, epi, tf32, ldaux, device;
-    int al_a, al_b, al_d, al_bias;
+    int al_a, al_b, al_d, al_bias, al_aux;
     size_t ws;
 };
 struct lt_entry {
@@ -142,6 +143,7 @@ vr_status vr_cu_lt_matmul(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, con
     key.device = ctx->device;
     key.al_a = align_class(A), key.al_b = align_class(Bm), key.al_d = align_class(D);
     key.al_bias = bias ? align_class(bias) : 0;
+    key.al_aux = aux ? align_class(aux) : 0; /* the heuristic reads the aux pointer's alignment */
     key.ws = ws;
     int found = -1;
     cublasLtMatmulAlgo_t algo;
@@ -399,6 +401,27 @@ extern "C" vr_status vr_cuda_matmul_gelu_fwd(const vr_cuda_ctx *ctx, vr_cuda_dty
     vr_clear_error();
     VR_CU_TRY(vr_cuda_matmul_fwd(ctx, dt, pre, inp, w, bias, N, C, OC));
     return vr_cuda_gelu_fwd(ctx, dt, out, pre, (size_t)N * OC);
+}
+
+/* dpre(N,C) = (dout(N,OC) w(OC,C)) * gelu'(pre(N,C)): the dinp product of a Linear whose input is
+ * gelu(pre), with the DGELU epilogue reading pre as its aux matrix (ld C: the layout GELU_AUX writes).
+ * No fallback here: VR_ERR_UNSUPPORTED (the error cleared) where cuBLASLt offers no algorithm, so that
+ * the caller runs the two steps itself. */
+extern "C" vr_status vr_cuda_matmul_dgelu_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dpre,
+                                              const void *dout, const void *w, const void *pre, int N,
+                                              int C, int OC)
+{
+    const char *op = "matmul_dgelu_bwd";
+    VR_CU_TRY(check_mm(ctx, dt, N, C, OC, op));
+    if (!dpre || !dout || !w || !pre) return vr_cu_bad(op, "NULL pointer");
+    if (dpre == pre) return vr_cu_bad(op, "dpre aliases pre");
+    if (N == 0) return VR_OK;
+    if (C % 8) return VR_ERR_UNSUPPORTED; /* cuBLASLt: the aux ld is a multiple of 8 */
+    // dpre^T(C,N) = w^T(C,OC) dout^T(OC,N), then the GELU gradient at pre^T(C,N)
+    vr_status st = vr_cu_lt_matmul(ctx, dt, dpre, w, dout, C, N, OC, C, OC, C, 0, 0, 1.0f, 0.0f,
+                                   CUBLASLT_EPILOGUE_DGELU, NULL, (void *)pre, C, op);
+    if (st == VR_ERR_UNSUPPORTED) vr_clear_error();
+    return st;
 }
 
 extern "C" vr_status vr_cuda_matmul_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
