@@ -23,7 +23,15 @@
  *   takes the first whose units no live block uses: its own cached block is handed out as it is;
  *   otherwise the cached blocks on those units are evicted and a new block is put on it. No device call
  *   either way. A training loop asks the same sizes in the same order step after step, so each request
- *   finds the mapping it had the step before, on the same units. Small requests: best fit in the small
+ *   finds the mapping it had the step before, on the same units.
+ * - Failing those, a mapping is *lent*: the smallest (by units from its off to its end) idle or cached
+ *   mapping up to twice the request (BORROW_PCT; VRAM_STITCH_BORROW=0 turns lending off) whose first u
+ *   units no live block uses, found in a second index of the candidates, by that capacity. The block is
+ *   its prefix (within the units its own block used), and the mapping keeps its size and key: a later
+ *   request of its own size finds it again (the lent block, cached, is evicted: no device call), a request
+ *   of the lent size finds the lent block by capacity and takes it as it is. A
+ *   step of a new sequence length (BERT with a new length every step: every size new) so runs on the
+ *   mappings of earlier, longer steps instead of mapping new ones. Small requests: best fit in the small
  *   pool's segments, as pytorch; a new small segment first takes an idle small mapping whose granule is
  *   free.
  * - When every such mapping has units under live blocks, the idle mapping of the size (or up to twice it:
@@ -69,6 +77,7 @@
 #define PATCH_MIN 8               /* ... and it has at least this many */
 #define PATCH_LARGER 2            /* mappings up to twice the request are patched for it */
 #define SMALL_SCAN 16             /* idle small-pool mappings looked at per small grow */
+#define BORROW_PCT 100            /* a mapping up to this much larger (percent) is lent to a new size */
 
 static st_state *S(const vr_alloc *a) { return a->pstate; }
 
@@ -202,10 +211,12 @@ static void pred_key(st_state *s, size_t u)
     s->key = h ? h : 1;
 }
 
-/* m serves the request being served (of u units): it remembers the request's key; u goes into the history. */
-static void learn(st_state *s, smap *m, size_t u)
+/* m serves the request being served (of u units): it remembers the request's key unless it is only lent to
+ * it (see attach); u goes into the history. */
+static void learn(st_state *s, smap *m, size_t u, bool lent)
 {
-    m->key = s->key;
+    if (!lent)
+        m->key = s->key;
     memmove(&s->hist[1], &s->hist[0], (ST_HIST - 1) * sizeof s->hist[0]);
     s->hist[0] = u;
 }
@@ -245,9 +256,11 @@ static vr_status attach(vr_alloc *a, vra_request *req, smap *m)
     m->user = e;
     m->stream = req->stream;
     m->tick = ++s->tick;
-    m->bsize = u;
+    bool lent = s->lending && u < m->bsize; /* lent to a smaller block: it keeps its size and key */
+    if (!lent)
+        m->bsize = u;
     if (!m->small)
-        learn(s, m, u);
+        learn(s, m, u, lent);
     vra_pool_inc(a->stats.segment, req->pool, 1);
     vra_record(a, VRA_SEGMENT_MAP, seg->base, seg->size, req->stream);
     req->block = seg->head;
@@ -402,9 +415,7 @@ static vr_status grow_new(vr_alloc *a, vra_request *req, bool small, size_t u)
 }
 
 /* A small-pool request: an idle small-pool mapping whose granule is free, else a new one. A large request
- * found no mapping of its size to take or patch (find_free): a new one. (Taking the prefix of a larger
- * conflict-free mapping would save the mapping but scatter pieces over granules, leaving gaps: reserved
- * grows; 30% larger put gpt2_bf16_varlen_b16 at 1.011.) */
+ * found no mapping of its size, or one lent, to take or patch (find_free): a new one. */
 static vr_status grow(vr_alloc *a, vra_request *req)
 {
     st_state *s = S(a);
@@ -438,7 +449,7 @@ static vr_block *take(vr_alloc *a, vra_request *req, smap *m, size_t u)
         lru_remove(s, e);
         st_cand_remove(s, m);
         m->tick = ++s->tick;
-        learn(s, m, u);
+        learn(s, m, u, u < m->bsize);
         return b;
     }
     if (conflicts(a, m, u, false) == SIZE_MAX)
@@ -525,6 +536,7 @@ static vr_block *patch(vr_alloc *a, vra_request *req, size_t u, size_t lo, size_
     else
         vr_device_synchronize(a->dev);
     st_idle_remove(s, m);
+    st_cand_remove(s, m); /* its cap may change (st_remap failing): out of the index meanwhile */
     vr_status st = VR_OK;
     for (size_t r = 0, run; r < nbest && st == VR_OK; r += run) {
         for (run = 1; r + run < nbest && idx[r + run] == idx[r] + run;)
@@ -534,6 +546,7 @@ static vr_block *patch(vr_alloc *a, vra_request *req, size_t u, size_t lo, size_
     for (size_t i = 0; i < nbest; i++) /* back to FREE until the block's spans are added */
         st_reclass(s, g[i]);
     st_idle_push(s, m);
+    st_cand_insert(s, m);
     if (st != VR_OK || u > m->cap)
         goto fail;
     free(idx);
@@ -549,7 +562,9 @@ fail:
 
 /* Large: the mappings of exactly the size, first those last used by a request of the same key (least
  * recently used first: a step's requests of that key take them in turn), then the others (most recently
- * used first); failing those, a patch. Small: best fit, as pytorch. */
+ * used first); failing those, one lent: the smallest larger mapping (up to s->borrow percent larger, best
+ * fit by cap) whose first u units are free of live blocks; failing that, a patch. Small: best fit, as
+ * pytorch. */
 static vr_block *find_free(vr_alloc *a, vra_request *req)
 {
     st_state *s = S(a);
@@ -573,6 +588,20 @@ static vr_block *find_free(vr_alloc *a, vra_request *req)
             if ((m->key == s->key) == !pass && (b = take(a, req, m, u)))
                 return b;
         }
+    if (s->borrow) {
+        size_t top = st_bycap_lower_bound(s, u + u / 100 * s->borrow + 1);
+        for (size_t i = st_bycap_lower_bound(s, u), k = 0; i < top && k < CAND_SCAN; i++) {
+            smap *m = s->bycap[i];
+            if (m->bsize == u) /* looked at above */
+                continue;
+            k++;
+            s->lending = true;
+            b = take(a, req, m, u);
+            s->lending = false;
+            if (b)
+                return b;
+        }
+    }
     return patch(a, req, u, lo, st_cand_lower_bound(s, PATCH_LARGER * u + 1));
 }
 
@@ -638,6 +667,8 @@ static vr_status init(vr_alloc *a)
         return vr_error(VR_ERR_OOM, "allocator: out of host memory");
     s->G = G;
     s->nb = (uint32_t)(G / UNIT);
+    const char *borrow = getenv("VRAM_STITCH_BORROW"); /* for measuring: 0 turns lending off */
+    s->borrow = borrow ? (size_t)strtoul(borrow, NULL, 10) : BORROW_PCT;
     size_t words = (s->nb + 64) / 64;
     for (int w = 0; w < 2; w++) {
         s->set[w].first = calloc(s->nb + 1, sizeof *s->set[w].first);
@@ -668,6 +699,7 @@ static void fini(vr_alloc *a)
     }
     free(s->all);
     free(s->cand);
+    free(s->bycap);
     free(s->dirty);
     for (int w = 0; w < 2; w++) {
         free(s->set[w].first);

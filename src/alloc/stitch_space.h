@@ -52,7 +52,7 @@ struct smap {
     sext *user;                   /* the block on it (live or cached), or NULL: idle */
     vr_stream stream;             /* stream of its last user */
     uint64_t tick;                /* when a block was last put on it (st->tick) */
-    size_t bsize;                 /* units of that block (<= cap) */
+    size_t bsize;                 /* its size: units of the last block put on it that was not lent it */
     bool in_cand;                 /* in st->cand (large, idle or cached) */
     smap *iprev, *inext;          /* LRU of idle mappings (oldest first) */
     bool in_idle;
@@ -111,7 +111,10 @@ typedef struct st_state {
     size_t nfree;
     sext *oldest, *newest;        /* LRU of cached blocks */
     smap **cand;                  /* large mappings with no live block, by (bsize, tick) */
+    smap **bycap;                 /* the same, by (cap, tick): larger mappings lent to a new size */
     size_t ncand, capcand;
+    size_t borrow;                /* percent larger than a request a lent mapping may be (0: none) */
+    bool lending;                 /* the mapping being attached is lent (find_free) */
     smap *idle_oldest, *idle_newest; /* mappings with no block, least recently used first */
     size_t idle_granules;         /* granules mapped by idle mappings */
     smap *maps;                   /* every mapping */
@@ -162,8 +165,10 @@ void st_idle_push(st_state *s, smap *m);
 void st_idle_remove(st_state *s, smap *m);
 void st_cand_insert(st_state *s, smap *m);
 void st_cand_remove(st_state *s, smap *m);
-/* Index of the first candidate whose last block had at least bsize units. */
+/* Index in st->cand of the first candidate of at least bsize units (its size). */
 size_t st_cand_lower_bound(const st_state *s, size_t bsize);
+/* Index in st->bycap of the first candidate of at least cap units from its off to its end. */
+size_t st_bycap_lower_bound(const st_state *s, size_t cap);
 /* Frees what stitch_space holds (fini): mappings' bookkeeping, chunks without live mappings. */
 void st_space_fini(vr_alloc *a);
 vr_status st_space_check(vr_alloc *a);

@@ -132,17 +132,18 @@ static void evicted_mapping_is_reused(void **state)
     char *p = xmalloc(a, 64 * MiB, 0); /* 32 fresh granules */
     assert_int_equal(stats_of(a).num_device_alloc, 32);
     xfree(a, p);
-    char *q = xmalloc(a, 60 * MiB, 0); /* no free granule: p is evicted, its units reused, its range kept */
+    char *q = xmalloc(a, 30 * MiB, 0); /* no free granule: p is evicted, its units reused, its range kept
+                                        * (p's mapping, over twice q, is not lent to it) */
     assert_int_equal(CUR(a, reserved_bytes, VR_POOL_ALL), 64 * MiB);
     assert_int_equal(stats_of(a).num_device_free, 0);
-    assert_int_equal(stats_of(a).num_device_alloc, 32 + 30);
+    assert_int_equal(stats_of(a).num_device_alloc, 32 + 15);
     xfree(a, q);
     uint64_t c0 = calls_now(d);
     char *p2 = xmalloc(a, 64 * MiB, 0); /* p's mapping again (q's cached block evicted): no device call */
     assert_ptr_equal(p2, p);
     assert_int_equal(calls_now(d), c0);
     xfree(a, p2);
-    char *q2 = xmalloc(a, 60 * MiB, 0);
+    char *q2 = xmalloc(a, 30 * MiB, 0);
     assert_ptr_equal(q2, q);
     assert_int_equal(calls_now(d), c0);
     xfree(a, q2);
@@ -162,6 +163,40 @@ static void evicted_mapping_is_reused(void **state)
     vr_device_mem_info(d, &m);
     assert_int_equal(m.used_by_us, 0);
     check_invariants(a);
+    vr_alloc_destroy(a);
+    vr_device_close(d);
+}
+
+/* A request of a new size up to twice smaller than a free mapping is lent it (its prefix, no device call);
+ * the mapping keeps its size: a request of that size takes it back, again with no device call. */
+static void larger_mapping_is_lent(void **state)
+{
+    (void)state;
+    vr_device *d = open_dev("meta:1GiB");
+    vr_device_set_manual_events(d, true); /* no host wait either */
+    vr_alloc *a = make_alloc(d, "stitch", NULL);
+    char *p = xmalloc(a, 64 * MiB, 0);
+    xfree(a, p);
+    uint64_t c0 = calls_now(d);
+    for (int i = 0; i < 3; i++) {
+        char *q = xmalloc(a, 40 * MiB + 4096, 0); /* lent p's mapping */
+        assert_ptr_equal(q, p);
+        xfree(a, q);
+        char *q2 = xmalloc(a, 40 * MiB + 4096, 0); /* the lent block itself, cached */
+        assert_ptr_equal(q2, p);
+        xfree(a, q2);
+        char *p2 = xmalloc(a, 64 * MiB, 0); /* its own size: the mapping back */
+        assert_ptr_equal(p2, p);
+        xfree(a, p2);
+        check_invariants(a);
+    }
+    assert_int_equal(calls_now(d), c0);
+    assert_int_equal(stats_of(a).reserved_bytes[VR_POOL_ALL].peak, 64 * MiB);
+    char *r = xmalloc(a, 31 * MiB, 0); /* over twice smaller: not lent, a mapping of its own */
+    assert_true(calls_now(d) > c0);
+    xfree(a, r);
+    vr_alloc_empty_cache(a);
+    assert_int_equal(CUR(a, reserved_bytes, VR_POOL_ALL), 0);
     vr_alloc_destroy(a);
     vr_device_close(d);
 }
@@ -309,6 +344,7 @@ int main(void)
         cmocka_unit_test(out_of_memory_and_retry),
         cmocka_unit_test(needs_phys_handles),
         cmocka_unit_test(evicted_mapping_is_reused),
+        cmocka_unit_test(larger_mapping_is_lent),
         cmocka_unit_test(steady_state_makes_no_device_calls),
         cmocka_unit_test(varying_steps_reach_few_device_calls),
     };
