@@ -2,6 +2,7 @@
  * physical granules; a block's tail granule is shared with the next block's
  * head; exact-size reuse of cached mappings; eviction of cached blocks before
  * new physical memory; small pool in whole granules; empty_cache; OOM. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -132,18 +133,17 @@ static void evicted_mapping_is_reused(void **state)
     char *p = xmalloc(a, 64 * MiB, 0); /* 32 fresh granules */
     assert_int_equal(stats_of(a).num_device_alloc, 32);
     xfree(a, p);
-    char *q = xmalloc(a, 30 * MiB, 0); /* no free granule: p is evicted, its units reused, its range kept
-                                        * (p's mapping, over twice q, is not lent to it) */
+    char *q = xmalloc(a, 60 * MiB, 0); /* no free granule: p is evicted, its units reused, its range kept */
     assert_int_equal(CUR(a, reserved_bytes, VR_POOL_ALL), 64 * MiB);
     assert_int_equal(stats_of(a).num_device_free, 0);
-    assert_int_equal(stats_of(a).num_device_alloc, 32 + 15);
+    assert_int_equal(stats_of(a).num_device_alloc, 32 + 30);
     xfree(a, q);
     uint64_t c0 = calls_now(d);
     char *p2 = xmalloc(a, 64 * MiB, 0); /* p's mapping again (q's cached block evicted): no device call */
     assert_ptr_equal(p2, p);
     assert_int_equal(calls_now(d), c0);
     xfree(a, p2);
-    char *q2 = xmalloc(a, 30 * MiB, 0);
+    char *q2 = xmalloc(a, 60 * MiB, 0);
     assert_ptr_equal(q2, q);
     assert_int_equal(calls_now(d), c0);
     xfree(a, q2);
@@ -167,14 +167,17 @@ static void evicted_mapping_is_reused(void **state)
     vr_device_close(d);
 }
 
-/* A request of a new size up to twice smaller than a free mapping is lent it (its prefix, no device call);
- * the mapping keeps its size: a request of that size takes it back, again with no device call. */
+/* With lending on (VRAM_STITCH_BORROW=100), a request of a new size up to twice smaller than a free
+ * mapping is lent it (its prefix, no device call); the mapping keeps its size: a request of that size
+ * takes it back, again with no device call. */
 static void larger_mapping_is_lent(void **state)
 {
     (void)state;
     vr_device *d = open_dev("meta:1GiB");
     vr_device_set_manual_events(d, true); /* no host wait either */
+    setenv("VRAM_STITCH_BORROW", "100", 1);
     vr_alloc *a = make_alloc(d, "stitch", NULL);
+    unsetenv("VRAM_STITCH_BORROW");
     char *p = xmalloc(a, 64 * MiB, 0);
     xfree(a, p);
     uint64_t c0 = calls_now(d);
