@@ -428,9 +428,9 @@ void st_idle_remove(st_state *s, smap *m)
     s->idle_granules -= m->n;
 }
 
-/* The candidates are in two sorted arrays, st->cand by (bsize, tick) and st->bycap by (cap, tick) (tick
- * does not change while a mapping is a candidate, nor cap: patch takes it out around st_remap): a binary
- * search finds a size, a memmove keeps the order. */
+/* The candidates are in a sorted array, st->cand by (bsize, tick), and with lending on in another,
+ * st->bycap by (cap, tick) (tick does not change while a mapping is a candidate, nor cap: patch takes it
+ * out around st_remap): a binary search finds a size, a memmove keeps the order. */
 static size_t key_of(const smap *m, bool by_cap) { return by_cap ? m->cap : m->bsize; }
 
 static int cand_cmp(const smap *x, size_t key, uint64_t tick, bool by_cap)
@@ -479,13 +479,14 @@ void st_cand_insert(st_state *s, smap *m)
         smap **nc = realloc(s->cand, ncap * sizeof *nc);
         if (nc)
             s->cand = nc;
-        smap **nb = nc ? realloc(s->bycap, ncap * sizeof *nb) : NULL;
-        if (!nb)
+        smap **nb = nc && s->borrow ? realloc(s->bycap, ncap * sizeof *nb) : NULL;
+        if (!nc || (s->borrow && !nb))
             return;
-        s->bycap = nb;
+        if (nb)
+            s->bycap = nb;
         s->capcand = ncap;
     }
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < (s->borrow ? 2 : 1); w++) {
         smap **v = w ? s->bycap : s->cand;
         size_t i = cand_pos(v, s->ncand, m, w);
         memmove(&v[i + 1], &v[i], (s->ncand - i) * sizeof *v);
@@ -499,7 +500,7 @@ void st_cand_remove(st_state *s, smap *m)
 {
     if (!m->in_cand)
         return;
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < (s->borrow ? 2 : 1); w++) {
         smap **v = w ? s->bycap : s->cand;
         size_t i = cand_pos(v, s->ncand, m, w);
         memmove(&v[i], &v[i + 1], (s->ncand - i - 1) * sizeof *v);
@@ -668,7 +669,7 @@ vr_status st_space_check(vr_alloc *a)
     free(counts);
     for (size_t i = 1; st == VR_OK && i < s->ncand; i++)
         if (cand_cmp(s->cand[i - 1], s->cand[i]->bsize, s->cand[i]->tick, false) >= 0 ||
-            cand_cmp(s->bycap[i - 1], s->bycap[i]->cap, s->bycap[i]->tick, true) >= 0)
+            (s->borrow && cand_cmp(s->bycap[i - 1], s->bycap[i]->cap, s->bycap[i]->tick, true) >= 0))
             st = vr_error(VR_ERR_INVALID, "check: stitch candidates out of order at %zu", i);
     if (st == VR_OK && (nmaps != s->nmaps || granules != s->mapped_granules || idle_g != s->idle_granules ||
                         ncand != s->ncand || stale_m != s->nstale))

@@ -111,7 +111,7 @@ typedef struct st_state {
     size_t nfree;
     sext *oldest, *newest;        /* LRU of cached blocks */
     smap **cand;                  /* large mappings with no live block, by (bsize, tick) */
-    smap **bycap;                 /* the same, by (cap, tick): larger mappings lent to a new size */
+    smap **bycap;                 /* with lending on, the same by (cap, tick): mappings lent to a new size */
     size_t ncand, capcand;
     size_t borrow;                /* percent larger than a request a lent mapping may be (0: none) */
     bool lending;                 /* the mapping being attached is lent (find_free) */
