@@ -26,18 +26,18 @@
  *   finds the mapping it had the step before, on the same units. Small requests: best fit in the small
  *   pool's segments, as pytorch; a new small segment first takes an idle small mapping whose granule is
  *   free.
- * - A large request failing those, when lending is on (VRAM_STITCH_BORROW=P in the environment at init; off by default), a
- *   mapping is *lent*: the smallest (by units from its off to its end) idle or cached mapping up to P%
- *   larger than the request whose first u units no live block uses, found in a second index of the
+ * - A large request failing those, when lending is on (VRAM_STITCH_BORROW=P in the environment at init; off by
+ *   default), is *lent* a mapping: the smallest (by units from its off to its end) idle or cached mapping up
+ *   to P% larger than the request whose first u units no live block uses, found in a second index of the
  *   candidates, by that capacity. The block is its prefix (within the units its own block used), and the
- *   mapping keeps its size and key: a later request of its own size finds it again (the lent block,
- *   cached, is evicted: no device call), a request of the lent size finds the lent block by capacity and
- *   takes it as it is. A step of a new sequence length (BERT with a new length every step: every size new)
- *   so runs on the mappings of earlier, longer steps instead of mapping new ones (10,000 -> 1,500 driver
- *   calls per step of bench/alloc's bert_varlen with P = 100). It is off by default because a few lengths
- *   in turn (gpt2_bf16_varlen_b16, varying_steps_reach_few_device_calls) and fixed shapes then make 2-8x
- *   more calls and reach 1.004-1.014 reserved/allocated: a lent mapping is missing when its own size comes
- *   next, and that request takes another's (bench/alloc/README.md).
+ *   mapping keeps its size and key: a later request of its own size finds it again (the lent block, cached, is
+ *   evicted: no device call), a request of the lent size finds the lent block by capacity and takes it as it
+ *   is. A step of a new sequence length (BERT with a new length every step: every size new) so runs on the
+ *   mappings of earlier, longer steps instead of mapping new ones (10,000 -> 1,500 driver calls per step of
+ *   bench/alloc's bert_varlen with P = 100). It is off by default because a few lengths in turn
+ *   (gpt2_bf16_varlen_b16, varying_steps_reach_few_device_calls) and fixed shapes then make 2-8x more calls
+ *   and reach 1.004-1.014 reserved/allocated: a lent mapping is missing when its own size comes next, and that
+ *   request takes another's (bench/alloc/README.md).
  * - When every such mapping has units under live blocks, the idle mapping of the size (or up to twice it:
  *   the block is its prefix) with the fewest such granules is *patched* if they are few (at most 1/8 of
  *   its granules): they are replaced in its range by free granules (cached blocks evicted for them, oldest
