@@ -41,8 +41,12 @@
  * - When every such mapping has units under live blocks, the idle mapping of the size (or up to twice it:
  *   the block is its prefix) with the fewest such granules is *patched* if they are few (at most 1/8 of
  *   its granules): they are replaced in its range by free granules (cached blocks evicted for them, oldest
- *   first), an unmap and a map each, after a host wait on an event recorded on its last stream (work
- *   queued on the range may still run). A new mapping would map every granule, and unmap as many later.
+ *   first), an unmap and a map each, once the work queued on its range (before its last block was freed)
+ *   has completed: an event is recorded on a block's stream every ST_EPOCH_FREES large frees (the last
+ *   ST_EPOCHS kept), and the first recorded after that free is queried, and waited for only when it has not
+ *   completed (without one, an event recorded now: a host wait for all the stream's queued work). A block
+ *   freed a step before has usually completed: no wait. A new mapping would map every granule, and unmap
+ *   as many later.
  * - Only a request no mapping can take gets a new one: placed with the granules free now (a request of u
  *   units uses the largest free granule end as its head, then u - h rounds into full granules plus a tail
  *   placed best-fit in the smallest free granule start that holds it, else a fresh granule, whose rest
@@ -489,9 +493,50 @@ static size_t live_granules(st_state *s, const smap *m, size_t u, size_t *idx, s
     return n;
 }
 
+/* Returns once the work queued on m's range (before its last block was freed) has completed: the first event
+ * recorded on its stream after that free, when it has completed (no wait) or else waited for; without one
+ * (freed since the last), an event recorded now is waited for (all the stream's work). */
+static void wait_unused(vr_alloc *a, const smap *m)
+{
+    st_state *s = S(a);
+    for (size_t i = 0; i < s->nep; i++) {
+        struct sepoch *p = &s->ep[i];
+        if (p->seq < m->freed || p->stream != m->stream)
+            continue;
+        if (vr_event_query(a->dev, p->ev))
+            return;
+        vr_event_sync(a->dev, p->ev); /* frees it */
+        memmove(p, p + 1, (s->nep - i - 1) * sizeof *p);
+        s->nep--;
+        return;
+    }
+    vr_event *ev = NULL;
+    if (vr_event_record(a->dev, m->stream, &ev) == VR_OK)
+        vr_event_sync(a->dev, ev);
+    else
+        vr_device_synchronize(a->dev);
+}
+
+/* Counts a large free; every ST_EPOCH_FREES of them an event on its stream (the oldest kept dropped). */
+static void epoch_free(vr_alloc *a, smap *m, vr_stream stream)
+{
+    st_state *s = S(a);
+    m->freed = ++s->frees;
+    if (s->frees % ST_EPOCH_FREES)
+        return;
+    if (s->nep == ST_EPOCHS) {
+        vr_event_destroy(a->dev, s->ep[0].ev);
+        memmove(&s->ep[0], &s->ep[1], (ST_EPOCHS - 1) * sizeof s->ep[0]);
+        s->nep--;
+    }
+    vr_event *ev = NULL;
+    if (vr_event_record(a->dev, stream, &ev) == VR_OK)
+        s->ep[s->nep++] = (struct sepoch){ev, stream, s->frees};
+}
+
 /* Large, no mapping of the size free: the idle one of the size with the fewest granules under live blocks,
  * when they are few (at most 1 in PATCH_DIV of its granules): those granules are replaced by free ones in
- * its range, an unmap and a map each once the work queued on its last stream has completed (a host wait),
+ * its range, an unmap and a map each once the work queued on its last stream has completed (wait_unused),
  * far cheaper than a new mapping of the whole size. */
 static vr_block *patch(vr_alloc *a, vra_request *req, size_t u, size_t lo, size_t hi)
 {
@@ -535,11 +580,7 @@ static vr_block *patch(vr_alloc *a, vra_request *req, size_t u, size_t lo, size_
         st_create_granules(a, nbest - (s->nfree - own_free), req->pool->stat) != VR_OK)
         goto fail;
     take_fresh(s, g, nbest, mark);
-    vr_event *ev = NULL;
-    if (vr_event_record(a->dev, m->stream, &ev) == VR_OK)
-        vr_event_sync(a->dev, ev);
-    else
-        vr_device_synchronize(a->dev);
+    wait_unused(a, m);
     st_idle_remove(s, m);
     st_cand_remove(s, m); /* its cap may change (st_remap failing): out of the index meanwhile */
     vr_status st = VR_OK;
@@ -623,6 +664,8 @@ static void on_free(vr_alloc *a, vr_block *b)
     sext *e = b->seg->pdata;
     lru_append(S(a), e);
     st_cand_insert(S(a), e->m);
+    if (!e->m->small)
+        epoch_free(a, e->m, b->seg->stream);
 }
 
 /* Unmaps the granules of live blocks' mappings that their blocks do not use (so that they can go). */
@@ -697,6 +740,8 @@ static void fini(vr_alloc *a)
         free(seg->pdata);
         seg->pdata = NULL;
     }
+    for (size_t i = 0; i < s->nep; i++)
+        vr_event_destroy(a->dev, s->ep[i].ev);
     st_space_fini(a);
     for (size_t i = 0; i < s->nall; i++) {
         free(s->all[i]->used);

@@ -7,6 +7,8 @@
 #include "alloc/policy.h"
 
 #define ST_UNIT VRA_MIN_BLOCK
+#define ST_EPOCHS 16              /* events kept of those recorded every ST_EPOCH_FREES large frees */
+#define ST_EPOCH_FREES 32
 #define ST_HIST 2                 /* large request sizes before a request in its key (4 or 1: more calls) */
 
 typedef struct sgran sgran;
@@ -58,6 +60,7 @@ struct smap {
     bool in_idle;
     bool stale;                   /* in the stale list: being unmapped */
     uint64_t key;                 /* of the last request it served (st->key) */
+    uint64_t freed;               /* st->frees when its last block was freed: work on it came before */
     smap *aprev, *anext;          /* every mapping */
     struct vchunk *chunk;         /* the address chunk its range comes from */
     sgran *g[];
@@ -126,6 +129,13 @@ typedef struct st_state {
     size_t ndirty, capdirty;
     uint64_t epoch;               /* for sext.mark */
     uint64_t tick;                /* blocks put on mappings so far */
+    uint64_t frees;               /* large blocks freed so far */
+    struct sepoch {
+        vr_event *ev;             /* recorded on stream after the frees up to seq */
+        vr_stream stream;
+        uint64_t seq;
+    } ep[ST_EPOCHS];              /* oldest first */
+    size_t nep;
     uint64_t hist[ST_HIST];       /* units of the last large requests, newest first */
     uint64_t key;                 /* of the request being served: hash of hist and its units */
 } st_state;
