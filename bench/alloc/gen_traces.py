@@ -10,6 +10,10 @@ writes (gzip CSV, alloc / free_completed events, one stream):
                                        saved for backward, freed in reverse)
   mlp_b256.csv.gz                      MLP 4096-8192-...-10 with Adam, 5 steps
   varlen_gpt.csv.gz                    the GPT step with T drawn from 64-1024 per step
+  bert_varlen.csv.gz                   the GPT step shaped as BERT-base (V=30522, B=32) with a new T
+                                       (64-512, any integer) every step, 40 steps: nearly every
+                                       large request of a step is a size not seen before
+  bert_varlen_w20.csv.gz               its first 20 steps (calls of steps 21-40 = the difference)
   random_mix.csv.gz                    long- and short-lived tensors, log-uniform
                                        1 KiB-1 GiB, bursts, deterministic seed
 Addresses are fake unique ids; sizes are rounded to 512 as PyTorch does."""
@@ -106,6 +110,8 @@ def main():
         "gpt_b4": lambda t: gpt(t, 3, 4, lambda s: 1024),
         "gpt_b12_t512": lambda t: gpt(t, 3, 12, lambda s: 512),
         "varlen_gpt": lambda t: gpt(t, 6, 8, lambda s, r=random.Random(7): r.randrange(64, 1025, 64)),
+        "bert_varlen": lambda t: gpt(t, 40, 32, lambda s, r=random.Random(11): r.randint(64, 512), V=30522),
+        "bert_varlen_w20": lambda t: gpt(t, 20, 32, lambda s, r=random.Random(11): r.randint(64, 512), V=30522),
         "mlp_b256": lambda t: mlp(t, 5, 256, [4096, 8192, 8192, 4096, 2048, 1000, 10]),
         "random_mix": lambda t: random_mix(t, 60000, 12345),
     }

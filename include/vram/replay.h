@@ -54,6 +54,7 @@ typedef struct vr_replay_result {
     uint64_t first_oom_line;       /* line of the first failed alloc (0 = none) */
     char first_oom[1024];          /* its out-of-memory message */
     double ns_per_op;              /* allocator time per alloc/free, nanoseconds (best run) */
+    double ns_per_op_last_pass;    /* the same, of the last pass alone (the allocator warm; best run) */
     double device_ns_per_op;       /* peer: the same allocs/frees straight on the meta device
                                     * (vr_device_malloc/free, no cache), nanoseconds (best run) */
     vr_alloc_stats stats;          /* the allocator's statistics at the end */

@@ -26,11 +26,27 @@
  *   finds the mapping it had the step before, on the same units. Small requests: best fit in the small
  *   pool's segments, as pytorch; a new small segment first takes an idle small mapping whose granule is
  *   free.
+ * - A large request failing those, when lending is on (VRAM_STITCH_BORROW=P in the environment at init; off by
+ *   default), is *lent* a mapping: the smallest (by units from its off to its end) idle or cached mapping up
+ *   to P% larger than the request whose first u units no live block uses, found in a second index of the
+ *   candidates, by that capacity. The block is its prefix (within the units its own block used), and the
+ *   mapping keeps its size and key: a later request of its own size finds it again (the lent block, cached, is
+ *   evicted: no device call), a request of the lent size finds the lent block by capacity and takes it as it
+ *   is. A step of a new sequence length (BERT with a new length every step: every size new) so runs on the
+ *   mappings of earlier, longer steps instead of mapping new ones (10,000 -> 1,500 driver calls per step of
+ *   bench/alloc's bert_varlen with P = 100). It is off by default because a few lengths in turn
+ *   (gpt2_bf16_varlen_b16, varying_steps_reach_few_device_calls) and fixed shapes then make 2-8x more calls
+ *   and reach 1.004-1.014 reserved/allocated: a lent mapping is missing when its own size comes next, and that
+ *   request takes another's (bench/alloc/README.md).
  * - When every such mapping has units under live blocks, the idle mapping of the size (or up to twice it:
  *   the block is its prefix) with the fewest such granules is *patched* if they are few (at most 1/8 of
  *   its granules): they are replaced in its range by free granules (cached blocks evicted for them, oldest
- *   first), an unmap and a map each, after a host wait on an event recorded on its last stream (work
- *   queued on the range may still run). A new mapping would map every granule, and unmap as many later.
+ *   first), an unmap and a map each, once the work queued on its range (before its last block was freed)
+ *   has completed: an event is recorded on a block's stream every ST_EPOCH_FREES large frees (the last
+ *   ST_EPOCHS kept), and the first recorded after that free is queried, and waited for only when it has not
+ *   completed (without one, an event recorded now: a host wait for all the stream's queued work). A block
+ *   freed a step before has usually completed: no wait. A new mapping would map every granule, and unmap
+ *   as many later.
  * - Only a request no mapping can take gets a new one: placed with the granules free now (a request of u
  *   units uses the largest free granule end as its head, then u - h rounds into full granules plus a tail
  *   placed best-fit in the smallest free granule start that holds it, else a fresh granule, whose rest
@@ -69,6 +85,8 @@
 #define PATCH_MIN 8               /* ... and it has at least this many */
 #define PATCH_LARGER 2            /* mappings up to twice the request are patched for it */
 #define SMALL_SCAN 16             /* idle small-pool mappings looked at per small grow */
+#define BORROW_PCT 0              /* a mapping up to this much larger (percent) is lent to a new size (0: never;
+                                   * VRAM_STITCH_BORROW=P at init overrides it) */
 
 static st_state *S(const vr_alloc *a) { return a->pstate; }
 
@@ -202,10 +220,12 @@ static void pred_key(st_state *s, size_t u)
     s->key = h ? h : 1;
 }
 
-/* m serves the request being served (of u units): it remembers the request's key; u goes into the history. */
-static void learn(st_state *s, smap *m, size_t u)
+/* m serves the request being served (of u units): it remembers the request's key unless it is only lent to
+ * it (see attach); u goes into the history. */
+static void learn(st_state *s, smap *m, size_t u, bool lent)
 {
-    m->key = s->key;
+    if (!lent)
+        m->key = s->key;
     memmove(&s->hist[1], &s->hist[0], (ST_HIST - 1) * sizeof s->hist[0]);
     s->hist[0] = u;
 }
@@ -245,9 +265,11 @@ static vr_status attach(vr_alloc *a, vra_request *req, smap *m)
     m->user = e;
     m->stream = req->stream;
     m->tick = ++s->tick;
-    m->bsize = u;
+    bool lent = s->lending && u < m->bsize; /* lent to a smaller block: it keeps its size and key */
+    if (!lent)
+        m->bsize = u;
     if (!m->small)
-        learn(s, m, u);
+        learn(s, m, u, lent);
     vra_pool_inc(a->stats.segment, req->pool, 1);
     vra_record(a, VRA_SEGMENT_MAP, seg->base, seg->size, req->stream);
     req->block = seg->head;
@@ -402,9 +424,7 @@ static vr_status grow_new(vr_alloc *a, vra_request *req, bool small, size_t u)
 }
 
 /* A small-pool request: an idle small-pool mapping whose granule is free, else a new one. A large request
- * found no mapping of its size to take or patch (find_free): a new one. (Taking the prefix of a larger
- * conflict-free mapping would save the mapping but scatter pieces over granules, leaving gaps: reserved
- * grows; 30% larger put gpt2_bf16_varlen_b16 at 1.011.) */
+ * found no mapping of its size, or one lent, to take or patch (find_free): a new one. */
 static vr_status grow(vr_alloc *a, vra_request *req)
 {
     st_state *s = S(a);
@@ -438,7 +458,7 @@ static vr_block *take(vr_alloc *a, vra_request *req, smap *m, size_t u)
         lru_remove(s, e);
         st_cand_remove(s, m);
         m->tick = ++s->tick;
-        learn(s, m, u);
+        learn(s, m, u, u < m->bsize);
         return b;
     }
     if (conflicts(a, m, u, false) == SIZE_MAX)
@@ -473,9 +493,50 @@ static size_t live_granules(st_state *s, const smap *m, size_t u, size_t *idx, s
     return n;
 }
 
+/* Returns once the work queued on m's range (before its last block was freed) has completed: the first event
+ * recorded on its stream after that free, when it has completed (no wait) or else waited for; without one
+ * (freed since the last), an event recorded now is waited for (all the stream's work). */
+static void wait_unused(vr_alloc *a, const smap *m)
+{
+    st_state *s = S(a);
+    for (size_t i = 0; i < s->nep; i++) {
+        struct sepoch *p = &s->ep[i];
+        if (p->seq < m->freed || p->stream != m->stream)
+            continue;
+        if (vr_event_query(a->dev, p->ev))
+            return;
+        vr_event_sync(a->dev, p->ev); /* frees it */
+        memmove(p, p + 1, (s->nep - i - 1) * sizeof *p);
+        s->nep--;
+        return;
+    }
+    vr_event *ev = NULL;
+    if (vr_event_record(a->dev, m->stream, &ev) == VR_OK)
+        vr_event_sync(a->dev, ev);
+    else
+        vr_device_synchronize(a->dev);
+}
+
+/* Counts a large free; every ST_EPOCH_FREES of them an event on its stream (the oldest kept dropped). */
+static void epoch_free(vr_alloc *a, smap *m, vr_stream stream)
+{
+    st_state *s = S(a);
+    m->freed = ++s->frees;
+    if (s->frees % ST_EPOCH_FREES)
+        return;
+    if (s->nep == ST_EPOCHS) {
+        vr_event_destroy(a->dev, s->ep[0].ev);
+        memmove(&s->ep[0], &s->ep[1], (ST_EPOCHS - 1) * sizeof s->ep[0]);
+        s->nep--;
+    }
+    vr_event *ev = NULL;
+    if (vr_event_record(a->dev, stream, &ev) == VR_OK)
+        s->ep[s->nep++] = (struct sepoch){ev, stream, s->frees};
+}
+
 /* Large, no mapping of the size free: the idle one of the size with the fewest granules under live blocks,
  * when they are few (at most 1 in PATCH_DIV of its granules): those granules are replaced by free ones in
- * its range, an unmap and a map each once the work queued on its last stream has completed (a host wait),
+ * its range, an unmap and a map each once the work queued on its last stream has completed (wait_unused),
  * far cheaper than a new mapping of the whole size. */
 static vr_block *patch(vr_alloc *a, vra_request *req, size_t u, size_t lo, size_t hi)
 {
@@ -519,12 +580,9 @@ static vr_block *patch(vr_alloc *a, vra_request *req, size_t u, size_t lo, size_
         st_create_granules(a, nbest - (s->nfree - own_free), req->pool->stat) != VR_OK)
         goto fail;
     take_fresh(s, g, nbest, mark);
-    vr_event *ev = NULL;
-    if (vr_event_record(a->dev, m->stream, &ev) == VR_OK)
-        vr_event_sync(a->dev, ev);
-    else
-        vr_device_synchronize(a->dev);
+    wait_unused(a, m);
     st_idle_remove(s, m);
+    st_cand_remove(s, m); /* its cap may change (st_remap failing): out of the index meanwhile */
     vr_status st = VR_OK;
     for (size_t r = 0, run; r < nbest && st == VR_OK; r += run) {
         for (run = 1; r + run < nbest && idx[r + run] == idx[r] + run;)
@@ -534,6 +592,7 @@ static vr_block *patch(vr_alloc *a, vra_request *req, size_t u, size_t lo, size_
     for (size_t i = 0; i < nbest; i++) /* back to FREE until the block's spans are added */
         st_reclass(s, g[i]);
     st_idle_push(s, m);
+    st_cand_insert(s, m);
     if (st != VR_OK || u > m->cap)
         goto fail;
     free(idx);
@@ -549,7 +608,9 @@ fail:
 
 /* Large: the mappings of exactly the size, first those last used by a request of the same key (least
  * recently used first: a step's requests of that key take them in turn), then the others (most recently
- * used first); failing those, a patch. Small: best fit, as pytorch. */
+ * used first); failing those, one lent: the smallest larger mapping (up to s->borrow percent larger, best
+ * fit by cap) whose first u units are free of live blocks; failing that, a patch. Small: best fit, as
+ * pytorch. */
 static vr_block *find_free(vr_alloc *a, vra_request *req)
 {
     st_state *s = S(a);
@@ -573,6 +634,20 @@ static vr_block *find_free(vr_alloc *a, vra_request *req)
             if ((m->key == s->key) == !pass && (b = take(a, req, m, u)))
                 return b;
         }
+    if (s->borrow) {
+        size_t top = st_bycap_lower_bound(s, u + u / 100 * s->borrow + 1);
+        for (size_t i = st_bycap_lower_bound(s, u), k = 0; i < top && k < CAND_SCAN; i++) {
+            smap *m = s->bycap[i];
+            if (m->bsize == u) /* looked at above */
+                continue;
+            k++;
+            s->lending = true;
+            b = take(a, req, m, u);
+            s->lending = false;
+            if (b)
+                return b;
+        }
+    }
     return patch(a, req, u, lo, st_cand_lower_bound(s, PATCH_LARGER * u + 1));
 }
 
@@ -589,6 +664,8 @@ static void on_free(vr_alloc *a, vr_block *b)
     sext *e = b->seg->pdata;
     lru_append(S(a), e);
     st_cand_insert(S(a), e->m);
+    if (!e->m->small)
+        epoch_free(a, e->m, b->seg->stream);
 }
 
 /* Unmaps the granules of live blocks' mappings that their blocks do not use (so that they can go). */
@@ -638,6 +715,8 @@ static vr_status init(vr_alloc *a)
         return vr_error(VR_ERR_OOM, "allocator: out of host memory");
     s->G = G;
     s->nb = (uint32_t)(G / UNIT);
+    const char *borrow = getenv("VRAM_STITCH_BORROW"); /* percent; for measuring on a workload */
+    s->borrow = borrow ? (size_t)strtoul(borrow, NULL, 10) : BORROW_PCT;
     size_t words = (s->nb + 64) / 64;
     for (int w = 0; w < 2; w++) {
         s->set[w].first = calloc(s->nb + 1, sizeof *s->set[w].first);
@@ -661,6 +740,8 @@ static void fini(vr_alloc *a)
         free(seg->pdata);
         seg->pdata = NULL;
     }
+    for (size_t i = 0; i < s->nep; i++)
+        vr_event_destroy(a->dev, s->ep[i].ev);
     st_space_fini(a);
     for (size_t i = 0; i < s->nall; i++) {
         free(s->all[i]->used);
@@ -668,6 +749,7 @@ static void fini(vr_alloc *a)
     }
     free(s->all);
     free(s->cand);
+    free(s->bycap);
     free(s->dirty);
     for (int w = 0; w < 2; w++) {
         free(s->set[w].first);

@@ -428,19 +428,24 @@ void st_idle_remove(st_state *s, smap *m)
     s->idle_granules -= m->n;
 }
 
-static int cand_cmp(const smap *x, size_t bsize, uint64_t tick)
+/* The candidates are in a sorted array, st->cand by (bsize, tick), and with lending on in another,
+ * st->bycap by (cap, tick) (tick does not change while a mapping is a candidate, nor cap: patch takes it
+ * out around st_remap): a binary search finds a size, a memmove keeps the order. */
+static size_t key_of(const smap *m, bool by_cap) { return by_cap ? m->cap : m->bsize; }
+
+static int cand_cmp(const smap *x, size_t key, uint64_t tick, bool by_cap)
 {
-    if (x->bsize != bsize)
-        return x->bsize < bsize ? -1 : 1;
+    if (key_of(x, by_cap) != key)
+        return key_of(x, by_cap) < key ? -1 : 1;
     return x->tick < tick ? -1 : x->tick > tick;
 }
 
-size_t st_cand_lower_bound(const st_state *s, size_t bsize)
+static size_t lower_bound(smap *const *v, size_t n, size_t key, bool by_cap)
 {
-    size_t lo = 0, hi = s->ncand;
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (s->cand[mid]->bsize < bsize)
+        if (key_of(v[mid], by_cap) < key)
             lo = mid + 1;
         else
             hi = mid;
@@ -448,12 +453,15 @@ size_t st_cand_lower_bound(const st_state *s, size_t bsize)
     return lo;
 }
 
-static size_t cand_pos(const st_state *s, const smap *m)
+size_t st_cand_lower_bound(const st_state *s, size_t bsize) { return lower_bound(s->cand, s->ncand, bsize, false); }
+size_t st_bycap_lower_bound(const st_state *s, size_t cap) { return lower_bound(s->bycap, s->ncand, cap, true); }
+
+static size_t cand_pos(smap *const *v, size_t n, const smap *m, bool by_cap)
 {
-    size_t lo = 0, hi = s->ncand;
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (cand_cmp(s->cand[mid], m->bsize, m->tick) < 0)
+        if (cand_cmp(v[mid], key_of(m, by_cap), m->tick, by_cap) < 0)
             lo = mid + 1;
         else
             hi = mid;
@@ -469,14 +477,21 @@ void st_cand_insert(st_state *s, smap *m)
     if (s->ncand == s->capcand) {
         size_t ncap = s->capcand ? s->capcand * 2 : 64;
         smap **nc = realloc(s->cand, ncap * sizeof *nc);
-        if (!nc)
+        if (nc)
+            s->cand = nc;
+        smap **nb = nc && s->borrow ? realloc(s->bycap, ncap * sizeof *nb) : NULL;
+        if (!nc || (s->borrow && !nb))
             return;
-        s->cand = nc;
+        if (nb)
+            s->bycap = nb;
         s->capcand = ncap;
     }
-    size_t i = cand_pos(s, m);
-    memmove(&s->cand[i + 1], &s->cand[i], (s->ncand - i) * sizeof *s->cand);
-    s->cand[i] = m;
+    for (int w = 0; w < (s->borrow ? 2 : 1); w++) {
+        smap **v = w ? s->bycap : s->cand;
+        size_t i = cand_pos(v, s->ncand, m, w);
+        memmove(&v[i + 1], &v[i], (s->ncand - i) * sizeof *v);
+        v[i] = m;
+    }
     s->ncand++;
     m->in_cand = true;
 }
@@ -485,8 +500,11 @@ void st_cand_remove(st_state *s, smap *m)
 {
     if (!m->in_cand)
         return;
-    size_t i = cand_pos(s, m);
-    memmove(&s->cand[i], &s->cand[i + 1], (s->ncand - i - 1) * sizeof *s->cand);
+    for (int w = 0; w < (s->borrow ? 2 : 1); w++) {
+        smap **v = w ? s->bycap : s->cand;
+        size_t i = cand_pos(v, s->ncand, m, w);
+        memmove(&v[i], &v[i + 1], (s->ncand - i - 1) * sizeof *v);
+    }
     s->ncand--;
     m->in_cand = false;
 }
@@ -650,7 +668,8 @@ vr_status st_space_check(vr_alloc *a)
                           counts[i]);
     free(counts);
     for (size_t i = 1; st == VR_OK && i < s->ncand; i++)
-        if (cand_cmp(s->cand[i - 1], s->cand[i]->bsize, s->cand[i]->tick) >= 0)
+        if (cand_cmp(s->cand[i - 1], s->cand[i]->bsize, s->cand[i]->tick, false) >= 0 ||
+            (s->borrow && cand_cmp(s->bycap[i - 1], s->bycap[i]->cap, s->bycap[i]->tick, true) >= 0))
             st = vr_error(VR_ERR_INVALID, "check: stitch candidates out of order at %zu", i);
     if (st == VR_OK && (nmaps != s->nmaps || granules != s->mapped_granules || idle_g != s->idle_granules ||
                         ncand != s->ncand || stale_m != s->nstale))

@@ -7,6 +7,8 @@
 #include "alloc/policy.h"
 
 #define ST_UNIT VRA_MIN_BLOCK
+#define ST_EPOCHS 16              /* events kept of those recorded every ST_EPOCH_FREES large frees */
+#define ST_EPOCH_FREES 32
 #define ST_HIST 2                 /* large request sizes before a request in its key (4 or 1: more calls) */
 
 typedef struct sgran sgran;
@@ -52,12 +54,13 @@ struct smap {
     sext *user;                   /* the block on it (live or cached), or NULL: idle */
     vr_stream stream;             /* stream of its last user */
     uint64_t tick;                /* when a block was last put on it (st->tick) */
-    size_t bsize;                 /* units of that block (<= cap) */
+    size_t bsize;                 /* its size: units of the last block put on it that was not lent it */
     bool in_cand;                 /* in st->cand (large, idle or cached) */
     smap *iprev, *inext;          /* LRU of idle mappings (oldest first) */
     bool in_idle;
     bool stale;                   /* in the stale list: being unmapped */
     uint64_t key;                 /* of the last request it served (st->key) */
+    uint64_t freed;               /* st->frees when its last block was freed: work on it came before */
     smap *aprev, *anext;          /* every mapping */
     struct vchunk *chunk;         /* the address chunk its range comes from */
     sgran *g[];
@@ -111,7 +114,10 @@ typedef struct st_state {
     size_t nfree;
     sext *oldest, *newest;        /* LRU of cached blocks */
     smap **cand;                  /* large mappings with no live block, by (bsize, tick) */
+    smap **bycap;                 /* with lending on, the same by (cap, tick): mappings lent to a new size */
     size_t ncand, capcand;
+    size_t borrow;                /* percent larger than a request a lent mapping may be (0: none) */
+    bool lending;                 /* the mapping being attached is lent (find_free) */
     smap *idle_oldest, *idle_newest; /* mappings with no block, least recently used first */
     size_t idle_granules;         /* granules mapped by idle mappings */
     smap *maps;                   /* every mapping */
@@ -123,6 +129,13 @@ typedef struct st_state {
     size_t ndirty, capdirty;
     uint64_t epoch;               /* for sext.mark */
     uint64_t tick;                /* blocks put on mappings so far */
+    uint64_t frees;               /* large blocks freed so far */
+    struct sepoch {
+        vr_event *ev;             /* recorded on stream after the frees up to seq */
+        vr_stream stream;
+        uint64_t seq;
+    } ep[ST_EPOCHS];              /* oldest first */
+    size_t nep;
     uint64_t hist[ST_HIST];       /* units of the last large requests, newest first */
     uint64_t key;                 /* of the request being served: hash of hist and its units */
 } st_state;
@@ -162,8 +175,10 @@ void st_idle_push(st_state *s, smap *m);
 void st_idle_remove(st_state *s, smap *m);
 void st_cand_insert(st_state *s, smap *m);
 void st_cand_remove(st_state *s, smap *m);
-/* Index of the first candidate whose last block had at least bsize units. */
+/* Index in st->cand of the first candidate of at least bsize units (its size). */
 size_t st_cand_lower_bound(const st_state *s, size_t bsize);
+/* Index in st->bycap of the first candidate of at least cap units from its off to its end. */
+size_t st_bycap_lower_bound(const st_state *s, size_t cap);
 /* Frees what stitch_space holds (fini): mappings' bookkeeping, chunks without live mappings. */
 void st_space_fini(vr_alloc *a);
 vr_status st_space_check(vr_alloc *a);

@@ -51,6 +51,7 @@ static void print_json(const char *path, const char *policy, const vr_replay_res
         cJSON_AddNumberToObject(d, "event_sync", (double)c->event_sync);
     }
     cJSON_AddNumberToObject(o, "ns_per_op", r->ns_per_op);
+    cJSON_AddNumberToObject(o, "ns_per_op_last_pass", r->ns_per_op_last_pass);
     cJSON_AddNumberToObject(o, "device_ns_per_op", r->device_ns_per_op);
     if (r->have_torch) {
         cJSON *t = cJSON_CreateObject();

@@ -2,6 +2,7 @@
  * physical granules; a block's tail granule is shared with the next block's
  * head; exact-size reuse of cached mappings; eviction of cached blocks before
  * new physical memory; small pool in whole granules; empty_cache; OOM. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -166,6 +167,43 @@ static void evicted_mapping_is_reused(void **state)
     vr_device_close(d);
 }
 
+/* With lending on (VRAM_STITCH_BORROW=100), a request of a new size up to twice smaller than a free
+ * mapping is lent it (its prefix, no device call); the mapping keeps its size: a request of that size
+ * takes it back, again with no device call. */
+static void larger_mapping_is_lent(void **state)
+{
+    (void)state;
+    vr_device *d = open_dev("meta:1GiB");
+    vr_device_set_manual_events(d, true); /* no host wait either */
+    setenv("VRAM_STITCH_BORROW", "100", 1);
+    vr_alloc *a = make_alloc(d, "stitch", NULL);
+    unsetenv("VRAM_STITCH_BORROW");
+    char *p = xmalloc(a, 64 * MiB, 0);
+    xfree(a, p);
+    uint64_t c0 = calls_now(d);
+    for (int i = 0; i < 3; i++) {
+        char *q = xmalloc(a, 40 * MiB + 4096, 0); /* lent p's mapping */
+        assert_ptr_equal(q, p);
+        xfree(a, q);
+        char *q2 = xmalloc(a, 40 * MiB + 4096, 0); /* the lent block itself, cached */
+        assert_ptr_equal(q2, p);
+        xfree(a, q2);
+        char *p2 = xmalloc(a, 64 * MiB, 0); /* its own size: the mapping back */
+        assert_ptr_equal(p2, p);
+        xfree(a, p2);
+        check_invariants(a);
+    }
+    assert_int_equal(calls_now(d), c0);
+    assert_int_equal(stats_of(a).reserved_bytes[VR_POOL_ALL].peak, 64 * MiB);
+    char *r = xmalloc(a, 31 * MiB, 0); /* over twice smaller: not lent, a mapping of its own */
+    assert_true(calls_now(d) > c0);
+    xfree(a, r);
+    vr_alloc_empty_cache(a);
+    assert_int_equal(CUR(a, reserved_bytes, VR_POOL_ALL), 0);
+    vr_alloc_destroy(a);
+    vr_device_close(d);
+}
+
 /* A training-like loop (forward activations of several sizes, a backward that frees them in reverse
  * while taking gradients of other sizes through the same memory, an optimizer step) makes no device
  * call after its first steps, at the reserved bytes of the first step. */
@@ -309,6 +347,7 @@ int main(void)
         cmocka_unit_test(out_of_memory_and_retry),
         cmocka_unit_test(needs_phys_handles),
         cmocka_unit_test(evicted_mapping_is_reused),
+        cmocka_unit_test(larger_mapping_is_lent),
         cmocka_unit_test(steady_state_makes_no_device_calls),
         cmocka_unit_test(varying_steps_reach_few_device_calls),
     };
