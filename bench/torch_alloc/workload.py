@@ -39,7 +39,8 @@ def main():
     vt = None
     if a.mode.startswith("vram_"):
         import vram_torch as vt
-        vt.enable(policy=a.mode[len("vram_"):], fraction=a.fraction or None)
+        vt.enable(policy=a.mode[len("vram_"):], fraction=a.fraction or None,
+                  stitch_lend=int(os.environ.get("STITCH_LEND", "0")))
     elif a.fraction:
         torch.cuda.set_per_process_memory_fraction(a.fraction)
     if a.workload == "resnet50":

@@ -43,6 +43,9 @@ typedef struct vr_alloc_config {
     uint64_t capacity;         /* cap reserved at this many bytes (0 = none); with a fraction
                                 * too, the smaller cap holds */
     size_t history;            /* events kept in the history ring (0 = history off) */
+    unsigned stitch_lend_pct;  /* policy stitch: a large request of a size with no mapping of its own may be
+                                * lent an idle or cached mapping up to this percent larger (0 = never, the
+                                * default; src/alloc/stitch.c) */
     /* Time source for history timestamps, in ns (NULL = vr_now_ns). A replay
      * passes a logical clock so that its traces are readable. */
     uint64_t (*clock_ns)(void *ctx);

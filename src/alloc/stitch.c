@@ -26,8 +26,8 @@
  *   finds the mapping it had the step before, on the same units. Small requests: best fit in the small
  *   pool's segments, as pytorch; a new small segment first takes an idle small mapping whose granule is
  *   free.
- * - A large request failing those, when lending is on (VRAM_STITCH_BORROW=P in the environment at init; off by
- *   default), is *lent* a mapping: the smallest (by units from its off to its end) idle or cached mapping up
+ * - A large request failing those, when lending is on (vr_alloc_config.stitch_lend_pct = P; `vram replay
+ *   --stitch-lend P`, vram_torch.enable(stitch_lend=P); off by default), is *lent* a mapping: the smallest (by units from its off to its end) idle or cached mapping up
  *   to P% larger than the request whose first u units no live block uses, found in a second index of the
  *   candidates, by that capacity. The block is its prefix (within the units its own block used), and the
  *   mapping keeps its size and key: a later request of its own size finds it again (the lent block, cached, is
@@ -85,8 +85,6 @@
 #define PATCH_MIN 8               /* ... and it has at least this many */
 #define PATCH_LARGER 2            /* mappings up to twice the request are patched for it */
 #define SMALL_SCAN 16             /* idle small-pool mappings looked at per small grow */
-#define BORROW_PCT 0              /* a mapping up to this much larger (percent) is lent to a new size (0: never;
-                                   * VRAM_STITCH_BORROW=P at init overrides it) */
 
 static st_state *S(const vr_alloc *a) { return a->pstate; }
 
@@ -715,8 +713,7 @@ static vr_status init(vr_alloc *a)
         return vr_error(VR_ERR_OOM, "allocator: out of host memory");
     s->G = G;
     s->nb = (uint32_t)(G / UNIT);
-    const char *borrow = getenv("VRAM_STITCH_BORROW"); /* percent; for measuring on a workload */
-    s->borrow = borrow ? (size_t)strtoul(borrow, NULL, 10) : BORROW_PCT;
+    s->borrow = a->cfg.stitch_lend_pct;
     size_t words = (s->nb + 64) / 64;
     for (int w = 0; w < 2; w++) {
         s->set[w].first = calloc(s->nb + 1, sizeof *s->set[w].first);

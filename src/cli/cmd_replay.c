@@ -128,6 +128,7 @@ typedef struct opts {
     vr_replay_options r;
     long long repeat, passes;
     bool json;
+    long long lend; /* --stitch-lend */
 } opts;
 
 static void replay_flags(vr_flagset *fs, void *p)
@@ -140,6 +141,8 @@ static void replay_flags(vr_flagset *fs, void *p)
         {"--capacity", VR_FLAG_SIZE, &o->r.capacity, "SIZE", .help = "device capacity (default 80GiB)", .lo = 1},
         {"--max-split-size", VR_FLAG_SIZE, &o->r.max_split_size, "SIZE",
          .help = "blocks this large are never split (default unlimited)"},
+        {"--stitch-lend", VR_FLAG_INT, &o->lend, "P", .lo = 0, .hi = 1000,
+         .help = "policy stitch: lend a new size a mapping up to P% larger (default 0: never)"},
         {"--json", VR_FLAG_SWITCH, &o->json, NULL, .help = "print the result as JSON"},
         {"--snapshot", VR_FLAG_STRING, &o->r.snapshot_path, "FILE",
          .help = "write the allocator snapshot at the end of the trace"},
@@ -173,6 +176,7 @@ static int run(int argc, char **argv)
     vr_replay_options o = op.r;
     o.repeat = (int)op.repeat;
     o.passes = (int)op.passes;
+    o.stitch_lend_pct = (unsigned)op.lend;
     bool json = op.json;
     vr_replay_result r;
     vr_status st = vr_replay_file(trace, &o, &r);

@@ -19,6 +19,7 @@ vt_slot vt_slots[VRAM_TORCH_MAX_DEVICES];
 pthread_mutex_t vt_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static char g_policy[32] = "stitch";
+static unsigned g_lend;               /* vr_alloc_config.stitch_lend_pct of allocators created from now */
 static double g_fraction;
 static size_t g_history;
 static char g_spec[64] = "cuda:%d";
@@ -58,6 +59,13 @@ vr_alloc *vt_get(int device)
 int vram_torch_device_active(int device) { return vt_get(device) != NULL; }
 
 /* "cuda:%d" with the index put in; a spec without %d is used as it is. */
+void vram_torch_set_stitch_lend(unsigned pct)
+{
+    pthread_mutex_lock(&vt_lock);
+    g_lend = pct;
+    pthread_mutex_unlock(&vt_lock);
+}
+
 static void format_spec(char *out, size_t cap, int device)
 {
     const char *d = strstr(g_spec, "%d");
@@ -123,7 +131,8 @@ static vr_alloc *get_or_create(int device)
         vr_device *dev = NULL;
         vr_alloc_config cfg = {.policy = g_policy,
                                .memory_fraction = s->fraction_set ? s->fraction : g_fraction,
-                               .history = g_history};
+                               .history = g_history,
+                               .stitch_lend_pct = g_lend};
         vr_status st = vr_device_open(spec, &dev);
         if (st == VR_OK && (st = vr_alloc_create(dev, &cfg, &a)) != VR_OK) {
             vr_device_close(dev);

@@ -167,7 +167,7 @@ static void evicted_mapping_is_reused(void **state)
     vr_device_close(d);
 }
 
-/* With lending on (VRAM_STITCH_BORROW=100), a request of a new size up to twice smaller than a free
+/* With lending on (stitch_lend_pct 100), a request of a new size up to twice smaller than a free
  * mapping is lent it (its prefix, no device call); the mapping keeps its size: a request of that size
  * takes it back, again with no device call. */
 static void larger_mapping_is_lent(void **state)
@@ -175,9 +175,8 @@ static void larger_mapping_is_lent(void **state)
     (void)state;
     vr_device *d = open_dev("meta:1GiB");
     vr_device_set_manual_events(d, true); /* no host wait either */
-    setenv("VRAM_STITCH_BORROW", "100", 1);
-    vr_alloc *a = make_alloc(d, "stitch", NULL);
-    unsetenv("VRAM_STITCH_BORROW");
+    vr_alloc_config cfg = {.stitch_lend_pct = 100};
+    vr_alloc *a = make_alloc(d, "stitch", &cfg);
     char *p = xmalloc(a, 64 * MiB, 0);
     xfree(a, p);
     uint64_t c0 = calls_now(d);

@@ -324,7 +324,8 @@ static void dynamic_equals_plan(void **state)
  * node by node only) counts the adds right before a layernorm that queued no work in the last step. */
 typedef struct step_opts {
     bool unfused;
-    vr_precision prec;  /* 0: bf16 */
+    vr_precision prec;  /* with fp32 false: VR_PREC_FP32 (0) reads as bf16, the default */
+    bool fp32;          /* fp32 (VR_PREC_FP32 is 0, so prec cannot say it) */
     int *fused_adds;
     bool deterministic; /* vram's attention with the v1 backward (no atomics in dQ): bit-for-bit repeatable */
     vr_recompute recompute;
@@ -335,7 +336,7 @@ static void graph_steps_opts(bool graph, step_opts so, int steps, double *loss, 
 {
     memset(o, 0, sizeof *o);
     vr_model_config m = et_gpt(4, 32);
-    vr_step_config s = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .precision = so.prec ? so.prec : VR_PREC_BF16,
+    vr_step_config s = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .precision = so.fp32 ? VR_PREC_FP32 : so.prec ? so.prec : VR_PREC_BF16,
                         .grad_clip = 1.0f, .kernels = VR_KERNELS_CUDA, .workspace_bytes = (uint64_t)4 << 20};
     s.recompute = so.recompute;
     if (so.deterministic)
@@ -449,11 +450,11 @@ static void fused_equals_unfused(void **state)
         int fa0 = -1, fa1 = -1;
         run_out a, b;
         graph_steps_opts(graph,
-                         (step_opts){.prec = prec, .fused_adds = graph ? NULL : &fa0, .deterministic = true,
-                                     .recompute = rc},
+                         (step_opts){.prec = prec, .fp32 = fp32, .fused_adds = graph ? NULL : &fa0,
+                                     .deterministic = true, .recompute = rc},
                          K, l0, n0, &p0, &a);
         graph_steps_opts(graph,
-                         (step_opts){.unfused = true, .prec = prec, .fused_adds = graph ? NULL : &fa1,
+                         (step_opts){.unfused = true, .prec = prec, .fp32 = fp32, .fused_adds = graph ? NULL : &fa1,
                                      .deterministic = true, .recompute = rc},
                          K, l1, n1, &p1, &b);
         double dl = 0, dn = 0;
