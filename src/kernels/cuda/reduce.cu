@@ -150,18 +150,37 @@ extern "C" vr_status vr_cuda_clip_scale(const vr_cuda_ctx *ctx, float *scale, fl
 
 /* Block b sums the squares of chunks b, b + gridDim.x, ... (in order; the table entry only moves
  * forward) into partials[b]: a fixed grid gives a fixed order, deterministic. */
+#define VR_MT_SUMSQ_THREADS 256
+
 template <typename T>
-__global__ void __launch_bounds__(512) k_mt_sumsq(float *partials, const vr_cuda_mt_tensor *tab, int nt,
+__global__ void __launch_bounds__(VR_MT_SUMSQ_THREADS) k_mt_sumsq(float *partials, const vr_cuda_mt_tensor *tab, int nt,
                                                   int64_t n_chunks)
 {
     __shared__ float sh[32];
     float s = 0.0f;
     int k = 0;
+    constexpr int VEC = 16 / sizeof(T); /* elements per 16-byte load */
     for (int64_t c = blockIdx.x; c < n_chunks; c += gridDim.x) {
         while (k + 1 < nt && tab[k + 1].chunk0 <= c) k++;
         const T *x = (const T *)tab[k].grad;
         size_t lo = (size_t)(c - tab[k].chunk0) * VR_CUDA_MT_CHUNK, n = (size_t)tab[k].n;
         size_t hi = lo + VR_CUDA_MT_CHUNK < n ? lo + VR_CUDA_MT_CHUNK : n;
+        if (hi - lo == VR_CUDA_MT_CHUNK && (uintptr_t)(x + lo) % 16 == 0 && blockDim.x == VR_MT_SUMSQ_THREADS) {
+            const uint4 *xv = (const uint4 *)(x + lo);
+            uint4 u[VR_CUDA_MT_CHUNK / VEC / VR_MT_SUMSQ_THREADS];
+#pragma unroll
+            for (int j = 0; j < VR_CUDA_MT_CHUNK / VEC / VR_MT_SUMSQ_THREADS; j++) u[j] = xv[threadIdx.x + j * VR_MT_SUMSQ_THREADS];
+#pragma unroll
+            for (int j = 0; j < VR_CUDA_MT_CHUNK / VEC / VR_MT_SUMSQ_THREADS; j++) {
+                const T *e = (const T *)&u[j];
+#pragma unroll
+                for (int q = 0; q < VEC; q++) {
+                    float v = vr_tof(e[q]);
+                    s += v * v;
+                }
+            }
+            continue;
+        }
 #pragma unroll 4
         for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
             float v = vr_tof(x[i]);
@@ -194,15 +213,15 @@ extern "C" vr_status vr_cuda_mt_sumsq(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, 
     VR_CU_CTX_OK(ctx, op);
     VR_CU_DT_OK(dt, op);
     if (!partials || !normsq || (n_chunks > 0 && !tab)) return vr_cu_bad(op, "NULL pointer");
-    int64_t cap = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132) * 4;
+    int64_t cap = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 132) * 8;
     if (cap > VR_CUDA_MT_MAX_PARTIALS) cap = VR_CUDA_MT_MAX_PARTIALS;
     int blocks = (int)(n_chunks < cap ? n_chunks : cap);
     cudaStream_t st = VR_STREAM(ctx);
     if (blocks > 0) {
-        if (dt == VR_CUDA_F32) k_mt_sumsq<float><<<blocks, 512, 0, st>>>(partials, tab, n_tensors, n_chunks);
+        if (dt == VR_CUDA_F32) k_mt_sumsq<float><<<blocks, VR_MT_SUMSQ_THREADS, 0, st>>>(partials, tab, n_tensors, n_chunks);
         else if (dt == VR_CUDA_BF16)
-            k_mt_sumsq<__nv_bfloat16><<<blocks, 512, 0, st>>>(partials, tab, n_tensors, n_chunks);
-        else k_mt_sumsq<__half><<<blocks, 512, 0, st>>>(partials, tab, n_tensors, n_chunks);
+            k_mt_sumsq<__nv_bfloat16><<<blocks, VR_MT_SUMSQ_THREADS, 0, st>>>(partials, tab, n_tensors, n_chunks);
+        else k_mt_sumsq<__half><<<blocks, VR_MT_SUMSQ_THREADS, 0, st>>>(partials, tab, n_tensors, n_chunks);
         VR_CU_LAUNCHED(ctx, op);
     }
     k_mt_sumsq_finish<<<1, 1024, 0, st>>>(normsq, scale, norm, skip, partials, blocks, max_norm, extra, unscale);
