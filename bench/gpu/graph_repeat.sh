@@ -3,6 +3,7 @@
 # B=16 T=1024 (run.sh's flags), STEPS steps node by node twice and with --cuda-graph on once, on the GPU
 # machine (repo root, .deps and build-carry/ carried):   bash bench/gpu/graph_repeat.sh
 # Prints the largest |loss difference| over the steps between the runs and each run's median step time.
+# EXTRA: more vram train flags for every run (e.g. "--matmul-tune on", "--fuse off").
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$(mktemp -d /tmp/graph_repeat.XXXXXX)}; mkdir -p "$OUT"
@@ -12,7 +13,7 @@ VRAM=${VRAM:-build-carry/vram}
 for run in nodes1 nodes2 graph; do
   g=off; [ $run = graph ] && g=on
   timeout 300 $VRAM train --preset gpt2 --batch 16 --seq 1024 --precision bf16 --clip 1.0 --lr 6e-4 --warmup 0 \
-    --lr-schedule constant --steps "$STEPS" --device cuda --eval-every -1 --json --cuda-graph $g \
+    --lr-schedule constant --steps "$STEPS" --device cuda --eval-every -1 --json --cuda-graph $g ${EXTRA:-} \
     > "$OUT/$run.jsonl" 2> "$OUT/$run.err" || { echo "$run failed:"; tail -3 "$OUT/$run.err"; }
 done
 python3 - "$OUT" <<'PY'

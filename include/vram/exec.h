@@ -81,6 +81,9 @@ typedef struct vr_exec_config {
                                    * one launch, from a table of addresses in the step's workspace). Same
                                    * results: the update bit for bit, the norm to fp32 summation order. */
     bool profile;                 /* CUDA, node by node: GPU time per node (events), printed at the end */
+    bool matmul_tune;             /* CUDA: large matrix products take cuBLASLt's fastest candidate, timed at
+                                   * first use, where it is clearly faster than the heuristic's first; a
+                                   * near tie may pick differently run to run (default off: runs repeat) */
     bool unfused;                 /* CUDA: every node runs its own kernels, instead of the default fusion of a
                                    * residual add into the layernorm node right after it (one kernel, planned
                                    * memory without poison; the same bytes) and of a Linear and the GELU

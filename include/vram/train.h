@@ -66,6 +66,7 @@ typedef struct vr_train_config {
     bool cuda_graph;              /* CUDA: replay the step as a CUDA graph (vr_exec_config.cuda_graph) */
     bool per_node_optimizer;      /* CUDA: no multi-tensor apply (vr_exec_config.per_node_optimizer) */
     bool unfused;                 /* CUDA: no executor fusion (vr_exec_config.unfused) */
+    bool matmul_tune;             /* CUDA: measured matmul algorithms (vr_exec_config.matmul_tune) */
     bool profile;                 /* CUDA: GPU time per node, printed at the end (vr_exec_config.profile) */
     bool device_times;            /* CUDA: every node's span on the GPU kept for the trace (vr_exec_config) */
     unsigned attention_v1;        /* CUDA: the first attention kernels (vr_exec_config.attention_v1) */

@@ -39,7 +39,7 @@ typedef struct topts {
     bool has_wd, has_min_lr, has_beta1, has_beta2, has_momentum;
     double loss_scale;
     long long loss_scale_window;
-    bool cuda_graph, multi_tensor, fuse, profile;
+    bool cuda_graph, multi_tensor, fuse, matmul_tune, profile;
     unsigned attention_v1;
 } topts;
 
@@ -61,6 +61,7 @@ static int env_defaults(topts *o)
     const char *v;
     o->multi_tensor = true;
     o->fuse = true;
+    o->cuda_graph = true; /* on CUDA: the step replayed as a graph where the run allows (exec.c says when not) */
     if ((v = getenv("VRAM_CUDA_GRAPH")) && *v && vr_flag_onoff("train", "VRAM_CUDA_GRAPH", v, &o->cuda_graph))
         return 2;
     if ((v = getenv("VRAM_MULTI_TENSOR")) && *v && vr_flag_onoff("train", "VRAM_MULTI_TENSOR", v, &o->multi_tensor))
@@ -151,11 +152,15 @@ static void train_flags(vr_flagset *fs, void *p)
          .help = "CPU threads for OpenMP and OpenBLAS (their defaults: all cores)"},
         VR_FLAG_HEADING_TEXT("cuda kernels (the environment variable in brackets gives the default)"),
         {"--cuda-graph", VR_FLAG_CUSTOM, &o->cuda_graph, "on|off", .parse = vr_flag_onoff,
-         .help = "replay the step as a CUDA graph from step 3 on (off) [VRAM_CUDA_GRAPH=1]"},
+         .help = "on CUDA, replay the step as a CUDA graph from step 3 on where the run allows it: planned\nmemory, "
+                 "one micro-batch, no offload or ranks (on) [VRAM_CUDA_GRAPH=0]"},
         {"--multi-tensor", VR_FLAG_CUSTOM, &o->multi_tensor, "on|off", .parse = vr_flag_onoff,
          .help = "one launch for the global norm and one for all updates (on)\n[VRAM_MULTI_TENSOR=0]"},
         {"--fuse", VR_FLAG_CUSTOM, &o->fuse, "on|off", .parse = vr_flag_onoff,
          .help = "the executor's fusions: a residual add inside the next layernorm, a Linear and the\nGELU after it as one cuBLASLt product (on) [VRAM_FUSE=0]"},
+        {"--matmul-tune", VR_FLAG_CUSTOM, &o->matmul_tune, "on|off", .parse = vr_flag_onoff,
+         .help = "large matrix products take cuBLASLt's fastest candidate, timed at the first step,\nwhere "
+                 "clearly faster; runs may then differ in the last bits (off)"},
         {"--profile", VR_FLAG_SWITCH, &o->profile, NULL,
          .help = "GPU time per node and per op at the end (node by node only) [VRAM_PROFILE=1]"},
         VR_FLAG_HEADING_TEXT("output"),
@@ -264,9 +269,10 @@ static int run(int argc, char **argv)
     c.max_host_memory = o.max_host_memory;
     c.loss_scale = (float)o.loss_scale;
     c.loss_scale_window = (int)o.loss_scale_window;
-    c.cuda_graph = o.cuda_graph;
+    c.cuda_graph = o.cuda_graph && !strncmp(c.device, "cuda", 4);
     c.per_node_optimizer = !o.multi_tensor;
     c.unfused = !o.fuse;
+    c.matmul_tune = o.matmul_tune;
     c.profile = o.profile;
     c.device_times = o.trace != NULL; /* the trace shows each node's time on the GPU too */
     if (o.m.attention && o.m.attention[0] == 'v' && o.m.attention[1] != 'r') /* --attention v2|v1|v1-fwd|v1-bwd */

@@ -848,6 +848,7 @@ static vr_status cuda_init(vr_exec *e)
     if (!st)
         st = vr_cuda_ctx_init(&s->ctx, s->stream, s->ws, s->ws ? s->ws_bytes : 0);
     s->ctx.attention_v1 = (int)(e->cfg.attention_v1 & 3u);
+    s->ctx.matmul_tune = e->cfg.matmul_tune;
     if (!st && !(s->cudnn = calloc((size_t)e->g->n_nodes + 1, 1)))
         st = vr_error(VR_ERR_OOM, "exec: out of host memory");
     if (!st)

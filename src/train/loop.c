@@ -118,7 +118,7 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
     vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison,
                          .loss_scale = c->loss_scale, .loss_scale_window = c->loss_scale_window,
                          .cuda_graph = c->cuda_graph, .per_node_optimizer = c->per_node_optimizer,
-                         .unfused = c->unfused,
+                         .unfused = c->unfused, .matmul_tune = c->matmul_tune,
                          .profile = c->profile, .attention_v1 = c->attention_v1,
                          .on_node = c->on_node, .on_node_ctx = c->on_node_ctx, .device_times = c->device_times,
                          .comm = c->comm};
@@ -255,7 +255,8 @@ vr_status vr__trainer_eval_setup(vr_trainer *t)
     if (!st)
         st = vr__trainer_memory_check(t, t->eplan, t->plan->arena_size, "evaluation");
     vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison,
-                         .params_from = t->exec, .attention_v1 = c->attention_v1, .unfused = c->unfused};
+                         .params_from = t->exec, .attention_v1 = c->attention_v1, .unfused = c->unfused,
+                         .matmul_tune = c->matmul_tune};
     if (!st)
         st = vr_exec_create(t->eplan, t->dev, &ec, &t->eexec);
     if (!st)

@@ -79,6 +79,8 @@ typedef struct vr_cuda_ctx {
     int attention_v1;       /* bit 0: the forward, bit 1: the backward use the first tensor-core attention
                              * kernels (v1: the backward as two deterministic kernels without atomics)
                              * instead of v2 (default 0) */
+    int matmul_tune;        /* large products: cuBLASLt's fastest candidate, measured at first use, where it
+                             * beats its heuristic's first by 8% (matmul.cu lt_measure; default 0) */
 } vr_cuda_ctx;
 
 /* Recommended cuBLASLt workspace: 32 MiB (as PyTorch on Hopper). */

@@ -53,7 +53,7 @@ static int align_class(const void *p)
 
 struct lt_key {
     int dt, m, n, k, lda, ldb, ldd, ta, tb, epi, tf32, ldaux, device;
-    int al_a, al_b, al_d, al_bias, al_aux;
+    int al_a, al_b, al_d, al_bias, al_aux, tune;
     size_t ws;
 };
 struct lt_entry {
@@ -70,9 +70,11 @@ static cudaDataType_t lt_type(vr_cuda_dtype dt)
     return dt == VR_CUDA_F32 ? CUDA_R_32F : dt == VR_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_16F;
 }
 
-/* The algorithm of a product, measured: cuBLASLt's heuristic ranks its candidates by a model, and on the
- * H100 its first choice for the classifier's logits (m = the vocabulary) is 12-17% slower than another
- * of its first 8 (bench/gpu/lt_algos.cu). A product of at least LT_TUNE_FLOP whose output overwrites
+/* The algorithm of a product, measured (ctx->matmul_tune; off by default): cuBLASLt's heuristic ranks its
+ * candidates by a model, and on the H100 its first choice for the classifier's logits (m = the vocabulary)
+ * is 12-17% slower than another of its first 8 (bench/gpu/lt_algos.cu). The pick comes from timings, so
+ * two runs may pick differently where candidates are close, and then round differently: off by default,
+ * for runs that repeat bit for bit. A product of at least LT_TUNE_FLOP whose output overwrites
  * (beta 0) and aliases no input is run with each candidate (one warm-up, LT_TUNE_REPS timed) on its own
  * buffers, the first time its key is seen; the fastest is kept only when it beats the first by
  * LT_TUNE_GAIN, so a near tie keeps the heuristic's choice and the pick does not change from run to run
@@ -145,6 +147,7 @@ vr_status vr_cu_lt_matmul(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, con
     key.al_bias = bias ? align_class(bias) : 0;
     key.al_aux = aux ? align_class(aux) : 0; /* the heuristic reads the aux pointer's alignment */
     key.ws = ws;
+    key.tune = ctx->matmul_tune != 0;
     int found = -1;
     cublasLtMatmulAlgo_t algo;
 
@@ -192,7 +195,7 @@ vr_status vr_cu_lt_matmul(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, con
         found = (hs == CUBLAS_STATUS_SUCCESS && got > 0) ? 1 : 0;
         if (found) {
             int pick = 0;
-            if (got > 1 && beta == 0.0f && D != A && D != Bm && epi != CUBLASLT_EPILOGUE_BGRADA &&
+            if (ctx->matmul_tune && got > 1 && beta == 0.0f && D != A && D != Bm && epi != CUBLASLT_EPILOGUE_BGRADA &&
                 epi != CUBLASLT_EPILOGUE_BGRADB && 2.0 * m * n * k >= LT_TUNE_FLOP)
                 pick = lt_measure(ctx, desc, la, lb, ld, A, Bm, D, h, got, ws);
             algo = h[pick].algo;
