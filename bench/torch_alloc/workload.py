@@ -40,7 +40,7 @@ def main():
     if a.mode.startswith("vram_"):
         import vram_torch as vt
         vt.enable(policy=a.mode[len("vram_"):], fraction=a.fraction or None,
-                  stitch_lend=int(os.environ.get("STITCH_LEND", "0")))
+                  stitch_lend=int(os.environ.get("STITCH_LEND", "100")))
     elif a.fraction:
         torch.cuda.set_per_process_memory_fraction(a.fraction)
     if a.workload == "resnet50":

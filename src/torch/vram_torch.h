@@ -78,7 +78,7 @@ VRAM_TORCH_API const char *vram_torch_policy(void);
 VRAM_TORCH_API int vram_torch_device_active(int device);
 
 /* Policy stitch, allocators created from now on: lend a request of a new size an idle or cached mapping up
- * to pct percent larger (vr_alloc_config.stitch_lend_pct; 0, the default: never). */
+ * to pct percent larger (vr_alloc_config.stitch_lend_pct; 0: never; libvram_torch's default 100). */
 VRAM_TORCH_API void vram_torch_set_stitch_lend(unsigned pct);
 
 /* Statistics of a device as JSON, vr_alloc_stats' field names (= PyTorch's: "allocation",
