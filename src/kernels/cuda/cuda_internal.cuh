@@ -178,4 +178,17 @@ vr_status vr_cu_lt_matmul(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, con
 vr_status vr_cu_colsum(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dbias, const void *dout, int N,
                        int OC, int acc, const char *op);
 
+/* out(C) (=|+=) the sum over k = 0..n-1, in that order, of part(n,C) fp32: the second pass of column sums
+ * taken over fixed slices of rows (the bias gradient, matmul.cu; RMSNorm's weight gradient, llama.cu).
+ * One thread per column; launch (C + 255) / 256 blocks of 256. */
+template <typename T>
+__global__ void vr_k_sum_partials(T *out, const float *part, int n, int C, int acc)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float t = 0.0f;
+    for (int k = 0; k < n; k++) t += part[(size_t)k * C + c];
+    out[c] = vr_fromf<T>(acc ? vr_tof(out[c]) + t : t);
+}
+
 #endif

@@ -196,16 +196,6 @@ __global__ void k_rms_bwd_partial(float *part, const T *dout, const T *inp, cons
     }
 }
 
-template <typename T>
-__global__ void k_rms_bwd_final(T *dw, const float *part, int slices, int C, int acc)
-{
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float tw = 0.0f;
-    for (int s = 0; s < slices; s++) tw += part[(size_t)s * C + c];
-    dw[c] = vr_fromf<T>(acc ? vr_tof(dw[c]) + tw : tw);
-}
-
 template <typename T, int W>
 static vr_status rms_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, const void *dout, const void *inp,
                            const void *w, const float *rstd, int N, int C, int acc_dinp, int acc_dw, void *scratch)
@@ -225,7 +215,7 @@ static vr_status rms_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, const v
                                                           N, C, rps);
             VR_CU_LAUNCHED(ctx, "rmsnorm_bwd");
         }
-        k_rms_bwd_final<<<(C + 255) / 256, 256, 0, s>>>((T *)dw, (const float *)scratch, slices, C, acc_dw);
+        vr_k_sum_partials<<<(C + 255) / 256, 256, 0, s>>>((T *)dw, (const float *)scratch, slices, C, acc_dw);
         VR_CU_LAUNCHED(ctx, "rmsnorm_bwd");
     }
     return VR_OK;

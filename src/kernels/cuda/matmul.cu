@@ -303,16 +303,6 @@ __global__ void k_colsum_part(float *part, const T *dout, int N, int OC, int row
 }
 
 template <typename T>
-__global__ void k_colsum_fin(T *dbias, const float *part, int nchunk, int OC, int acc)
-{
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= OC) return;
-    float t = 0.0f;
-    for (int k = 0; k < nchunk; k++) t += part[(size_t)k * OC + c];
-    dbias[c] = vr_fromf<T>(acc ? vr_tof(dbias[c]) + t : t);
-}
-
-template <typename T>
 static vr_status colsum_t(const vr_cuda_ctx *ctx, void *dbias, const void *dout, int N, int OC, int acc,
                           const char *op)
 {
@@ -332,7 +322,7 @@ static vr_status colsum_t(const vr_cuda_ctx *ctx, void *dbias, const void *dout,
     k_colsum_part<T><<<dim3(tiles, nchunk), dim3(32, CS_ROWG), 0, VR_STREAM(ctx)>>>(part, (const T *)dout, N, OC,
                                                                                     rows, vec);
     VR_CU_TRY(vr_cu_launched(ctx, op));
-    k_colsum_fin<T><<<(OC + 255) / 256, 256, 0, VR_STREAM(ctx)>>>((T *)dbias, part, nchunk, OC, acc);
+    vr_k_sum_partials<T><<<(OC + 255) / 256, 256, 0, VR_STREAM(ctx)>>>((T *)dbias, part, nchunk, OC, acc);
     return vr_cu_launched(ctx, op);
 }
 
