@@ -269,7 +269,8 @@ static int run(int argc, char **argv)
     c.max_host_memory = o.max_host_memory;
     c.loss_scale = (float)o.loss_scale;
     c.loss_scale_window = (int)o.loss_scale_window;
-    c.cuda_graph = o.cuda_graph && !strncmp(c.device, "cuda", 4);
+    /* --profile times every node with events between them: node by node */
+    c.cuda_graph = o.cuda_graph && !o.profile && !strncmp(c.device, "cuda", 4);
     c.per_node_optimizer = !o.multi_tensor;
     c.unfused = !o.fuse;
     c.matmul_tune = o.matmul_tune;

@@ -137,10 +137,11 @@ __device__ __forceinline__ int mt_find(const vr_cuda_mt_tensor *tab, int nt, int
     return lo;
 }
 
-/* One block per chunk (the hardware balances the blocks). (Four elements per 16-byte load and store was
- * slower on the H100: 1.77 against 1.59 ms per GPT-2 124M step.) */
+/* One block per chunk (the hardware balances the blocks). 6 blocks of 256 per SM leave 40 registers: with 8
+ * (32 registers) every variant spilled 32-44 bytes per thread; with 6, AdamW's none (ptxas -v). (Four elements per 16-byte load and
+ * store, under that cap, was slower on the H100: 1.77 against 1.59 ms per GPT-2 124M step.) */
 template <int KIND, typename TP, typename TG>
-__global__ void __launch_bounds__(256, 8) k_mt_opt(const vr_cuda_mt_tensor *tab, int nt, opt_args a,
+__global__ void __launch_bounds__(256, 6) k_mt_opt(const vr_cuda_mt_tensor *tab, int nt, opt_args a,
                                                 const float *dev_scale, const int32_t *dev_skip, const float *hp)
 {
     if (dev_skip && *dev_skip) return;
