@@ -45,7 +45,8 @@
  *
  * Linear + GELU (vr_exec_config.unfused turns it off): a matmul and the gelu after it, a matmul_bwd and
  * the gelu_bwd after it, run as one cuBLASLt product with a GELU epilogue, queued by the pair's second
- * node (cuda_fuse.h); vr_exec_fused_pairs says how many.
+ * node (cuda_fuse.h); vr_exec_fused_pairs says how many. A residual add and the layernorm after it run as
+ * one kernel at the layernorm node (cuda_fuse_ln.h; the same switch).
  *
  * As on the CPU, the embedding backward zeroes rows T..maxT-1 of dwpe and the
  * classifier rows V..Vp-1 of dwte when they overwrite (the CUDA classifier's products

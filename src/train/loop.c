@@ -75,6 +75,13 @@ static vr_status host_batches(vr_trainer *t)
     return VR_OK;
 }
 
+/* The executor settings the training and the evaluation executors share (each adds its own). */
+static vr_exec_config exec_config(const vr_train_config *c)
+{
+    return (vr_exec_config){.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison,
+                            .attention_v1 = c->attention_v1, .unfused = c->unfused, .matmul_tune = c->matmul_tune};
+}
+
 vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
 {
     *out = NULL;
@@ -115,13 +122,16 @@ vr_status vr_trainer_create(const vr_train_config *c, vr_trainer **out)
         st = vr_plan_create(t->g, &pc, &t->plan);
     if (!st)
         st = vr__trainer_memory_check(t, t->plan, 0, "training");
-    vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison,
-                         .loss_scale = c->loss_scale, .loss_scale_window = c->loss_scale_window,
-                         .cuda_graph = c->cuda_graph, .per_node_optimizer = c->per_node_optimizer,
-                         .unfused = c->unfused, .matmul_tune = c->matmul_tune,
-                         .profile = c->profile, .attention_v1 = c->attention_v1,
-                         .on_node = c->on_node, .on_node_ctx = c->on_node_ctx, .device_times = c->device_times,
-                         .comm = c->comm};
+    vr_exec_config ec = exec_config(c);
+    ec.loss_scale = c->loss_scale;
+    ec.loss_scale_window = c->loss_scale_window;
+    ec.cuda_graph = c->cuda_graph;
+    ec.per_node_optimizer = c->per_node_optimizer;
+    ec.profile = c->profile;
+    ec.on_node = c->on_node;
+    ec.on_node_ctx = c->on_node_ctx;
+    ec.device_times = c->device_times;
+    ec.comm = c->comm;
     if (!st)
         st = vr_exec_create(t->plan, t->dev, &ec, &t->exec);
     if (!st)
@@ -254,9 +264,8 @@ vr_status vr__trainer_eval_setup(vr_trainer *t)
         st = vr_plan_create(t->eg, &pc, &t->eplan);
     if (!st)
         st = vr__trainer_memory_check(t, t->eplan, t->plan->arena_size, "evaluation");
-    vr_exec_config ec = {.memory = c->memory, .alloc_policy = c->alloc_policy, .poison = c->poison,
-                         .params_from = t->exec, .attention_v1 = c->attention_v1, .unfused = c->unfused,
-                         .matmul_tune = c->matmul_tune};
+    vr_exec_config ec = exec_config(c);
+    ec.params_from = t->exec;
     if (!st)
         st = vr_exec_create(t->eplan, t->dev, &ec, &t->eexec);
     if (!st)
