@@ -39,8 +39,9 @@ def main():
     vt = None
     if a.mode.startswith("vram_"):
         import vram_torch as vt
+        lend = os.environ.get("STITCH_LEND")   # percent; unset: the library's default
         vt.enable(policy=a.mode[len("vram_"):], fraction=a.fraction or None,
-                  stitch_lend=int(os.environ.get("STITCH_LEND", "100")))
+                  stitch_lend=int(lend) if lend else None)
     elif a.fraction:
         torch.cuda.set_per_process_memory_fraction(a.fraction)
     if a.workload == "resnet50":
@@ -56,9 +57,9 @@ def main():
     torch.manual_seed(1234)
     step = {"gpt2": gpt2, "bert": bert, "resnet50": resnet50}[a.workload](torch, a.batch)
     losses, times, costs = [], [], []
+    c0 = vt.allocator_costs() if vt else {}
     for i in range(a.steps):
         torch.cuda.synchronize()
-        c0 = vt.allocator_costs() if vt else {}
         t0 = time.perf_counter()
         losses.append(step(i))
         torch.cuda.synchronize()
@@ -68,6 +69,7 @@ def main():
             d = {k: c1[k] - c0.get(k, 0) for k in c1}
             costs.append({(k[:-3] + "_ms" if k.endswith("_ns") else k): (round(v / 1e6, 3) if k.endswith("_ns") else v)
                           for k, v in d.items() if v})
+            c0 = c1
     if vt:
         st = vt.memory_stats()
         peak_res, peak_alloc = st["reserved_bytes.all.peak"], st["allocated_bytes.all.peak"]

@@ -277,25 +277,31 @@ static const vr_device_ops cuda_ops = {
     .use = cuda_use,
 };
 
+/* Read/write access for device, added to the list every mapping of c gets. */
+static void add_access(cuda_device *c, int device)
+{
+    if (c->naccess == VR_CUDA_MAX_PEERS)
+        return;
+    CUmemAccessDesc *a = &c->access[c->naccess++];
+    memset(a, 0, sizeof *a);
+    a->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a->location.id = device;
+    a->flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+
 /* The access every mapping of device `index` gets: read/write for it and for each device that can reach
  * its memory peer to peer (cudaDeviceCanAccessPeer). */
 static void grant_access(cuda_device *c, int index)
 {
-    int count = 0;
+    int count = 0, can = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess)
         count = 0, cudaGetLastError();
     c->naccess = 0;
-    for (int d = -1; d < count && c->naccess < VR_CUDA_MAX_PEERS; d++) {
-        int can = 0;
-        if (d == index || (d >= 0 && (cudaDeviceCanAccessPeer(&can, d, index) != cudaSuccess || !can))) {
-            cudaGetLastError();
-            continue;
-        }
-        CUmemAccessDesc *a = &c->access[c->naccess++];
-        memset(a, 0, sizeof *a);
-        a->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        a->location.id = d < 0 ? index : d;
-        a->flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    add_access(c, index);
+    for (int d = 0; d < count; d++) {
+        if (d != index && cudaDeviceCanAccessPeer(&can, d, index) == cudaSuccess && can)
+            add_access(c, d);
+        cudaGetLastError();
     }
 }
 

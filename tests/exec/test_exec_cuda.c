@@ -396,6 +396,27 @@ static void graph_steps(bool graph, int steps, double *loss, double *norm, float
     graph_steps_opts(graph, (step_opts){0}, steps, loss, norm, params, o);
 }
 
+/* The largest |difference| over K steps of two runs' losses and of their norms. */
+static void steps_diff(const double *l0, const double *n0, const double *l1, const double *n1, int K, double *dl,
+                       double *dn)
+{
+    *dl = *dn = 0;
+    for (int k = 0; k < K; k++) {
+        *dl = fmax(*dl, fabs(l0[k] - l1[k]));
+        *dn = fmax(*dn, fabs(n0[k] - n1[k]));
+    }
+}
+
+/* Frees two runs of graph_steps and the parameters they handed out. */
+static void pair_free(run_out *a, run_out *b, float *p0, float *p1)
+{
+    free(p0);
+    free(p1);
+    a->params = b->params = NULL;
+    run_free(a);
+    run_free(b);
+}
+
 static void cuda_graph_equals_nodes(void **state)
 {
     (void)state;
@@ -406,11 +427,8 @@ static void cuda_graph_equals_nodes(void **state)
     run_out a, b;
     graph_steps(false, K, l0, n0, &p0, &a);
     graph_steps(true, K, l1, n1, &p1, &b);
-    double dl = 0, dn = 0;
-    for (int k = 0; k < K; k++) {
-        dl = fmax(dl, fabs(l0[k] - l1[k]));
-        dn = fmax(dn, fabs(n0[k] - n1[k]));
-    }
+    double dl, dn;
+    steps_diff(l0, n0, l1, n1, K, &dl, &dn);
     float dp = max_diff(p0, p1, a.g->n_params);
     printf("cuda graph: %d steps, losses %.6f..%.6f, max |loss diff| %.3g, |norm diff| %.3g, param diff %.3g\n", K,
            l0[0], l0[K - 1], dl, dn, (double)dp);
@@ -418,11 +436,7 @@ static void cuda_graph_equals_nodes(void **state)
     assert_true(dl < 1e-5 && dn < 1e-5 && dp < 1e-5f);
     check_plan_equals_run(&b);
     assert_true(b.mem.arena == b.plan->arena_size);
-    free(p0);
-    free(p1);
-    a.params = b.params = NULL;
-    run_free(&a);
-    run_free(&b);
+    pair_free(&a, &b, p0, p1);
 }
 
 /* ------------------------------------------------------------------ add + layernorm fusion */
@@ -457,11 +471,8 @@ static void fused_equals_unfused(void **state)
                          (step_opts){.unfused = true, .prec = prec, .fp32 = fp32, .fused_adds = graph ? NULL : &fa1,
                                      .deterministic = true, .recompute = rc},
                          K, l1, n1, &p1, &b);
-        double dl = 0, dn = 0;
-        for (int k = 0; k < K; k++) {
-            dl = fmax(dl, fabs(l0[k] - l1[k]));
-            dn = fmax(dn, fabs(n0[k] - n1[k]));
-        }
+        double dl, dn;
+        steps_diff(l0, n0, l1, n1, K, &dl, &dn);
         float dp = max_diff(p0, p1, a.g->n_params);
         printf("fusion (%s%s%s): %d steps, loss %.6f..%.6f, fused vs unfused |loss| %.3g |norm| %.3g params %.3g;"
                " adds without work: fused %d, unfused %d\n",
@@ -474,11 +485,7 @@ static void fused_equals_unfused(void **state)
         }
         check_plan_equals_run(&a);
         assert_true(a.mem.arena == a.plan->arena_size);
-        free(p0);
-        free(p1);
-        a.params = b.params = NULL;
-        run_free(&a);
-        run_free(&b);
+        pair_free(&a, &b, p0, p1);
     }
 }
 

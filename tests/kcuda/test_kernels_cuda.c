@@ -686,18 +686,6 @@ static void run_layernorm(vr_cuda_dtype dt, int N, int C)
     cudaFree(scratch), cudaFree(gdi), cudaFree(gdw), cudaFree(gdb), cudaFree(a1), cudaFree(a2), cudaFree(a3);
 }
 
-/* Device bytes equal? */
-static int same_dev(const void *a, const void *b, size_t bytes)
-{
-    unsigned char *x = malloc(bytes ? bytes : 1), *y = malloc(bytes ? bytes : 1);
-    CU(cudaMemcpy(x, a, bytes, cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(y, b, bytes, cudaMemcpyDeviceToHost));
-    int eq = !memcmp(x, y, bytes);
-    free(x);
-    free(y);
-    return eq;
-}
-
 /* The backward twice on the same inputs: bit for bit the same dinp, dw and db (a fixed summation order). */
 static void run_layernorm_determinism(vr_cuda_dtype dt, int N, int C)
 {
@@ -716,8 +704,8 @@ static void run_layernorm_determinism(vr_cuda_dtype dt, int N, int C)
     }
     CU(cudaDeviceSynchronize());
     print_message("    layernorm_bwd twice N%d C%d %s: bitwise equal\n", N, C, vr_cuda_dtype_name(dt));
-    if (!same_dev(g[0][0], g[1][0], n * es) || !same_dev(g[0][1], g[1][1], C * es) ||
-        !same_dev(g[0][2], g[1][2], C * es))
+    if (!kc_same_bytes(g[0][0], g[1][0], n * es) || !kc_same_bytes(g[0][1], g[1][1], C * es) ||
+        !kc_same_bytes(g[0][2], g[1][2], C * es))
         fail_msg("layernorm_bwd N%d C%d (%s): two runs differ", N, C, vr_cuda_dtype_name(dt));
     free(inp), free(w), free(b), free(dout);
     cudaFree(di), cudaFree(dw), cudaFree(dbb), cudaFree(dd), cudaFree(out), cudaFree(mean), cudaFree(rstd);
@@ -749,15 +737,15 @@ static void run_add_layernorm(vr_cuda_dtype dt, int N, int C)
     OK(vr_cuda_add_fwd(&ctx, dt, res2, dx, dy, n));
     OK(vr_cuda_layernorm_fwd(&ctx, dt, out2, mean2, rstd2, res2, dw, dbb, N, C));
     CU(cudaDeviceSynchronize());
-    if (!same_dev(res, res2, n * es) || !same_dev(out, out2, n * es) || !same_dev(mean, mean2, N * 4) ||
-        !same_dev(rstd, rstd2, N * 4))
+    if (!kc_same_bytes(res, res2, n * es) || !kc_same_bytes(out, out2, n * es) || !kc_same_bytes(mean, mean2, N * 4) ||
+        !kc_same_bytes(rstd, rstd2, N * 4))
         fail_msg("add_layernorm_fwd N%d C%d (%s): not the bytes of add then layernorm", N, C,
                  vr_cuda_dtype_name(dt));
     // in place: the sum over x
     poison(dt, out, n);
     OK(vr_cuda_add_layernorm_fwd(&ctx, dt, dx, out, mean, rstd, dx, dy, dw, dbb, N, C));
     CU(cudaDeviceSynchronize());
-    if (!same_dev(dx, res2, n * es) || !same_dev(out, out2, n * es))
+    if (!kc_same_bytes(dx, res2, n * es) || !kc_same_bytes(out, out2, n * es))
         fail_msg("add_layernorm_fwd N%d C%d (%s): in place differs", N, C, vr_cuda_dtype_name(dt));
     print_message("    add_layernorm_fwd N%d C%d %s: bitwise add + layernorm (also in place)\n", N, C,
                   vr_cuda_dtype_name(dt));

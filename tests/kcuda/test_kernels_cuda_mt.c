@@ -69,17 +69,6 @@ static void *dev_copy(const void *h, size_t bytes)
     return d;
 }
 
-static bool same_bytes(const void *a, const void *b, size_t bytes)
-{
-    void *x = malloc(bytes), *y = malloc(bytes);
-    CU(cudaMemcpy(x, a, bytes, cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(y, b, bytes, cudaMemcpyDeviceToHost));
-    bool eq = !memcmp(x, y, bytes);
-    free(x);
-    free(y);
-    return eq;
-}
-
 /* One configuration: kind, param dtype (bf16: with master), grad dtype, opt_scalars or not. */
 static void run_config(vr_cuda_ctx *ctx, int kind, vr_cuda_dtype pdt, vr_cuda_dtype gdt, bool dev_scalars)
 {
@@ -168,13 +157,13 @@ static void run_config(vr_cuda_ctx *ctx, int kind, vr_cuda_dtype pdt, vr_cuda_dt
         int bad = 0;
         for (int t = 0; t < NT; t++) {
             size_t n = (size_t)sizes[t];
-            bad += !same_bytes(s[0].param[t], s[1].param[t], n * ps);
+            bad += !kc_same_bytes(s[0].param[t], s[1].param[t], n * ps);
             if (master)
-                bad += !same_bytes(s[0].master[t], s[1].master[t], n * 4);
+                bad += !kc_same_bytes(s[0].master[t], s[1].master[t], n * 4);
             if (kind != VR_CUDA_MT_SGD)
-                bad += !same_bytes(s[0].m[t], s[1].m[t], n * 4);
+                bad += !kc_same_bytes(s[0].m[t], s[1].m[t], n * 4);
             if (kind >= VR_CUDA_MT_ADAM)
-                bad += !same_bytes(s[0].v[t], s[1].v[t], n * 4);
+                bad += !kc_same_bytes(s[0].v[t], s[1].v[t], n * 4);
         }
         printf("mt %s param %s grad %s%s step %d: %d buffers differ (of %d tensors, %lld chunks)\n", kinds[kind],
                vr_cuda_dtype_name(pdt), vr_cuda_dtype_name(gdt), dev_scalars ? " opt_scalars" : "", step, bad, NT,
