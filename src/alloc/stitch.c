@@ -229,8 +229,9 @@ static void learn(st_state *s, smap *m, size_t u, bool lent)
 }
 
 /* Puts a new block on m, whose prefix lies on free units: segment, spans, statistics. The block is
- * req->size (large) or the whole granule (a small-pool segment, split by the caller). */
-static vr_status attach(vr_alloc *a, vra_request *req, smap *m)
+ * req->size (large) or the whole granule (a small-pool segment, split by the caller). lend: m is lent to
+ * the request (a larger mapping keeps its size and key). */
+static vr_status attach(vr_alloc *a, vra_request *req, smap *m, bool lend)
 {
     st_state *s = S(a);
     size_t u = m->small ? s->nb : req->size / UNIT;
@@ -263,7 +264,7 @@ static vr_status attach(vr_alloc *a, vra_request *req, smap *m)
     m->user = e;
     m->stream = req->stream;
     m->tick = ++s->tick;
-    bool lent = s->lending && u < m->bsize; /* lent to a smaller block: it keeps its size and key */
+    bool lent = lend && u < m->bsize; /* lent to a smaller block: it keeps its size and key */
     if (!lent)
         m->bsize = u;
     if (!m->small)
@@ -389,7 +390,7 @@ static vr_status execute(vr_alloc *a, vra_request *req, const plan *p, bool smal
     for (i = 0; i < n; i++) /* fresh granules back to FREE until the block's spans are added */
         st_reclass(s, g[i]);
     free(g);
-    if (st == VR_OK && (st = attach(a, req, m)) != VR_OK) {
+    if (st == VR_OK && (st = attach(a, req, m, false)) != VR_OK) {
         st_idle_push(s, m);
         st_cand_insert(s, m);
     }
@@ -433,7 +434,7 @@ static vr_status grow(vr_alloc *a, vra_request *req)
             if (m->small && ++k && !m->g[0]->nused) {
                 req->alloc_size = 0;
                 fence_others(a, req->stream);
-                return attach(a, req, m);
+                return attach(a, req, m, false);
             }
     }
     return grow_new(a, req, small, req->size / UNIT);
@@ -443,8 +444,9 @@ static vr_status grow(vr_alloc *a, vra_request *req)
 
 /* Tries to serve a large request of u units on m (idle or with a cached block): its own cached block of
  * exactly the size on the request's stream, handed out as it is; else, when no live block uses the first u
- * units of m, a new block there (the cached blocks on those units evicted). NULL if m cannot serve it. */
-static vr_block *take(vr_alloc *a, vra_request *req, smap *m, size_t u)
+ * units of m, a new block there (the cached blocks on those units evicted). NULL if m cannot serve it.
+ * lend: m is a larger mapping lent to the request. */
+static vr_block *take(vr_alloc *a, vra_request *req, smap *m, size_t u, bool lend)
 {
     st_state *s = S(a);
     sext *e = m->user;
@@ -456,7 +458,7 @@ static vr_block *take(vr_alloc *a, vra_request *req, smap *m, size_t u)
         lru_remove(s, e);
         st_cand_remove(s, m);
         m->tick = ++s->tick;
-        learn(s, m, u, u < m->bsize);
+        learn(s, m, u, lend && u < m->bsize);
         return b;
     }
     if (conflicts(a, m, u, false) == SIZE_MAX)
@@ -465,7 +467,7 @@ static vr_block *take(vr_alloc *a, vra_request *req, smap *m, size_t u)
     if (m->user)
         evict(a, m->user);
     fence_others(a, req->stream);
-    if (attach(a, req, m) != VR_OK)
+    if (attach(a, req, m, lend) != VR_OK)
         return NULL;
     return req->block;
 }
@@ -597,7 +599,7 @@ static vr_block *patch(vr_alloc *a, vra_request *req, size_t u, size_t lo, size_
     free(g);
     conflicts(a, m, u, true);
     fence_others(a, req->stream);
-    return attach(a, req, m) == VR_OK ? req->block : NULL;
+    return attach(a, req, m, false) == VR_OK ? req->block : NULL;
 fail:
     free(idx);
     free(g);
@@ -629,7 +631,7 @@ static vr_block *find_free(vr_alloc *a, vra_request *req)
     for (int pass = 0; pass < 2; pass++)
         for (size_t k = 0; k < hi - lo && k < CAND_SCAN; k++) {
             smap *m = s->cand[pass ? hi - 1 - k : lo + k];
-            if ((m->key == s->key) == !pass && (b = take(a, req, m, u)))
+            if ((m->key == s->key) == !pass && (b = take(a, req, m, u, false)))
                 return b;
         }
     if (s->borrow) {
@@ -639,10 +641,7 @@ static vr_block *find_free(vr_alloc *a, vra_request *req)
             if (m->bsize == u) /* looked at above */
                 continue;
             k++;
-            s->lending = true;
-            b = take(a, req, m, u);
-            s->lending = false;
-            if (b)
+            if ((b = take(a, req, m, u, true)))
                 return b;
         }
     }

@@ -117,7 +117,6 @@ typedef struct st_state {
     smap **bycap;                 /* with lending on, the same by (cap, tick): mappings lent to a new size */
     size_t ncand, capcand;
     size_t borrow;                /* percent larger than a request a lent mapping may be (0: none) */
-    bool lending;                 /* the mapping being attached is lent (find_free) */
     smap *idle_oldest, *idle_newest; /* mappings with no block, least recently used first */
     size_t idle_granules;         /* granules mapped by idle mappings */
     smap *maps;                   /* every mapping */
