@@ -137,11 +137,58 @@ __device__ __forceinline__ int mt_find(const vr_cuda_mt_tensor *tab, int nt, int
     return lo;
 }
 
-/* One block per chunk (the hardware balances the blocks). 6 blocks of 256 per SM leave 40 registers: with 8
- * (32 registers) every variant spilled 32-44 bytes per thread; with 6, AdamW's none (ptxas -v). (Four elements per 16-byte load and
- * store, under that cap, was slower on the H100: 1.77 against 1.59 ms per GPT-2 124M step.) */
+/* Four consecutive elements of T as floats, and back (one 16-byte or 8-byte access). */
+template <typename T> struct vec4_of;
+template <> struct vec4_of<float> { typedef float4 type; };
+template <> struct vec4_of<__nv_bfloat16> { typedef uint2 type; };
+template <> struct vec4_of<__half> { typedef uint2 type; };
+
+template <typename T>
+__device__ __forceinline__ void ld4(const T *p, float o[4])
+{
+    typename vec4_of<T>::type u = *(const typename vec4_of<T>::type *)p;
+    const T *e = (const T *)&u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = vr_tof(e[k]);
+}
+
+template <typename T>
+__device__ __forceinline__ void st4(T *p, const float x[4])
+{
+    typename vec4_of<T>::type u;
+    T *e = (T *)&u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) e[k] = vr_fromf<T>(x[k]);
+    *(typename vec4_of<T>::type *)p = u;
+}
+
+template <typename T> __device__ __forceinline__ bool al4(const T *p) { return ((uintptr_t)p & (sizeof(T) * 4 - 1)) == 0; }
+
+/* Elements [i, i+4): opt_elem's arithmetic for each, with one wide access per array. */
 template <int KIND, typename TP, typename TG>
-__global__ void __launch_bounds__(256, 6) k_mt_opt(const vr_cuda_mt_tensor *tab, int nt, opt_args a,
+__device__ __forceinline__ void opt_elem4(TP *param, float *master, const TG *grad, float *m, float *v, size_t i,
+                                          const opt_args &a, float wd, float gs)
+{
+    float p[4], g[4], mi[4] = {0, 0, 0, 0}, vi[4] = {0, 0, 0, 0};
+    if (master) ld4(master + i, p);
+    else ld4(param + i, p);
+    ld4(grad + i, g);
+    if (KIND != OPT_SGD) ld4(m + i, mi);
+    if (KIND >= OPT_ADAM) ld4(v + i, vi);
+#pragma unroll
+    for (int k = 0; k < 4; k++) p[k] = opt_upd<KIND>(p[k], __fmul_rn(g[k], gs), mi[k], vi[k], a, wd);
+    if (KIND != OPT_SGD) st4(m + i, mi);
+    if (KIND >= OPT_ADAM) st4(v + i, vi);
+    if (master) st4(master + i, p);
+    st4(param + i, p);
+}
+
+/* One block per chunk (the hardware balances the blocks). Each thread takes four consecutive elements at a time
+ * (16-byte fp32 and 8-byte 16-bit accesses) where the tensor's arrays are aligned for it, else one; the tail of a
+ * chunk past a multiple of four goes one by one. 4 blocks of 256 per SM leave 64 registers: no spill (ptxas -v);
+ * with 6 blocks (40 registers) the four-wide body spilled. Per element the arithmetic is opt_elem's. */
+template <int KIND, typename TP, typename TG>
+__global__ void __launch_bounds__(256, 4) k_mt_opt(const vr_cuda_mt_tensor *tab, int nt, opt_args a,
                                                 const float *dev_scale, const int32_t *dev_skip, const float *hp)
 {
     if (dev_skip && *dev_skip) return;
@@ -156,7 +203,14 @@ __global__ void __launch_bounds__(256, 6) k_mt_opt(const vr_cuda_mt_tensor *tab,
     TP *param = (TP *)t.param;
     const TG *grad = (const TG *)t.grad;
     float *master = t.master, *m = t.m, *v = t.v;
-    for (size_t i = lo + threadIdx.x; i < hi; i += 256)
+    size_t mid = lo; /* VR_CUDA_MT_CHUNK is a multiple of 4: lo is, for every chunk */
+    if (al4(param) && al4(grad) && (!master || al4(master)) && (KIND == OPT_SGD || al4(m)) &&
+        (KIND < OPT_ADAM || al4(v))) {
+        mid = lo + ((hi - lo) & ~(size_t)3);
+        for (size_t i = lo + 4 * (size_t)threadIdx.x; i < mid; i += 4 * 256)
+            opt_elem4<KIND>(param, master, grad, m, v, i, a, wd, gs);
+    }
+    for (size_t i = mid + threadIdx.x; i < hi; i += 256)
         opt_elem<KIND>(param, master, grad, m, v, i, a, wd, gs);
 }
 
