@@ -52,8 +52,8 @@
  *   event recorded after their last free has completed (queried: the work on their range is done), and it
  *   patches the one with the fewest granules under live blocks when they are at most half of its granules (a
  *   patch costs an unmap and a map per granule replaced; a new mapping a map per granule, and as many unmaps
- *   when it is dropped). One with none under a live block is taken as it is (lent when of another size): the
- *   lending scan above looks at only CAND_SCAN mappings up to P% larger, and without this such a mapping went
+ *   when it is dropped). One with none under a live block (and at most P% larger) is taken as it is, lent
+ *   when of another size: the scans above look at only CAND_SCAN mappings each, and such a mapping went
  *   unused while a new one was mapped. On bench/alloc's bert_varlen (P = 100) this takes the driver calls of
  *   a warm step from 1,464 to 706, and no patch waits for the host (bench/alloc/README.md).
  * - Only a request no mapping can take gets a new one: placed with the granules free now (a request of u
@@ -503,6 +503,9 @@ static size_t live_granules(st_state *s, const smap *m, size_t u, size_t *idx, s
     return n;
 }
 
+/* The largest capacity (units) of a mapping lent to a request of u units: P% more. */
+static size_t lend_cap(const st_state *s, size_t u) { return u + u * s->borrow / 100; }
+
 /* The first event recorded on m's stream after its last block was freed (work queued on its range came
  * before it), or NULL when none has been recorded since. */
 static struct sepoch *event_after_free(st_state *s, const smap *m)
@@ -584,8 +587,8 @@ static vr_block *patch(vr_alloc *a, vra_request *req, size_t u)
     }
     if (lend && best && !vr_event_query(a->dev, event_after_free(s, best)->ev))
         return NULL; /* its range may still be in use: a new mapping rather than a host wait */
-    if (lend && best && !nbest)
-        return take(a, req, best, u, best->bsize != u);
+    if (lend && best && !nbest) /* missed by the lending scan (CAND_SCAN): taken, within its P% */
+        return best->cap <= lend_cap(s, u) ? take(a, req, best, u, best->bsize != u) : NULL;
     if (!best || !nbest)
         return NULL;
     smap *m = best;
@@ -669,7 +672,7 @@ static vr_block *find_free(vr_alloc *a, vra_request *req)
                 return b;
         }
     if (s->borrow) {
-        size_t top = st_bycap_lower_bound(s, u + u / 100 * s->borrow + 1);
+        size_t top = st_bycap_lower_bound(s, lend_cap(s, u) + 1);
         for (size_t i = st_bycap_lower_bound(s, u), k = 0; i < top && k < CAND_SCAN; i++) {
             smap *m = s->bycap[i];
             if (m->bsize == u) /* looked at above */
