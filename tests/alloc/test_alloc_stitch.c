@@ -257,22 +257,23 @@ static void steady_state_makes_no_device_calls(void **state)
 
 /* A PyTorch-like training loop whose sequence length changes every step (4 lengths in turn): per layer
  * the same sizes (saved activations, scratch, gradients), a large logits block, parameter gradients freed
- * at the end of the step. Once each length has come round, its steps find their mappings again (or
- * patch a few granules of them): the device calls of the last round are a small fraction of the
- * first's, and reserved stays within 1% of allocated at the peak. */
-static void varying_steps_reach_few_device_calls(void **state)
+ * at the end of the step. Runs VARY_ROUNDS rounds of the 4 lengths on a fresh allocator with cfg; the
+ * device calls (vm total) and host waits (event syncs) of each round, and peak reserved / allocated. */
+enum { VARY_ROUNDS = 6 };
+
+static double varying_steps(const vr_alloc_config *cfg, uint64_t calls[VARY_ROUNDS], uint64_t waits[VARY_ROUNDS])
 {
-    (void)state;
     vr_device *d = open_dev("meta:8GiB");
     vr_device_set_manual_events(d, true);
-    vr_alloc *a = make_alloc(d, "stitch", NULL);
+    vr_alloc *a = make_alloc(d, "stitch", cfg);
     static const size_t lens[] = {5, 3, 6, 4};
-    enum { NT = sizeof lens / sizeof *lens, ROUNDS = 6, LAYERS = 8 };
+    enum { NT = sizeof lens / sizeof *lens, LAYERS = 8 };
     static const size_t pgrad[] = {9 * MiB, 3 * MiB, 12 * MiB + 512, 12 * MiB + 512};
     void *params = xmalloc(a, 160 * MiB, 0);
-    uint64_t per_round[ROUNDS] = {0};
-    for (int round = 0; round < ROUNDS; round++) {
-        uint64_t c0 = calls_now(d);
+    for (int round = 0; round < VARY_ROUNDS; round++) {
+        vr_device_calls c;
+        vr_device_get_calls(d, &c);
+        uint64_t c0 = calls_now(d), w0 = c.event_sync;
         for (int step = 0; step < NT; step++) {
             size_t T = lens[step];
             void *saved[LAYERS][3], *g[LAYERS][4];
@@ -306,24 +307,106 @@ static void varying_steps_reach_few_device_calls(void **state)
             for (int l = 0; l < LAYERS; l++)
                 for (int k = 0; k < 4; k++)
                     xfree(a, g[l][k]);
+            vr_device_complete_events(d); /* the step's work done by the next step (a GPU keeping up) */
         }
-        per_round[round] = calls_now(d) - c0;
+        calls[round] = calls_now(d) - c0;
+        vr_device_get_calls(d, &c);
+        waits[round] = c.event_sync - w0;
     }
     check_invariants(a);
     vr_alloc_stats st = stats_of(a);
     double ratio = (double)st.reserved_bytes[VR_POOL_ALL].peak / (double)st.allocated_bytes[VR_POOL_ALL].peak;
-    print_message("device calls per round of %d steps:", NT);
-    for (int r = 0; r < ROUNDS; r++)
-        print_message(" %llu", (unsigned long long)per_round[r]);
+    unsigned lend = cfg ? (unsigned)cfg->stitch_lend_pct : 0u;
+    print_message("lending %u%%: device calls (host waits) per round of %d steps:", lend, NT);
+    for (int r = 0; r < VARY_ROUNDS; r++)
+        print_message(" %llu (%llu)", (unsigned long long)calls[r], (unsigned long long)waits[r]);
     print_message("; peak reserved / allocated %.4f\n", ratio);
-    assert_true(per_round[0] > 100);
-    assert_true(per_round[ROUNDS - 1] * 20 <= per_round[0]);
-    assert_true(ratio <= 1.01);
     xfree(a, params);
     vr_alloc_empty_cache(a);
     assert_int_equal(CUR(a, reserved_bytes, VR_POOL_ALL), 0);
     vr_alloc_destroy(a);
     vr_device_close(d);
+    return ratio;
+}
+
+/* Without lending, once each length has come round its steps find their mappings again (or patch a few
+ * granules of them): the device calls of the last round are a small fraction of the first's, and reserved
+ * stays within 1% of allocated at the peak. */
+static void varying_steps_reach_few_device_calls(void **state)
+{
+    (void)state;
+    uint64_t calls[VARY_ROUNDS], waits[VARY_ROUNDS];
+    double ratio = varying_steps(NULL, calls, waits);
+    assert_true(calls[0] > 100);
+    assert_true(calls[VARY_ROUNDS - 1] * 20 <= calls[0]);
+    assert_true(ratio <= 1.01);
+}
+
+/* With lending (100%), the same: the last round a small fraction of the first, and no host wait in any round
+ * (lending's patches take only mappings whose work has completed), at some reserved bytes more. */
+static void varying_steps_with_lending(void **state)
+{
+    (void)state;
+    vr_alloc_config cfg = {.stitch_lend_pct = 100};
+    uint64_t calls[VARY_ROUNDS], waits[VARY_ROUNDS];
+    double ratio = varying_steps(&cfg, calls, waits);
+    assert_true(calls[0] > 100);
+    assert_true(calls[VARY_ROUNDS - 1] * 10 <= calls[0]);
+    for (int r = 0; r < VARY_ROUNDS; r++)
+        assert_int_equal(waits[r], 0); /* a patch takes only mappings whose work has completed */
+    assert_true(ratio <= 1.02); /* lending trades some reserved bytes for calls */
+}
+
+/* Lending on: p's mapping (40 MiB, 20 granules), idle, with `live` MiB of a live block q on its last
+ * granules; r (36 MiB: 18 granules of it) comes. With the work on p's range done (its event completed),
+ * r is p's range patched: the granules under q replaced, an unmap and a map each, up to half of them; with
+ * it still pending, a new mapping, and no host wait. Returns r; *maps: the cuMemMap calls r cost. */
+static char *patch_case(size_t live, bool done, char **p_out, uint64_t *maps, uint64_t *waits)
+{
+    vr_device *d = open_dev("meta:1GiB");
+    vr_device_set_manual_events(d, true);
+    vr_alloc_config cfg = {.stitch_lend_pct = 100};
+    vr_alloc *a = make_alloc(d, "stitch", &cfg);
+    char *p = NULL;
+    for (int i = 0; i < 32; i++) { /* 32 large frees: an event is recorded after the last */
+        p = xmalloc(a, 40 * MiB, 0);
+        xfree(a, p);
+    }
+    if (done)
+        vr_device_complete_events(d);
+    char *q = xmalloc(a, live * MiB, 0); /* p's block evicted, q on granules of its mapping */
+    vr_device_calls c;
+    vr_device_get_calls(d, &c);
+    uint64_t m0 = c.map, w0 = c.event_sync;
+    char *r = xmalloc(a, 36 * MiB, 0);
+    vr_device_get_calls(d, &c);
+    *maps = c.map - m0;
+    *waits = c.event_sync - w0;
+    *p_out = p;
+    check_invariants(a);
+    xfree(a, r);
+    xfree(a, q);
+    vr_alloc_destroy(a);
+    vr_device_close(d);
+    return r;
+}
+
+static void lending_patches_without_waiting(void **state)
+{
+    (void)state;
+    char *p;
+    uint64_t maps, waits;
+    char *r = patch_case(12, true, &p, &maps, &waits); /* 4 of r's 18 granules under q: patched */
+    assert_ptr_equal(r, p);
+    assert_int_equal(waits, 0);
+    assert_int_equal(maps, 4); /* and 4 unmaps (a new mapping: 18 maps) */
+    r = patch_case(6, false, &p, &maps, &waits); /* 1 granule under q, but p's work may be running */
+    assert_ptr_not_equal(r, p);
+    assert_int_equal(maps, 18);
+    assert_int_equal(waits, 0);
+    r = patch_case(24, true, &p, &maps, &waits); /* 10 of 18 under q: over half, a new mapping */
+    assert_ptr_not_equal(r, p);
+    assert_int_equal(maps, 18);
 }
 
 static void needs_phys_handles(void **state)
@@ -349,6 +432,8 @@ int main(void)
         cmocka_unit_test(larger_mapping_is_lent),
         cmocka_unit_test(steady_state_makes_no_device_calls),
         cmocka_unit_test(varying_steps_reach_few_device_calls),
+        cmocka_unit_test(varying_steps_with_lending),
+        cmocka_unit_test(lending_patches_without_waiting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
