@@ -4,14 +4,13 @@
  * each), so a row of C <= 32 K V columns is read from memory once; all arithmetic is fp32.
  * Forward: mean, then the variance about it from the registers (the weights come from L1/L2). With a second input the residual add runs first (x = inp + inp2, rounded to the
  * dtype as the add kernel does, and written out), so add + layernorm is one pass.
- * Backward: a block of 16 warps per row slice (kernels/scratch.h: slices of rows_per_slice rows);
- * each warp computes dinp of its rows and keeps its columns' sums of dout xhat and dout in registers;
- * at the end the warps add into shared memory one after another (a fixed order, no atomics) and the
- * block writes the slice's fp32 partial sums, which layernorm.cu's final kernel adds in slice order. */
+ * Backward: a block of 16 warps per row slice (kernels/scratch.h: slices of rows_per_slice rows); each warp
+ * computes dinp of its rows and keeps its columns' sums of dout xhat and dout (in registers, or for wide rows
+ * in its own region of shared memory); at the end the block adds the warps' sums in warp order (a fixed order,
+ * no atomics) and writes the slice's fp32 partial sums, which layernorm.cu's final kernel adds in slice order. */
 #include "kernels/cuda/cuda_internal.cuh"
 #include "kernels/cuda/layernorm_rows.cuh"
 
-#define VR_LN_BWD_WARPS 16
 
 /* The K (vectors per lane) that a row of nv vectors needs, rounded up to an instantiated one; 0: more
  * than kmax (too wide for registers). The forward holds a row (kmax 8: 1024 fp32 or 2048 16-bit
@@ -88,10 +87,23 @@ __device__ __forceinline__ void ln_prefetch_l2(const void *p)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-/* Shared memory of the backward's block sums: (dw | db) x K V 32 floats, lane-minor so that a warp's
- * stores do not conflict: column (lane + 32 k) V + j at (k V + j) 32 + lane. */
+/* The backward's column sums, (dw | db) x K V 32 floats per warp, lane-minor so that a warp's accesses do not
+ * conflict: column (lane + 32 k) V + j at (k V + j) 32 + lane. Narrow rows (K V <= 24 values per lane: GPT-2's
+ * 768 bf16 columns) keep a warp's sums in registers and add them into one shared region at the end, warp after
+ * warp; wider rows (GPT-2 medium's 1024 bf16 columns) spilled them (128 registers), so there each warp keeps its
+ * own region of shared memory, added in warp order at the end (the same order: deterministic). 16 warps per
+ * block either way (32 warps with the sums in shared memory ran slower at 768 columns: 63 against 48 us). */
 template <int K, int V>
 __device__ __forceinline__ int ln_sh(int k, int j, int lane) { return (k * V + j) * 32 + lane; }
+
+#define VR_LN_BWD_WARPS 16
+
+template <typename T, int K>
+struct ln_bwd_geom {
+    static constexpr int V = vr_vec<T>::N, S = K * V * 32;
+    static constexpr bool SH = K * V > 24; /* the sums in shared memory */
+    static constexpr size_t SMEM = (SH ? VR_LN_BWD_WARPS : 1) * 2 * (size_t)S * sizeof(float);
+};
 
 template <typename T, int K>
 __global__ void __launch_bounds__(VR_LN_BWD_WARPS * 32) k_ln_rows_bwd(T *dinp, float *part, const T *dout,
@@ -99,15 +111,20 @@ __global__ void __launch_bounds__(VR_LN_BWD_WARPS * 32) k_ln_rows_bwd(T *dinp, f
                                                                      const float *rstd, int N, int C,
                                                                      int rows_per_slice, int acc)
 {
-    constexpr int V = vr_vec<T>::N, S = K * V * 32;
-    __shared__ float sh[2 * S];
+    typedef ln_bwd_geom<T, K> G;
+    constexpr int V = G::V, S = G::S, RK = G::SH ? 1 : K, RV = G::SH ? 1 : V;
+    extern __shared__ float sh[];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int nv = C / V, r0 = blockIdx.x * rows_per_slice, r1 = min(N, r0 + rows_per_slice);
-    float aw[K][V], ab[K][V];
+    float aw[RK][RV], ab[RK][RV];                      /* narrow rows: the sums in registers */
+    float *sw = sh + (size_t)warp * 2 * S, *sb = sw + S; /* wide rows: this warp's region */
 #pragma unroll
     for (int k = 0; k < K; k++)
 #pragma unroll
-        for (int j = 0; j < V; j++) aw[k][j] = ab[k][j] = 0.0f;
+        for (int j = 0; j < V; j++) {
+            if (G::SH) sw[ln_sh<K, V>(k, j, lane)] = sb[ln_sh<K, V>(k, j, lane)] = 0.0f;
+            else aw[k % RK][j % RV] = ab[k % RK][j % RV] = 0.0f;
+        }
     float inv_c = 1.0f / C;
     for (int r = r0 + warp; r < r1; r += VR_LN_BWD_WARPS) {
         size_t off = (size_t)r * C;
@@ -147,9 +164,12 @@ __global__ void __launch_bounds__(VR_LN_BWD_WARPS * 32) k_ln_rows_bwd(T *dinp, f
                         sg += wg;
                         sgx += wg * xh;
                     }
-                    if (part) {
-                        aw[k][j] += g * xh;
-                        ab[k][j] += g;
+                    if (part && G::SH) {
+                        sw[ln_sh<K, V>(k, j, lane)] += g * xh;
+                        sb[ln_sh<K, V>(k, j, lane)] += g;
+                    } else if (part) {
+                        aw[k % RK][j % RV] += g * xh;
+                        ab[k % RK][j % RV] += g;
                     }
                 }
             }
@@ -174,26 +194,35 @@ __global__ void __launch_bounds__(VR_LN_BWD_WARPS * 32) k_ln_rows_bwd(T *dinp, f
         }
     }
     if (!part) return; /* uniform over the block */
-    /* the warps' sums into shared memory, warp 0 first, then 1, ...: the same order every run */
-    for (int t = 0; t < VR_LN_BWD_WARPS; t++) {
-        if (warp == t) {
+    /* the warps' sums, warp 0 first, then 1, ...: the same order every run */
+    if (!G::SH) {
+        for (int t = 0; t < VR_LN_BWD_WARPS; t++) {
+            if (warp == t) {
 #pragma unroll
-            for (int k = 0; k < K; k++)
+                for (int k = 0; k < K; k++)
 #pragma unroll
-                for (int j = 0; j < V; j++) {
-                    int q = ln_sh<K, V>(k, j, lane);
-                    sh[q] = t == 0 ? aw[k][j] : sh[q] + aw[k][j];
-                    sh[S + q] = t == 0 ? ab[k][j] : sh[S + q] + ab[k][j];
-                }
+                    for (int j = 0; j < V; j++) {
+                        int q = ln_sh<K, V>(k, j, lane);
+                        sh[q] = t == 0 ? aw[k % RK][j % RV] : sh[q] + aw[k % RK][j % RV];
+                        sh[S + q] = t == 0 ? ab[k % RK][j % RV] : sh[S + q] + ab[k % RK][j % RV];
+                    }
+            }
+            __syncthreads();
         }
+    } else {
         __syncthreads();
     }
     float *p = part + (size_t)blockIdx.x * 2 * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         int i = c / V, j = c - i * V;
         int q = ln_sh<K, V>(i / 32, j, i & 31);
-        p[c] = sh[q];
-        p[C + c] = sh[S + q];
+        float a = sh[q], b = sh[S + q];
+        for (int t = 1; G::SH && t < VR_LN_BWD_WARPS; t++) {
+            a += sh[(size_t)t * 2 * S + q];
+            b += sh[(size_t)t * 2 * S + S + q];
+        }
+        p[c] = a;
+        p[C + c] = b;
     }
 }
 
@@ -232,6 +261,23 @@ static int rows_fwd_t(const vr_cuda_ctx *ctx, void *out, float *mean, float *rst
     return 1;
 }
 
+/* One backward launch: its shared memory (above the 48 KiB default: allowed once per kernel). */
+template <typename T, int K>
+static vr_status ln_bwd_launch(int slices, cudaStream_t s, T *d, float *part, const T *g, const T *x, const T *wp,
+                               const float *mean, const float *rstd, int N, int C, int rps, int acc)
+{
+    typedef ln_bwd_geom<T, K> G;
+    static bool opted; /* set once per kernel (a race sets it twice, harmlessly) */
+    if (G::SMEM > (48u << 10) && !opted) {
+        VR_CU_TRY(vr_cu_status(cudaFuncSetAttribute(k_ln_rows_bwd<T, K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)G::SMEM),
+                               "layernorm_bwd", "cudaFuncSetAttribute"));
+        opted = true;
+    }
+    k_ln_rows_bwd<T, K><<<slices, VR_LN_BWD_WARPS * 32, G::SMEM, s>>>(d, part, g, x, wp, mean, rstd, N, C, rps, acc);
+    return VR_OK;
+}
+
 template <typename T>
 static int rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, const void *dout, const void *inp,
                       const void *w, const float *mean, const float *rstd, int N, int C, int slices, int rps,
@@ -245,9 +291,10 @@ static int rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, const voi
     cudaStream_t s = VR_STREAM(ctx);
     T *d = (T *)dinp;
     const T *g = (const T *)dout, *x = (const T *)inp, *wp = (const T *)w;
-#define VR_LN_BWD(KK)                                                                                                 \
-    case KK:                                                                                                          \
-        k_ln_rows_bwd<T, KK><<<slices, VR_LN_BWD_WARPS * 32, 0, s>>>(d, part, g, x, wp, mean, rstd, N, C, rps, acc); \
+#define VR_LN_BWD(KK)                                                                                        \
+    case KK:                                                                                                 \
+        *st = ln_bwd_launch<T, KK>(slices, s, d, part, g, x, wp, mean, rstd, N, C, rps, acc);                \
+        if (*st) return 1;                                                                                   \
         break
     switch (K) {
         VR_LN_BWD(1);
