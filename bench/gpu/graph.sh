@@ -5,7 +5,8 @@
 #     bash bench/gpu/graph.sh
 # 1. test_exec_cuda (includes cuda_graph_equals_nodes: 7 bf16 steps, graph == nodes, plan == run);
 # 2. vram GPT-2 124M bf16 B=16 T=1024 with VRAM_CUDA_GRAPH=1 (the flags of run.sh);
-# 3. bench/gpu/run.sh (node-by-node vram, torch eager, torch.compile);
+# 3. bench/gpu/run.sh with VRAM_CUDA_GRAPH=0 (node-by-node vram: graph mode is the default since 2026-11-26),
+#    torch eager, torch.compile;
 # 4. a table: graph mode vs node by node vs torch.compile, and the losses of both vram runs.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
@@ -28,7 +29,7 @@ VRAM_CUDA_GRAPH=1 timeout 120 $BIN/vram train --preset gpt2 --batch 16 --seq 102
   --warmup 0 --lr-schedule constant --steps "$STEPS" --device cuda --eval-every -1 --json \
   > "$OUT/vram_gpt2_graph.jsonl" 2> "$OUT/vram_gpt2_graph.err"
 echo "rc $?"; tail -3 "$OUT/vram_gpt2_graph.err"
-bash bench/gpu/run.sh
+VRAM_CUDA_GRAPH=0 bash bench/gpu/run.sh
 python3 - "$OUT" <<'PY' | tee "$OUT/graph_table.txt"
 import json, statistics, sys
 out = sys.argv[1]
