@@ -11,15 +11,8 @@ set -u -o pipefail
 cd "$(dirname "$0")/../.."
 export OUT=${OUT:-$PWD/out/gpu-fuse}; mkdir -p "$OUT"
 STEPS=${STEPS:-30}
-. scripts/gpu-setup.sh
-export PATH=/usr/local/cuda/bin:$PATH
-BIN=${BIN:-build-gpu}
-if [ ! -x $BIN/vram ] || [ ! -x $BIN/test_exec_cuda ]; then
-  cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON > "$OUT/cmake.log" 2>&1
-  cmake --build build-gpu -j16 --target vram_cli test_exec_cuda test_kernels_cuda > "$OUT/build.log" 2>&1 ||
-    { tail -30 "$OUT/build.log"; exit 1; }
-  BIN=build-gpu
-fi
+. bench/gpu/lib.sh
+gpu_bin vram test_exec_cuda test_kernels_cuda
 echo "== test_kernels_cuda (matmul)"
 timeout 300 $BIN/test_kernels_cuda > "$OUT/test_kernels_cuda.log" 2>&1; echo "rc $?"
 grep -E "dgelu|matmul_gelu|PASSED|FAILED" "$OUT/test_kernels_cuda.log" | head -40

@@ -14,8 +14,7 @@ set -u -o pipefail
 cd "$(dirname "$0")/../.."
 export OUT=${OUT:-$PWD/out/gpu-bench}; mkdir -p "$OUT"
 STEPS=${STEPS:-30}
-. scripts/gpu-setup.sh
-export PATH=/usr/local/cuda/bin:$PATH
+. bench/gpu/lib.sh # (its own build folder below: the multi-tensor test target)
 B=build-gpu-mt
 cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release > "$OUT/mt_cmake.log" 2>&1
 cmake --build $B -j16 --target vram_cli test_exec_cuda test_kernels_cuda_mt > "$OUT/mt_build.log" 2>&1 ||

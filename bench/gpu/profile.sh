@@ -8,14 +8,8 @@ set -u -o pipefail
 cd "$(dirname "$0")/../.."
 export OUT=${OUT:-$PWD/out/gpu-profile}; mkdir -p "$OUT"
 STEPS=${STEPS:-12}
-. scripts/gpu-setup.sh
-export PATH=/usr/local/cuda/bin:$PATH
-BIN=${BIN:-build-gpu}
-if [ ! -x $BIN/vram ]; then
-  cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1
-  cmake --build build-gpu -j16 --target vram_cli > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-  BIN=build-gpu
-fi
+. bench/gpu/lib.sh
+gpu_bin vram
 echo "== vram (VRAM_PROFILE=1), $STEPS steps"
 VRAM_PROFILE=1 timeout 120 $BIN/vram train --preset gpt2 --batch 16 --seq 1024 --precision bf16 --clip 1.0 --lr 6e-4 \
   --warmup 0 --lr-schedule constant --steps "$STEPS" --device cuda --eval-every -1 --json \
