@@ -190,9 +190,10 @@ static void meta_phys_unmap(vr_device *dev, void *addr, size_t bytes)
         vr_vm_range *r = vr__vm_find(&m->book.vm, at, len);
         vr__vm_set(&m->book.vm, r, at, len, false);
         ((vr_phys *)(uintptr_t)ph)->mapped -= len;
-        vr__count(dev, unmap, 1);
         at += len;
     }
+    if (bytes) /* one driver call over the mappings side by side, as the cuda device makes (cuda_phys_cuda.c) */
+        vr__count(dev, unmap, 1);
     pthread_mutex_unlock(&dev->lock);
 }
 
