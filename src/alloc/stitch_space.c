@@ -610,12 +610,11 @@ void st_drop_idle(vr_alloc *a, size_t keep_granules, bool wait)
 void st_space_fini(vr_alloc *a)
 {
     st_state *s = st_of(a);
-    while (s->stale_first) { /* still mapped: left to the device like live blocks; events freed */
+    while (s->stale_first) { /* still mapped: left to the device like live blocks; events freed (their mappings
+                                * are in s->maps too, freed below: st_space_check) */
         stale *x = s->stale_first;
         s->stale_first = x->next;
         vr_event_destroy(a->dev, x->ev);
-        for (size_t i = 0; i < x->nm; i++)
-            free(x->m[i]);
         free(x->m);
         free(x);
     }
