@@ -115,9 +115,7 @@ static void lru_remove(st_state *s, sext *e)
 {
     if (!e->cached)
         return;
-    if (e->lprev) e->lprev->lnext = e->lnext; else s->oldest = e->lnext;
-    if (e->lnext) e->lnext->lprev = e->lprev; else s->newest = e->lprev;
-    e->lprev = e->lnext = NULL;
+    ST_LIST_REMOVE(s->oldest, s->newest, e, lprev, lnext);
     e->cached = false;
 }
 
@@ -126,10 +124,7 @@ static void lru_append(st_state *s, sext *e)
     if (e->cached)
         return;
     e->cached = true;
-    e->lnext = NULL;
-    e->lprev = s->newest;
-    if (s->newest) s->newest->lnext = e; else s->oldest = e;
-    s->newest = e;
+    ST_LIST_APPEND(s->oldest, s->newest, e, lprev, lnext);
 }
 
 /* ---------------------------------------------------------------- streams */

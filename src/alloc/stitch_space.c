@@ -296,19 +296,14 @@ static void va_give(st_state *s, vchunk *c, uintptr_t va, size_t n)
 
 static void maps_link(st_state *s, smap *m)
 {
-    m->aprev = NULL;
-    m->anext = s->maps;
-    if (s->maps)
-        s->maps->aprev = m;
-    s->maps = m;
+    ST_LIST_PREPEND(s->maps, s->maps_last, m, aprev, anext);
     s->nmaps++;
     s->mapped_granules += m->n;
 }
 
 static void maps_unlink(st_state *s, smap *m)
 {
-    if (m->aprev) m->aprev->anext = m->anext; else s->maps = m->anext;
-    if (m->anext) m->anext->aprev = m->aprev;
+    ST_LIST_REMOVE(s->maps, s->maps_last, m, aprev, anext);
     s->nmaps--;
     s->mapped_granules -= m->n;
 }
@@ -410,10 +405,7 @@ void st_idle_push(st_state *s, smap *m)
     if (m->in_idle)
         return;
     m->in_idle = true;
-    m->inext = NULL;
-    m->iprev = s->idle_newest;
-    if (s->idle_newest) s->idle_newest->inext = m; else s->idle_oldest = m;
-    s->idle_newest = m;
+    ST_LIST_APPEND(s->idle_oldest, s->idle_newest, m, iprev, inext);
     s->idle_granules += m->n;
 }
 
@@ -421,9 +413,7 @@ void st_idle_remove(st_state *s, smap *m)
 {
     if (!m->in_idle)
         return;
-    if (m->iprev) m->iprev->inext = m->inext; else s->idle_oldest = m->inext;
-    if (m->inext) m->inext->iprev = m->iprev; else s->idle_newest = m->iprev;
-    m->iprev = m->inext = NULL;
+    ST_LIST_REMOVE(s->idle_oldest, s->idle_newest, m, iprev, inext);
     m->in_idle = false;
     s->idle_granules -= m->n;
 }
@@ -623,6 +613,7 @@ void st_space_fini(vr_alloc *a)
         s->maps = m->anext;
         free(m);
     }
+    s->maps_last = NULL;
     for (vchunk *c = s->chunks, *n; c; c = n) {
         n = c->next;
         if (!c->live)

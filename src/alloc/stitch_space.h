@@ -15,6 +15,33 @@ typedef struct sgran sgran;
 typedef struct sext sext;
 typedef struct smap smap;
 
+/* Intrusive doubly linked lists with a first and a last element, through a pair of fields (prev, next) of the
+ * elements: the LRU of cached blocks, the LRU of idle mappings, every mapping. */
+#define ST_LIST_APPEND(first, last, x, prev, next) \
+    do {                                           \
+        (x)->next = NULL;                          \
+        (x)->prev = (last);                        \
+        if (last) (last)->next = (x);              \
+        else (first) = (x);                        \
+        (last) = (x);                              \
+    } while (0)
+#define ST_LIST_PREPEND(first, last, x, prev, next) \
+    do {                                            \
+        (x)->prev = NULL;                           \
+        (x)->next = (first);                        \
+        if (first) (first)->prev = (x);             \
+        else (last) = (x);                          \
+        (first) = (x);                              \
+    } while (0)
+#define ST_LIST_REMOVE(first, last, x, prev, next)             \
+    do {                                                       \
+        if ((x)->prev) (x)->prev->next = (x)->next;            \
+        else (first) = (x)->next;                              \
+        if ((x)->next) (x)->next->prev = (x)->prev;            \
+        else (last) = (x)->prev;                               \
+        (x)->prev = (x)->next = NULL;                          \
+    } while (0)
+
 typedef struct span {
     uint32_t lo, hi;              /* used units [lo, hi) of a granule */
     sext *owner;                  /* the block (live or cached) using them */
@@ -119,7 +146,7 @@ typedef struct st_state {
     size_t borrow;                /* percent larger than a request a lent mapping may be (0: none) */
     smap *idle_oldest, *idle_newest; /* mappings with no block, least recently used first */
     size_t idle_granules;         /* granules mapped by idle mappings */
-    smap *maps;                   /* every mapping */
+    smap *maps, *maps_last;       /* every mapping, newest first */
     size_t nmaps, mapped_granules;
     vchunk *chunks;
     stale *stale_first, *stale_last;
