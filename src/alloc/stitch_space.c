@@ -1,7 +1,7 @@
 /* Policy "stitch", inside (stitch_space.h): granules and their spans, chunks of reserved address space,
  * mappings and their unmapping. Every driver call of the policy is made here: cuMemCreate/cuMemRelease
  * (granules), cuMemAddressReserve/Free (chunks of ST_VA_CHUNK, ranges carved from them), cuMemMap and one
- * cuMemSetAccess per new mapping, cuMemUnmap per granule of a dropped mapping. */
+ * cuMemSetAccess per new mapping, one cuMemUnmap per run of granules unmapped together (cuda_phys_cuda.c). */
 #include <stdlib.h>
 #include <string.h>
 

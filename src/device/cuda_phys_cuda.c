@@ -7,7 +7,8 @@
  *            because cuMemUnmap must be given whole mappings. Several handles
  *            side by side (map_granules): a cuMemMap each, one cuMemSetAccess
  *   unmap    cudaDeviceSynchronize (cuMemUnmap does not wait for kernels),
- *            then cuMemUnmap of each mapping inside the range
+ *            then one cuMemUnmap over the mappings inside the range (one
+ *            per mapping where the driver refuses the range)
  *   release  cuMemRelease
  *
  * Misuse (unmapping what is not a mapping) is reported on stderr and ignored. */
