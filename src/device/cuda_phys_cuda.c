@@ -132,9 +132,9 @@ vr_status vr__cuda_phys_map_granules(vr_device *dev, void *addr, vr_phys *const 
     return st;
 }
 
-/* Unmaps every phys mapping in [addr, addr+bytes); waits for the device first unless idle. The mappings side by
- * side go in one cuMemUnmap over their whole range (stitch unmaps runs of granules: one driver call, not one
- * per granule); where the driver refuses that, one call per mapping. */
+/* Unmaps every phys mapping in [addr, addr+bytes); waits for the device first unless idle. Mappings side by side
+ * go to the driver in runs of up to VR_UNMAP_RUN, one cuMemUnmap over each run's range (stitch unmaps runs of
+ * granules: one call, not one per granule); where the driver refuses a range, one call per mapping of it. */
 static void phys_unmap(vr_device *dev, void *addr, size_t bytes, bool idle)
 {
     cuda_device *c = cud(dev);
@@ -145,47 +145,43 @@ static void phys_unmap(vr_device *dev, void *addr, size_t bytes, bool idle)
         vr__cuda_sync_before_unmap(dev);
     char b[200];
     uintptr_t at = (uintptr_t)addr, end = at + bytes;
-    uint64_t one[1], *lens = bytes / ((size_t)2 << 20) > 1 ? malloc(sizeof *lens * (bytes / ((size_t)2 << 20) + 1))
-                                                            : NULL;
-    size_t cap = lens ? bytes / ((size_t)2 << 20) + 1 : 1, n = 0;
-    if (!lens)
-        lens = one;
-    uintptr_t p = at;
-    bool bad = false;
-    while (p < end && n < cap) { /* the mappings tiling the range from addr on */
-        uint64_t len = 0;
-        pthread_mutex_lock(&dev->lock);
-        bool ok = vr__ptrmap_take(&c->phys_maps, p, &len) && len <= end - p;
-        if (ok)
-            vr__vm_set(&c->vm, vr__vm_find(&c->vm, p, len), p, len, false);
-        pthread_mutex_unlock(&dev->lock);
-        if (!ok) {
-            fprintf(stderr, "vram: device %s: phys unmap(%p, %zu): %#lx is not a phys mapping inside it; ignored\n",
-                    dev->name, addr, bytes, (unsigned long)p);
-            bad = true;
-            break;
+    bool ok = true;
+    while (at < end && ok) {
+        uint64_t lens[VR_UNMAP_RUN];
+        uintptr_t p = at;
+        int n = 0;
+        while (n < VR_UNMAP_RUN && p < end) { /* the run: mappings tiling [at, p) */
+            uint64_t len = 0;
+            pthread_mutex_lock(&dev->lock);
+            ok = vr__ptrmap_take(&c->phys_maps, p, &len) && len <= end - p;
+            if (ok)
+                vr__vm_set(&c->vm, vr__vm_find(&c->vm, p, len), p, len, false);
+            pthread_mutex_unlock(&dev->lock);
+            if (!ok) {
+                fprintf(stderr, "vram: device %s: phys unmap(%p, %zu): %#lx is not a phys mapping inside it; ignored\n",
+                        dev->name, addr, bytes, (unsigned long)p);
+                break;
+            }
+            lens[n++] = len;
+            p += len;
         }
-        lens[n++] = len;
-        p += len;
-    }
-    if (n > 1) {
+        if (n == 0)
+            break;
         vr__count(dev, unmap, 1);
-        if (cu->MemUnmap((CUdeviceptr)at, p - at) == CUDA_SUCCESS)
-            n = 0;
+        if (n > 1 && cu->MemUnmap((CUdeviceptr)at, p - at) == CUDA_SUCCESS) {
+            at = p;
+            continue;
+        }
+        for (int i = 0; i < n; i++) { /* one mapping, or the driver refused the range */
+            if (n > 1)
+                vr__count(dev, unmap, 1);
+            CUresult r = cu->MemUnmap((CUdeviceptr)at, lens[i]);
+            if (r != CUDA_SUCCESS)
+                fprintf(stderr, "vram: device %s: cuMemUnmap(%#lx, %llu): %s\n", dev->name, (unsigned long)at,
+                        (unsigned long long)lens[i], vr__cu_err(r, b, sizeof b));
+            at += lens[i];
+        }
     }
-    for (size_t i = 0; i < n; i++) { /* one mapping, or the driver refused the range */
-        vr__count(dev, unmap, 1);
-        CUresult r = cu->MemUnmap((CUdeviceptr)at, lens[i]);
-        if (r != CUDA_SUCCESS)
-            fprintf(stderr, "vram: device %s: cuMemUnmap(%#lx, %llu): %s\n", dev->name, (unsigned long)at,
-                    (unsigned long long)lens[i], vr__cu_err(r, b, sizeof b));
-        at += lens[i];
-    }
-    if (lens != one)
-        free(lens);
-    if (!bad && p < end) /* more mappings than granules: not ours */
-        fprintf(stderr, "vram: device %s: phys unmap(%p, %zu): mappings smaller than a granule; rest ignored\n",
-                dev->name, addr, bytes);
 }
 
 void vr__cuda_phys_unmap(vr_device *dev, void *addr, size_t bytes) { phys_unmap(dev, addr, bytes, false); }

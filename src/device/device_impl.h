@@ -68,6 +68,9 @@ struct vr_device {
 
 /* Adds n to one of dev->calls' counters (any thread). */
 #define vr__count(dev, field, n) __atomic_fetch_add(&(dev)->calls.field, (uint64_t)(n), __ATOMIC_RELAXED)
+/* Phys mappings side by side are unmapped in runs of at most this many, one driver call per run (the cuda
+ * device's cuMemUnmap over the run's range; the meta device counts the same). */
+#define VR_UNMAP_RUN 256
 
 /* Sets the common fields (and the lock) of a freshly allocated device. */
 void vr__device_init(vr_device *dev, const vr_device_ops *ops, vr_device_kind kind, const char *name);

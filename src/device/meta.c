@@ -181,7 +181,7 @@ static void meta_phys_unmap(vr_device *dev, void *addr, size_t bytes)
     meta_device *m = meta(dev);
     pthread_mutex_lock(&dev->lock);
     uintptr_t at = (uintptr_t)addr, end = at + bytes;
-    while (at < end) {
+    for (int n = 0; at < end; n++) {
         uint64_t len = 0, ph = 0;
         if (!vr__ptrmap_take(&m->phys_maps, at, &len) || !vr__ptrmap_take(&m->phys_maps, at + 1, &ph) ||
             (len) > end - at)
@@ -190,10 +190,10 @@ static void meta_phys_unmap(vr_device *dev, void *addr, size_t bytes)
         vr_vm_range *r = vr__vm_find(&m->book.vm, at, len);
         vr__vm_set(&m->book.vm, r, at, len, false);
         ((vr_phys *)(uintptr_t)ph)->mapped -= len;
+        if (n % VR_UNMAP_RUN == 0) /* one driver call per run of mappings, as the cuda device makes */
+            vr__count(dev, unmap, 1);
         at += len;
     }
-    if (bytes) /* one driver call over the mappings side by side, as the cuda device makes (cuda_phys_cuda.c) */
-        vr__count(dev, unmap, 1);
     pthread_mutex_unlock(&dev->lock);
 }
 
