@@ -391,30 +391,38 @@ static void graph_steps_opts(bool graph, step_opts so, int steps, double *loss, 
     vr_device_close(dev);
 }
 
-static void graph_steps(bool graph, int steps, double *loss, double *norm, float **params, run_out *o)
-{
-    graph_steps_opts(graph, (step_opts){0}, steps, loss, norm, params, o);
-}
+/* Two runs of graph_steps_opts over the same K (<= PAIR_MAX) steps, and how far apart they ended: the largest
+ * |difference| of their losses and of their norms over the steps, and of their final parameters. */
+enum { PAIR_MAX = 8 };
+typedef struct step_pair {
+    double l0[PAIR_MAX], n0[PAIR_MAX], l1[PAIR_MAX], n1[PAIR_MAX];
+    float *p0, *p1;
+    run_out a, b;
+    double dl, dn;
+    float dp;
+} step_pair;
 
-/* The largest |difference| over K steps of two runs' losses and of their norms. */
-static void steps_diff(const double *l0, const double *n0, const double *l1, const double *n1, int K, double *dl,
-                       double *dn)
+static void pair_run(step_pair *r, bool graph0, step_opts o0, bool graph1, step_opts o1, int K)
 {
-    *dl = *dn = 0;
+    assert_true(K <= PAIR_MAX);
+    graph_steps_opts(graph0, o0, K, r->l0, r->n0, &r->p0, &r->a);
+    graph_steps_opts(graph1, o1, K, r->l1, r->n1, &r->p1, &r->b);
+    r->dl = r->dn = 0;
     for (int k = 0; k < K; k++) {
-        *dl = fmax(*dl, fabs(l0[k] - l1[k]));
-        *dn = fmax(*dn, fabs(n0[k] - n1[k]));
+        r->dl = fmax(r->dl, fabs(r->l0[k] - r->l1[k]));
+        r->dn = fmax(r->dn, fabs(r->n0[k] - r->n1[k]));
     }
+    r->dp = max_diff(r->p0, r->p1, r->a.g->n_params);
 }
 
-/* Frees two runs of graph_steps and the parameters they handed out. */
-static void pair_free(run_out *a, run_out *b, float *p0, float *p1)
+/* Frees both runs and the parameters they handed out. */
+static void pair_free(step_pair *r)
 {
-    free(p0);
-    free(p1);
-    a->params = b->params = NULL;
-    run_free(a);
-    run_free(b);
+    free(r->p0);
+    free(r->p1);
+    r->a.params = r->b.params = NULL;
+    run_free(&r->a);
+    run_free(&r->b);
 }
 
 static void cuda_graph_equals_nodes(void **state)
@@ -422,21 +430,15 @@ static void cuda_graph_equals_nodes(void **state)
     (void)state;
     NEED_GPU();
     enum { K = 7 };
-    double l0[K], n0[K], l1[K], n1[K];
-    float *p0, *p1;
-    run_out a, b;
-    graph_steps(false, K, l0, n0, &p0, &a);
-    graph_steps(true, K, l1, n1, &p1, &b);
-    double dl, dn;
-    steps_diff(l0, n0, l1, n1, K, &dl, &dn);
-    float dp = max_diff(p0, p1, a.g->n_params);
+    step_pair r;
+    pair_run(&r, false, (step_opts){0}, true, (step_opts){0}, K);
     printf("cuda graph: %d steps, losses %.6f..%.6f, max |loss diff| %.3g, |norm diff| %.3g, param diff %.3g\n", K,
-           l0[0], l0[K - 1], dl, dn, (double)dp);
-    assert_true(l0[K - 1] != l0[0]); /* the steps changed something (fresh batches: not always downhill) */
-    assert_true(dl < 1e-5 && dn < 1e-5 && dp < 1e-5f);
-    check_plan_equals_run(&b);
-    assert_true(b.mem.arena == b.plan->arena_size);
-    pair_free(&a, &b, p0, p1);
+           r.l0[0], r.l0[K - 1], r.dl, r.dn, (double)r.dp);
+    assert_true(r.l0[K - 1] != r.l0[0]); /* the steps changed something (fresh batches: not always downhill) */
+    assert_true(r.dl < 1e-5 && r.dn < 1e-5 && r.dp < 1e-5f);
+    check_plan_equals_run(&r.b);
+    assert_true(r.b.mem.arena == r.b.plan->arena_size);
+    pair_free(&r);
 }
 
 /* ------------------------------------------------------------------ add + layernorm fusion */
@@ -459,33 +461,27 @@ static void fused_equals_unfused(void **state)
         vr_precision prec = v == 1 ? VR_PREC_FP32 : VR_PREC_BF16;
         bool fp32 = prec == VR_PREC_FP32;
         vr_recompute rc = v == 3 ? VR_RECOMPUTE_BLOCK : VR_RECOMPUTE_NONE;
-        double l0[K], n0[K], l1[K], n1[K];
-        float *p0, *p1;
         int fa0 = -1, fa1 = -1;
-        run_out a, b;
-        graph_steps_opts(graph,
-                         (step_opts){.prec = prec, .fp32 = fp32, .fused_adds = graph ? NULL : &fa0,
-                                     .deterministic = true, .recompute = rc},
-                         K, l0, n0, &p0, &a);
-        graph_steps_opts(graph,
-                         (step_opts){.unfused = true, .prec = prec, .fp32 = fp32, .fused_adds = graph ? NULL : &fa1,
-                                     .deterministic = true, .recompute = rc},
-                         K, l1, n1, &p1, &b);
-        double dl, dn;
-        steps_diff(l0, n0, l1, n1, K, &dl, &dn);
-        float dp = max_diff(p0, p1, a.g->n_params);
+        step_pair r;
+        pair_run(&r, graph,
+                 (step_opts){.prec = prec, .fp32 = fp32, .fused_adds = graph ? NULL : &fa0, .deterministic = true,
+                             .recompute = rc},
+                 graph,
+                 (step_opts){.unfused = true, .prec = prec, .fp32 = fp32, .fused_adds = graph ? NULL : &fa1,
+                             .deterministic = true, .recompute = rc},
+                 K);
         printf("fusion (%s%s%s): %d steps, loss %.6f..%.6f, fused vs unfused |loss| %.3g |norm| %.3g params %.3g;"
                " adds without work: fused %d, unfused %d\n",
-               fp32 ? "fp32" : "bf16", graph ? ", cuda graph" : "", rc ? ", block recompute" : "", K, l0[0],
-               l0[K - 1], dl, dn, (double)dp, fa0, fa1);
-        assert_true(dl < (fp32 ? 1e-5 : 1e-2) && dp < (fp32 ? 1e-4f : 1e-2f));
+               fp32 ? "fp32" : "bf16", graph ? ", cuda graph" : "", rc ? ", block recompute" : "", K, r.l0[0],
+               r.l0[K - 1], r.dl, r.dn, (double)r.dp, fa0, fa1);
+        assert_true(r.dl < (fp32 ? 1e-5 : 1e-2) && r.dp < (fp32 ? 1e-4f : 1e-2f));
         if (!graph) {
             assert_true(rc ? fa0 >= 4 : fa0 == 4);
             assert_true(fa1 == 0);
         }
-        check_plan_equals_run(&a);
-        assert_true(a.mem.arena == a.plan->arena_size);
-        pair_free(&a, &b, p0, p1);
+        check_plan_equals_run(&r.a);
+        assert_true(r.a.mem.arena == r.a.plan->arena_size);
+        pair_free(&r);
     }
 }
 
