@@ -567,20 +567,24 @@ static vr_block *patch(vr_alloc *a, vra_request *req, size_t u)
     size_t hi = lend ? st_bycap_lower_bound(s, PATCH_LARGER * u + 1) : st_cand_lower_bound(s, PATCH_LARGER * u + 1);
     size_t div = lend ? PATCH_DIV_LEND : PATCH_DIV;
     smap *best = NULL;
+    struct sepoch *best_ev = NULL; /* with lending: the event after best's last free */
     size_t nbest = SIZE_MAX;
     for (size_t i = lo; i < hi && i < lo + 4 * CAND_SCAN; i++) {
         smap *m = lend ? s->bycap[i] : s->cand[i];
         size_t ng = prefix_pieces(s, m, u, NULL);
-        if (u > m->cap || ng < PATCH_MIN || (m->user && (!lend || m->user->seg->stream != req->stream)) ||
-            (lend && !event_after_free(s, m)))
+        if (u > m->cap || ng < PATCH_MIN || (m->user && (!lend || m->user->seg->stream != req->stream)))
+            continue;
+        struct sepoch *ev = lend ? event_after_free(s, m) : NULL;
+        if (lend && !ev)
             continue;
         size_t nl = live_granules(s, m, u, NULL, ng / div);
         if (nl <= ng / div && (nl < nbest || (nl == nbest && m->key == s->key))) {
             best = m;
+            best_ev = ev;
             nbest = nl;
         }
     }
-    if (lend && best && !vr_event_query(a->dev, event_after_free(s, best)->ev))
+    if (lend && best && !vr_event_query(a->dev, best_ev->ev))
         return NULL; /* its range may still be in use: a new mapping rather than a host wait */
     if (lend && best && !nbest) /* missed by the lending scan (CAND_SCAN): taken, within its P% */
         return best->cap <= lend_cap(s, u) ? take(a, req, best, u, best->bsize != u) : NULL;
