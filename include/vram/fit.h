@@ -49,9 +49,10 @@ extern "C" {
 VR_API_BEGIN
 
 #define VR_FIT_MAX_BATCH (1 << 20) /* the search stops here (reported as capped) */
-#define VR_FIT_MAX_ROWS 252        /* 3 recompute policies × 3 state formats × 7 precision, master and
-                                    * placement choices (bf16: fp32 master on the device or the host, or none;
-                                    * fp32, fp16: on the device or the host) × 4 ZeRO stages */
+#define VR_FIT_MAX_ROWS 288        /* 3 recompute policies × 3 state formats × 8 precision, master and
+                                    * placement choices (bf16: fp32 master on the device or the host, split on
+                                    * the device, or none; fp32, fp16: on the device or the host) × 4 ZeRO
+                                    * stages */
 #define VR_FIT_SAME_SPEED 0.02     /* rows within 2% of the fastest's tokens/s count as equally fast: the best
                                     * is then the most exact of them (fp32 state before bf16 before 8-bit, an
                                     * fp32 master before none), then the one on the device */
@@ -124,7 +125,7 @@ typedef struct vr_fit_options {
     unsigned recomputes;       /* bit (1u << vr_recompute) per policy; 0: none, selective, block */
     unsigned optim_states;     /* bit (1u << vr_optim_state) per state format; 0: all three when the optimizer
                                 * has state (fp32 only otherwise) */
-    unsigned masters;          /* bit 0: fp32 master, bit 1: none (bf16 only); 0: both */
+    unsigned masters;          /* bit 0: fp32 master, bit 1: none, bit 2: split (bf16 only, not offloaded); 0: all */
     unsigned offloads;         /* bit (1u << vr_offload) per placement; 0: both when training with an optimizer */
     unsigned zeros;            /* with ranks (step.world > 1): bit (1u << stage) per ZeRO stage; 0: all four */
     uint64_t host_capacity;    /* host bytes an offloaded row may pin (0: no limit) */
@@ -137,6 +138,7 @@ typedef struct vr_fit_row {
     vr_recompute recompute;
     vr_optim_state optim_state;
     bool no_master;
+    bool split_master;
     vr_offload offload;
     int zero;                  /* ZeRO stage (with ranks) */
     int micro, accum;          /* micro-batch rows and micro-batches per step; micro 0: none fits */

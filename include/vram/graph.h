@@ -51,10 +51,11 @@ VR_API_BEGIN
 #define VR_DIST_BUCKET_BYTES ((int64_t)25 << 20)
 #define VR_MLP_MAX_SIZES 16
 
-/* U8: the codes of 8-bit optimizer state (indices into a 256-entry quantization map). */
-typedef enum vr_dtype { VR_F32, VR_BF16, VR_F16, VR_I32, VR_U8, VR_DTYPE_COUNT } vr_dtype;
+/* U8: the codes of 8-bit optimizer state (indices into a 256-entry quantization map). U16: the low 16 bits of
+ * a split fp32 master (vr_step_config.split_master). */
+typedef enum vr_dtype { VR_F32, VR_BF16, VR_F16, VR_I32, VR_U8, VR_U16, VR_DTYPE_COUNT } vr_dtype;
 
-/* Bytes per element (4, 2, 2, 4, 1) and a short name ("f32", "bf16", "f16", "i32", "u8"). */
+/* Bytes per element (4, 2, 2, 4, 1, 2) and a short name ("f32", "bf16", "f16", "i32", "u8", "u16"). */
 size_t vr_dtype_size(vr_dtype dt);
 const char *vr_dtype_name(vr_dtype dt);
 
@@ -326,6 +327,9 @@ typedef struct vr_step_config {
     vr_precision precision;   /* bf16/fp16: params, grads, acts in 16 bits, fp32 master + optim */
     vr_optim_state optim_state; /* how Adam/momentum state is stored (fp32 default); needs a stateful optim */
     bool no_master;           /* bf16: no fp32 master copy (weights updated with stochastic rounding) */
+    bool split_master;        /* bf16: the fp32 master kept as its 16 low bits beside the bf16 weights, which are
+                               * its high half (rounded to nearest, ties away from zero): the same fp32 values as
+                               * a full master in 2 bytes per weight instead of 4 (kernels/optim_math.h) */
     vr_offload offload;       /* optim: master (fp32, also for fp32 params) and state in host memory, the
                                * update on the host; needs an optimizer and a master */
     const char *freeze;       /* comma-separated globs over parameter names ('h.*.attn*,wte'); NULL none */

@@ -283,6 +283,7 @@ static void print_roles(const vr_model_config *model, const vr_step_config *s0, 
     s.recompute = w->recompute;
     s.optim_state = w->optim_state;
     s.no_master = w->no_master;
+    s.split_master = w->split_master;
     s.offload = w->offload;
     s.accum = w->accum;
     s.zero = s.world > 0 ? w->zero : 0;
@@ -360,7 +361,7 @@ static int report(const opts *o, const target *t, uint64_t step_cap, const vr_st
             printf("\nbest      %s, recompute %s, %s optimizer state%s%s%s, micro-batch %d x accum %d: need %s, "
                    "est. %.2f ms/step, %.0f tokens/s\n", vr_precision_name(best->precision),
                    vr_recompute_name(best->recompute), vr_optim_state_name(best->optim_state),
-                   best->no_master ? ", no master weights" : "",
+                   best->no_master ? ", no master weights" : best->split_master ? ", split master" : "",
                    best->offload ? ", master and state offloaded to the host" : "", zs,
                    best->micro, best->accum, vr_format_size(best->point.need, a, sizeof a),
                    best->cost.seconds * 1e3, best->tokens_per_s);
@@ -403,7 +404,7 @@ static int run(int argc, char **argv)
     if (o.m.optim_state)
         fo.optim_states = 1u << s.optim_state;
     if (o.m.master)
-        fo.masters = s.no_master ? 2u : 1u;
+        fo.masters = s.no_master ? 2u : s.split_master ? 4u : 1u;
     if (o.m.recompute)
         fo.recomputes = 1u << s.recompute;
     if (o.m.offload)

@@ -49,6 +49,7 @@ static const vr_cli_field_flag field_flags[] = {
     {"vr_step_config.precision", "--precision"},
     {"vr_step_config.optim_state", "--optim-state"},
     {"vr_step_config.no_master", "--master none"}, /* a bool: true is --master none */
+    {"vr_step_config.split_master", "--master split"},
     {"vr_step_config.offload", "--offload"},
     {"vr_step_config.attention", "--attention"},
     {"vr_step_config.freeze", "--freeze"},

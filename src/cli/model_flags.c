@@ -164,6 +164,7 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
     if (o->optim_state && vr_optim_state_parse(o->optim_state, "--optim-state", &s->optim_state))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     s->no_master = o->master && !strcmp(o->master, "none");
+    s->split_master = o->master && !strcmp(o->master, "split");
     if (o->offload && vr_offload_parse(o->offload, "--offload", &s->offload))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     if (o->attention) { /* v2|v1|v1-fwd|v1-bwd: vram's kernels (vram train picks the variant) */
@@ -256,8 +257,10 @@ void vr_model_flags_add(vr_flagset *fs, vr_model_flags *f, const vr_model_defaul
          .choices = enum_choices(fs, optim_state_name, buf, sizeof buf),
          .help = "Adam/momentum state: fp32, bf16 (stochastic rounding) or\n8-bit block-wise (tensors under "
                  "4096 elements stay fp32) (fp32)"},
-        {"--master", VR_FLAG_CHOICE, &f->master, NULL, .choices = "fp32|none",
-         .help = "bf16: keep an fp32 master copy of the weights, or none (fp32)"},
+        {"--master", VR_FLAG_CHOICE, &f->master, NULL, .choices = "fp32|split|none",
+         .help = "bf16: an fp32 master copy of the weights (4 bytes a weight); split: the same\n"
+                 "fp32 values as the bf16 weights (their high half) + 16 low bits (2 bytes);\n"
+                 "none: no master, stochastic rounding (fp32)"},
         {"--offload", VR_FLAG_CHOICE, &f->offload, NULL, .choices = enum_choices(fs, offload_name, buf, sizeof buf),
          .help = "optim: fp32 master and optimizer state in pinned host memory, the update\n"
                  "run by the host while the backward goes on (none)"},

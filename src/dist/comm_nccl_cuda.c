@@ -232,6 +232,7 @@ static ncclDataType_t nccl_type(vr_dtype dt)
     case VR_F16: return ncclFloat16;
     case VR_I32: return ncclInt32;
     case VR_U8: return ncclUint8;
+    case VR_U16: return ncclFloat16; /* raw 16 bits, only copied (comm.c reduces f32, bf16, f16 alone) */
     case VR_DTYPE_COUNT: break;
     }
     return ncclUint8;   /* not reached: comm.c checked dt */

@@ -207,6 +207,7 @@ static void state_entry(const vr_exec_args *b, vr_cuda_dtype pdt, vr_cuda_mt_ten
     t->absmax_v = F(b->out[5]);
     t->sindex = vr__exec_state_index(b->g, n);
     t->windex = (uint64_t)T_(b, n->out[0])->param_offset;
+    t->split = n->out[1] >= 0 && T_(b, n->out[1])->dtype == VR_U16;
     *special = t->fmt != VR_CUDA_STATE_F32 || (!t->master && pdt != VR_CUDA_F32);
 }
 
@@ -234,7 +235,7 @@ static vr_status optimizer(const vr_exec_args *a, const cuda_state *s)
     vr_cuda_mt_tensor t;
     bool special = false;
     state_entry(a, pdt, &t, &special);
-    if (special)
+    if (special || t.split) /* the single-tensor kernels below take a full master only */
         return vr_cuda_optim_state(c, mt_kind(n->op), pdt, gdt, &t, h->lr, h->beta1, h->beta2, h->eps, h->momentum,
                                    h->dampening, h->nesterov, a->weight_decay, step, a->grad_scale, dev_scale, skip);
     switch (n->op) {
@@ -488,7 +489,8 @@ static vr_status mt_update(const vr_exec_args *a, cuda_state *s, bool *ran)
         bool need_m = op != VR_OP_SGD, need_v = op == VR_OP_ADAM || op == VR_OP_ADAMW, sp = false;
         vr_cuda_mt_tensor *t = &s->build[len];
         state_entry(&b, pdt, t, &sp);
-        if (!b.out[0] || !b.in[0] || (!b.out[1] && pdt == VR_CUDA_F16) || (need_m && !b.out[2]) ||
+        if (!b.out[0] || !b.in[0] || (!b.out[1] && pdt == VR_CUDA_F16) || (t->split && pdt != VR_CUDA_BF16) ||
+            (need_m && !b.out[2]) ||
             (need_v && !b.out[3]) || (t->fmt == VR_CUDA_STATE_Q8 && (!t->absmax_m || (need_v && !t->absmax_v))))
             return VR_OK; /* node by node says what is wrong */
         if (!len) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "exec/exec_internal.h"
+#include "kernels/optim_math.h"
 #include "vram/convert.h"
 #include "vram/util.h"
 
@@ -427,28 +428,80 @@ static void buffer_to_flat(const vr_graph *g, float *flat, const void *buf)
     }
 }
 
+/* Under a split master the 16-bit weights are the high halves of their fp32 values (vr_split_hi: to nearest,
+ * ties away from zero), every rank's alike; else rounded to nearest even. */
 static void flat_to_buffer(const vr_graph *g, void *buf, const float *flat)
 {
     size_t es = vr_dtype_size(g->param_dtype);
     for (int t = 0; t < g->n_tensors; t++) {
         const vr_tensor *x = &g->tensors[t];
-        if (x->view_of == g->params && x->param_offset >= 0)
-            vr_convert(g->param_dtype, (char *)buf + (size_t)x->view_offset * es, VR_F32, flat + x->param_offset,
-                       (size_t)vr_tensor_numel(x));
+        if (x->view_of != g->params || x->param_offset < 0)
+            continue;
+        char *dst = (char *)buf + (size_t)x->view_offset * es;
+        const float *src = flat + x->param_offset;
+        size_t n = (size_t)vr_tensor_numel(x);
+        if (g->step.split_master)
+            for (size_t i = 0; i < n; i++)
+                ((uint16_t *)dst)[i] = vr_split_hi(vr_f32_bits(src[i]));
+        else
+            vr_convert(g->param_dtype, dst, VR_F32, src, n);
     }
 }
 
-/* The master copy (flat over the trainable params this rank updates, in buffer order) from fp32 values. */
+/* The master copy (flat over the trainable params this rank updates, in buffer order) from fp32 values: fp32, or
+ * a split master's low halves (the weights hold the high halves: flat_to_buffer). */
 static vr_status write_master(vr_exec *e, const float *vals)
 {
     const vr_graph *g = e->g;
     if (g->master < 0 || !e->live[g->master])
         return VR_OK;
+    bool split = g->tensors[g->master].dtype == VR_U16;
     for (int t = 0; t < g->n_tensors; t++) {
         const vr_tensor *x = &g->tensors[t];
         if (x->view_of != g->params || x->param_offset < 0 || x->master < 0)
             continue;
-        vr_status st = vr_exec_write(e, x->master, vals + x->param_offset, (uint64_t)vr_tensor_numel(x) * 4);
+        size_t n = (size_t)vr_tensor_numel(x);
+        const float *v = vals + x->param_offset;
+        uint16_t *lo = split ? malloc(n * 2 + 1) : NULL;
+        if (split && !lo)
+            return vr_error(VR_ERR_OOM, "exec: out of host memory");
+        for (size_t i = 0; split && i < n; i++)
+            lo[i] = vr_split_lo(vr_f32_bits(v[i]));
+        vr_status st = split ? vr_exec_write(e, x->master, lo, n * 2) : vr_exec_write(e, x->master, v, n * 4);
+        free(lo);
+        if (st)
+            return st;
+    }
+    return VR_OK;
+}
+
+/* host[param_offset...] = the fp32 master values of the parameters this rank updates; host holds their 16-bit
+ * weights widened (a split master's high halves). */
+static vr_status read_master(vr_exec *e, float *host)
+{
+    const vr_graph *g = e->g;
+    if (g->master < 0 || !e->live[g->master])
+        return VR_OK;
+    bool split = g->tensors[g->master].dtype == VR_U16;
+    for (int t = 0; t < g->n_tensors; t++) {
+        const vr_tensor *x = &g->tensors[t];
+        if (x->view_of != g->params || x->param_offset < 0 || x->master < 0)
+            continue;
+        size_t n = (size_t)vr_tensor_numel(x);
+        float *h = host + x->param_offset;
+        if (!split) {
+            vr_status st = vr_exec_read(e, x->master, h, n * 4);
+            if (st)
+                return st;
+            continue;
+        }
+        uint16_t *lo = malloc(n * 2 + 1);
+        if (!lo)
+            return vr_error(VR_ERR_OOM, "exec: out of host memory");
+        vr_status st = vr_exec_read(e, x->master, lo, n * 2);
+        for (size_t i = 0; !st && i < n; i++)
+            h[i] = vr_bits_f32(vr_split_join((uint16_t)(vr_f32_bits(h[i]) >> 16), lo[i]));
+        free(lo);
         if (st)
             return st;
     }
@@ -486,12 +539,7 @@ static vr_status read_params_f32(vr_exec *e, float *host)
         buffer_to_flat(g, host, h);
     }
     free(h);
-    for (int t = 0; t < g->n_tensors && !st && g->master >= 0 && e->live[g->master]; t++) {
-        const vr_tensor *x = &g->tensors[t];
-        if (x->view_of == g->params && x->param_offset >= 0 && x->master >= 0)
-            st = vr_exec_read(e, x->master, host + x->param_offset, (uint64_t)vr_tensor_numel(x) * 4);
-    }
-    return st;
+    return st ? st : read_master(e, host);
 }
 
 vr_status vr_exec_read(vr_exec *e, int t, void *host, uint64_t bytes)

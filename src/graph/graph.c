@@ -12,13 +12,13 @@
 
 size_t vr_dtype_size(vr_dtype dt)
 {
-    static const size_t sizes[VR_DTYPE_COUNT] = {4, 2, 2, 4, 1};
+    static const size_t sizes[VR_DTYPE_COUNT] = {4, 2, 2, 4, 1, 2};
     return (unsigned)dt < VR_DTYPE_COUNT ? sizes[dt] : 0;
 }
 
 const char *vr_dtype_name(vr_dtype dt)
 {
-    static const char *names[VR_DTYPE_COUNT] = {"f32", "bf16", "f16", "i32", "u8"};
+    static const char *names[VR_DTYPE_COUNT] = {"f32", "bf16", "f16", "i32", "u8", "u16"};
     return (unsigned)dt < VR_DTYPE_COUNT ? names[dt] : "?";
 }
 

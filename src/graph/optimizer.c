@@ -213,7 +213,7 @@ void vr_optimizer_state(vr_graph *g, const vr_step_config *s)
     }
     bool host = s->offload == VR_OFFLOAD_OPTIM;
     if (mixed || host)
-        g->master = flat(g, "master", VR_F32, VR_ROLE_MASTER, nown);
+        g->master = flat(g, "master", s->split_master && !host ? VR_U16 : VR_F32, VR_ROLE_MASTER, nown);
     if (host)
         g->host_grads = flat(g, "host_grads", g->param_dtype, VR_ROLE_GRAD, nown);
     static const char *names[2][2] = {{"optim.momentum", NULL}, {"optim.m", "optim.v"}};

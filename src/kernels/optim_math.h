@@ -54,6 +54,29 @@ VR_HD float vr_bits_f32(uint32_t u)
     return x;
 }
 
+/* A split fp32 master (vr_step_config.split_master): the fp32 bits u kept as hi, the bf16 weight (u rounded to
+ * the nearest bf16, ties away from zero, so that the rest always fits 16 signed bits), and lo = u - (hi << 16);
+ * vr_split_join gives u back exactly. Round to nearest even would need 17 bits at its ties (1 in 65,536 values);
+ * inf stays inf, NaN stays NaN (quiet, lo 0). */
+VR_HD uint16_t vr_split_hi(uint32_t u)
+{
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x8000u) >> 16);
+}
+
+VR_HD uint16_t vr_split_lo(uint32_t u)
+{
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+        return 0;
+    return (uint16_t)(u - ((uint32_t)vr_split_hi(u) << 16));
+}
+
+VR_HD uint32_t vr_split_join(uint16_t hi, uint16_t lo)
+{
+    return ((uint32_t)hi << 16) + (uint32_t)(int32_t)(int16_t)lo;
+}
+
 /* x as bf16 bits, stochastically rounded with the low 16 bits of rnd (inf and NaN round to nearest). */
 VR_HD uint16_t vr_bf16_sr(float x, uint32_t rnd)
 {

@@ -143,6 +143,7 @@ static vr_status search_row(const vr_model_config *m, vr_step_config s, const vr
     row->recompute = s.recompute;
     row->optim_state = s.optim_state;
     row->no_master = s.no_master;
+    row->split_master = s.split_master;
     row->offload = s.offload;
     row->zero = s.world > 1 ? s.zero : 0;
     int G = o->global_batch;
@@ -219,7 +220,7 @@ vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const
     if (!stateful)
         opt->optim_states &= 1u << VR_OSTATE_FP32;
     if (!opt->masters)
-        opt->masters = 3u;
+        opt->masters = 7u;
     if (!s->train)
         opt->masters = 1u;
     if (!opt->offloads)
@@ -229,8 +230,8 @@ vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const
     if (!opt->zeros)
         opt->zeros = s->world > 1 && s->train && s->optim != VR_OPTIM_NONE ? 15u : 1u << (s->world > 0 ? s->zero : 0);
     static const vr_recompute order[3] = {VR_RECOMPUTE_NONE, VR_RECOMPUTE_SELECTIVE, VR_RECOMPUTE_BLOCK};
-    for (int c = 0; c < 3 * 3 * 3 * 2 * 2 * 4; c++) {
-        int p = c / 144, r = c / 48 % 3, os = c / 16 % 3, nm = c / 8 % 2, off = c / 4 % 2, z = c % 4;
+    for (int c = 0; c < 3 * 3 * 3 * 3 * 2 * 4; c++) { /* nm: 0 fp32 master, 1 none, 2 split */
+        int p = c / 216, r = c / 72 % 3, os = c / 24 % 3, nm = c / 8 % 3, off = c / 4 % 2, z = c % 4;
         if (!(opt->precisions & 1u << p) || !(opt->recomputes & 1u << order[r]) || !(opt->optim_states & 1u << os) ||
             !(opt->masters & 1u << nm) || (nm && p != VR_PREC_BF16) || !(opt->offloads & 1u << off) || (nm && off) ||
             !(opt->zeros & 1u << z))
@@ -243,7 +244,8 @@ vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const
             ss.precision = (vr_precision)p;
             ss.recompute = order[r];
             ss.optim_state = (vr_optim_state)os;
-            ss.no_master = nm;
+            ss.no_master = nm == 1;
+            ss.split_master = nm == 2;
             ss.offload = (vr_offload)off;
             vr_fit_row row;
             vr_status st = search_row(m, ss, opt, &row, &out->plans);

@@ -44,6 +44,8 @@ static void step_text(const vr_graph *g, char *buf, size_t cap)
         n += snprintf(buf + n, cap - (size_t)n, ", %s optimizer state", vr_optim_state_name(s->optim_state));
     if (s->train && s->no_master && n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, ", no master weights");
+    if (s->train && s->split_master && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, ", split master (16 low bits per weight)");
     if (s->train && s->offload && n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, ", master and optimizer state offloaded to the host");
     if (s->freeze && *s->freeze && n > 0 && (size_t)n < cap)
@@ -154,7 +156,7 @@ char *vr_plan_json(const vr_plan *p, bool timeline)
     cJSON_AddStringToObject(step, "recompute", vr_recompute_name(g->step.recompute));
     cJSON_AddStringToObject(step, "precision", vr_precision_name(g->step.precision));
     cJSON_AddStringToObject(step, "optim_state", vr_optim_state_name(g->step.optim_state));
-    cJSON_AddStringToObject(step, "master", g->step.no_master ? "none" : "fp32");
+    cJSON_AddStringToObject(step, "master", g->step.no_master ? "none" : g->step.split_master ? "split" : "fp32");
     cJSON_AddStringToObject(step, "offload", vr_offload_name(g->step.offload));
     cJSON_AddStringToObject(step, "kernels", g->step.kernels == VR_KERNELS_CUDA ? "cuda" : "cpu");
     cJSON_AddStringToObject(step, "attention", vr_attention_name(g->step.attention));

@@ -71,6 +71,8 @@ static vr_status describe(vr_trainer *t, vr_train_state *s, void **bufs)
     vr_state_set_config(s, "precision", t->cfg.step.precision);
     vr_state_set_config(s, "optim_state", t->cfg.step.optim_state);
     vr_state_set_config(s, "no_master", t->cfg.step.no_master);
+    if (t->cfg.step.split_master) /* only when set: states saved before it existed resume as they were */
+        vr_state_set_config(s, "split_master", 1);
     if (t->cfg.step.world > 1) { /* a rank's state: its shard of the master and optimizer state */
         vr_state_set_config(s, "world", t->cfg.step.world);
         vr_state_set_config(s, "rank", t->cfg.step.rank);

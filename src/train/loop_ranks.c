@@ -31,7 +31,7 @@ static int settings(const vr_train_config *c, char *buf, size_t cap)
             n += snprintf(buf + n, cap - (size_t)n, " %d", m->mlp.sizes[i]);
     n += snprintf(buf + n, cap - (size_t)n,
                   " step %d %d %d %d %d %d %d %d %d %a [%s] world %d zero %d ws %llu hp %a %a %a %a %a %a %a %d"
-                  " sched %d %lld %a %lld seed %llu data %s %d %d mem %d %s %d init %s resume %d scale %a %d attn %d",
+                  " sched %d %lld %a %lld seed %llu data %s %d %d mem %d %s %d init %s resume %d scale %a %d attn %d split %d",
                   (int)s->precision, (int)s->optim, (int)s->recompute, s->accum, (int)s->optim_state, s->no_master,
                   (int)s->offload, (int)m->mlp.act, s->train, s->grad_clip, s->freeze ? s->freeze : "", s->world,
                   s->zero, (unsigned long long)s->workspace_bytes, (double)h->lr, (double)h->beta1, (double)h->beta2,
@@ -39,7 +39,7 @@ static int settings(const vr_train_config *c, char *buf, size_t cap)
                   (int)c->lr_kind, (long long)c->warmup, c->min_lr_frac, (long long)c->steps,
                   (unsigned long long)c->seed, c->data ? c->data : "generated", (int)c->data_order, c->eval_batches,
                   (int)c->memory, c->alloc_policy ? c->alloc_policy : "", c->inplace, c->init ? c->init : "",
-                  c->resume != NULL, (double)c->loss_scale, c->loss_scale_window, (int)s->attention);
+                  c->resume != NULL, (double)c->loss_scale, c->loss_scale_window, (int)s->attention, s->split_master);
     return n;
 }
 

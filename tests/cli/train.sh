@@ -89,6 +89,9 @@ expect 2 --optim-state train --optim-state 4bit
 expect 2 --optim-state train --optim-state 8bit --optim sgd
 expect 2 --master train --master none
 expect 2 --master train --master fp64
+expect 2 --master train --master split
+expect 2 --master train --master split --precision fp16
+expect 2 --master train --master split --precision bf16 --offload optim
 expect 2 --eval-every train --eval-every often
 expect 2 --threads train --threads 0
 expect 2 --warmup train --steps 10 --warmup 50
@@ -130,7 +133,7 @@ else
   "$vram" eval --init "$tmp/ev.bin" --batches 4 --device cuda --precision bf16 >/dev/null || fail "eval bf16 on cuda"
   # compact optimizer state on the GPU: plan == run, the loss falls; fp32 + 8-bit state close to the CPU's
   for f in "--optim-state 8bit" "--optim-state bf16" "--optim-state 8bit --master none" "--master none" \
-           "--optim momentum --optim-state 8bit"; do
+           "--optim momentum --optim-state 8bit" "--master split" "--master split --optim-state 8bit"; do
     "$vram" train --device cuda --precision bf16 --steps 30 $f >"$tmp/cs.out" || fail "cuda bf16 $f"
     ! grep -q DIFFERS "$tmp/cs.out" || { cat "$tmp/cs.out"; fail "cuda bf16 $f: planned and allocated differ"; }
     python3 - "$tmp/cs.out" "$f" <<'PY' || fail "cuda bf16 $f: the loss does not fall"

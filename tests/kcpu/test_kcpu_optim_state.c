@@ -4,7 +4,9 @@
  * - 8-bit and bf16-state Adam(W) and momentum stay within stated bounds of the fp32 kernels over steps;
  * - an inf/NaN gradient leaves its element alone and does not poison its block;
  * - the 4096-element rule and the block count;
- * - stochastic rounding to bf16 is unbiased and reproducible. */
+ * - stochastic rounding to bf16 is unbiased and reproducible;
+ * - a split master (vr_split_hi/lo/join) gives every fp32 bit pattern back, its high half is round to nearest
+ *   even but at exact ties (away from zero), inf stays inf and NaN NaN. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <math.h>
 #include <stdarg.h>
@@ -254,12 +256,47 @@ static void bf16_stochastic_rounding(void **state)
     assert_true(isnan(vr_bf16_to_f32(vr_bf16_sr(NAN, 0xffffu))) && isinf(vr_bf16_to_f32(vr_bf16_sr(INFINITY, 0xffffu))));
 }
 
+static uint16_t rne16(uint32_t u) { return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); }
+
+static void split_master_round_trip(void **state)
+{
+    (void)state;
+    long ties = 0;
+    for (uint64_t k = 0; k < ((uint64_t)1 << 32); k += 4099) { /* every exponent, many mantissas, both signs */
+        uint32_t u = (uint32_t)k;
+        for (int tie = 0; tie < 2; tie++, u = (u & 0xFFFF0000u) | 0x8000u) {
+            bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+            uint16_t hi = vr_split_hi(u), lo = vr_split_lo(u);
+            uint32_t back = vr_split_join(hi, lo);
+            if (nan) { /* NaN in, NaN weight and NaN master out */
+                assert_true((hi & 0x7F80u) == 0x7F80u && (hi & 0x7Fu) != 0);
+                assert_true((back & 0x7FFFFFFFu) > 0x7F800000u);
+                continue;
+            }
+            assert_int_equal(back, u);
+            if ((u & 0xFFFFu) == 0x8000u) {
+                ties++;
+                assert_int_equal(hi, (uint16_t)((u >> 16) + 1)); /* away from zero, either sign */
+            } else {
+                assert_int_equal(hi, rne16(u));
+            }
+        }
+    }
+    assert_true(ties > 1000000);
+    assert_int_equal(vr_split_hi(0x7F800000u), 0x7F80u); /* inf */
+    assert_int_equal(vr_split_lo(0x7F800000u), 0);
+    assert_int_equal(vr_split_hi(0x7F7FFFFFu), 0x7F80u); /* the largest float rounds to inf, as to even */
+    assert_int_equal(vr_split_join(vr_split_hi(0x7F7FFFFFu), vr_split_lo(0x7F7FFFFFu)), 0x7F7FFFFFu);
+    assert_int_equal(vr_split_join(vr_split_hi(0x80000000u), vr_split_lo(0x80000000u)), 0x80000000u); /* -0 */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(maps_and_block_match_oracle), cmocka_unit_test(threshold_and_blocks),
         cmocka_unit_test(adam_within_bounds),          cmocka_unit_test(momentum_within_bounds),
         cmocka_unit_test(inf_nan_does_not_poison),     cmocka_unit_test(bf16_stochastic_rounding),
+        cmocka_unit_test(split_master_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,7 +8,10 @@
  * gradient multiplier, over three steps, for bf16 params with an fp32 master (bf16 and fp32
  * gradients) and fp32 params updated in place; also through ctx.opt_scalars (the CUDA graph path).
  * The multi-tensor sum of squares equals the sum of vr_cuda_sumsq over the tensors within 1e-5
- * relative (3.5M fp32 squares in two orders), is run-to-run identical, and its clip factor and norm are vr_cuda_clip_scale's. */
+ * relative (3.5M fp32 squares in two orders), is run-to-run identical, and its clip factor and norm are vr_cuda_clip_scale's.
+ * A split master (bf16 params = the high halves, 16 low bits beside: kernels/optim_math.h) through the multi-tensor
+ * and the compact-state kernels keeps, step after step, the fp32 values of a full master bit for bit; the bf16
+ * params equal the full master's round-to-nearest-even ones except at exact ties (low half 0x8000), rounded away. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +27,7 @@
 
 #include "kernels/cuda/kernels_cuda.h"
 #include "kcuda/kcuda_test.h"
+#include "kernels/optim_math.h"
 
 
 static bool gpu_present(void)
@@ -259,11 +263,122 @@ static void mt_sumsq_equals_single(void **state)
     vr_cuda_ctx_destroy(&ctx);
 }
 
+/* kind over the table: full fp32 master (mt kernel) against split master through the mt kernel (state 0) or the
+ * compact-state kernel (state 1), 3 steps. */
+static void split_config(vr_cuda_ctx *ctx, int kind, bool state_kernel)
+{
+    static const char *kinds[] = {"sgd", "sgd_momentum", "adam", "adamw"};
+    void *par[2][NT], *mas[2][NT], *m[2][NT], *v[2][NT], *grad[NT];
+    vr_cuda_mt_tensor tab[2][NT];
+    memset(tab, 0, sizeof tab);
+    for (int t = 0; t < NT; t++) {
+        size_t n = (size_t)sizes[t];
+        float *f = malloc(n * 4), *mm = malloc(n * 4), *vv = malloc(n * 4);
+        uint16_t *h = malloc(n * 2), *hs = malloc(n * 2), *lo = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) {
+            f[i] = 0.05f * urand();
+            if (i % 97 == 3) { /* an exact tie: RNE and the split's rounding part */
+                uint32_t u;
+                memcpy(&u, &f[i], 4);
+                u = (u & 0xFFFF0000u) | 0x8000u;
+                memcpy(&f[i], &u, 4);
+            }
+            mm[i] = 1e-3f * urand();
+            vv[i] = 1e-6f * fabsf(urand());
+            h[i] = to_bf16(f[i]);
+            hs[i] = vr_split_hi(vr_f32_bits(f[i]));
+            lo[i] = vr_split_lo(vr_f32_bits(f[i]));
+        }
+        par[0][t] = dev_copy(h, n * 2);
+        mas[0][t] = dev_copy(f, n * 4);
+        par[1][t] = dev_copy(hs, n * 2);
+        mas[1][t] = dev_copy(lo, n * 2);
+        for (int k = 0; k < 2; k++) {
+            m[k][t] = dev_copy(mm, n * 4);
+            v[k][t] = dev_copy(vv, n * 4);
+            tab[k][t].param = par[k][t];
+            tab[k][t].master = mas[k][t];
+            tab[k][t].m = kind == VR_CUDA_MT_SGD ? NULL : m[k][t];
+            tab[k][t].v = kind >= VR_CUDA_MT_ADAM ? v[k][t] : NULL;
+            tab[k][t].n = sizes[t];
+            tab[k][t].decay = t % 2;
+            tab[k][t].split = k;
+        }
+        for (size_t i = 0; i < n; i++)
+            h[i] = to_bf16(urand());
+        grad[t] = dev_copy(h, n * 2);
+        tab[0][t].grad = tab[1][t].grad = grad[t];
+        free(f), free(mm), free(vv), free(h), free(hs), free(lo);
+    }
+    int64_t chunks = vr_cuda_mt_layout(tab[0], NT);
+    vr_cuda_mt_layout(tab[1], NT);
+    vr_cuda_mt_tensor *dtab[2] = {dev_copy(tab[0], sizeof tab[0]), dev_copy(tab[1], sizeof tab[1])};
+    for (int step = 1; step <= 3; step++) {
+        OK(vr_cuda_mt_optim(ctx, kind, VR_CUDA_BF16, VR_CUDA_BF16, dtab[0], NT, chunks, 1e-2f, 0.9f, 0.95f, 1e-8f,
+                            0.9f, 0.1f, 0, 0.1f, step, 0.5f, NULL, NULL));
+        OK((state_kernel ? vr_cuda_mt_optim_state : vr_cuda_mt_optim)(ctx, kind, VR_CUDA_BF16, VR_CUDA_BF16, dtab[1],
+                                                                     NT, chunks, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.9f, 0.1f,
+                                                                     0, 0.1f, step, 0.5f, NULL, NULL));
+        CU(cudaDeviceSynchronize());
+        long masters = 0, state = 0, ties = 0, other = 0;
+        for (int t = 0; t < NT; t++) {
+            size_t n = (size_t)sizes[t];
+            float *f = malloc(n * 4);
+            uint16_t *h0 = malloc(n * 2), *h1 = malloc(n * 2), *lo = malloc(n * 2);
+            CU(cudaMemcpy(f, mas[0][t], n * 4, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(h0, par[0][t], n * 2, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(h1, par[1][t], n * 2, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(lo, mas[1][t], n * 2, cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < n; i++) {
+                uint32_t u = vr_f32_bits(f[i]);
+                masters += vr_split_join(h1[i], lo[i]) != u;
+                if (h0[i] != h1[i] && (u & 0xFFFFu) == 0x8000u && h1[i] == (uint16_t)((u >> 16) + 1))
+                    ties++;
+                else if (h0[i] != h1[i])
+                    other++;
+            }
+            if (kind != VR_CUDA_MT_SGD)
+                state += !kc_same_bytes(m[0][t], m[1][t], n * 4);
+            if (kind >= VR_CUDA_MT_ADAM)
+                state += !kc_same_bytes(v[0][t], v[1][t], n * 4);
+            free(f), free(h0), free(h1), free(lo);
+        }
+        printf("split master %s (%s kernel) step %d: %ld masters differ, %ld state buffers differ; params: %ld ties "
+               "rounded away, %ld other differences\n", kinds[kind], state_kernel ? "compact-state" : "multi-tensor",
+               step, masters, state, ties, other);
+        assert_int_equal(masters, 0);
+        assert_int_equal(state, 0);
+        assert_int_equal(other, 0);
+    }
+    for (int k = 0; k < 2; k++)
+        for (int t = 0; t < NT; t++)
+            cudaFree(par[k][t]), cudaFree(mas[k][t]), cudaFree(m[k][t]), cudaFree(v[k][t]);
+    for (int t = 0; t < NT; t++)
+        cudaFree(grad[t]);
+    cudaFree(dtab[0]);
+    cudaFree(dtab[1]);
+}
+
+static void split_master_equals_full(void **state)
+{
+    (void)state;
+    if (!gpu_present())
+        skip();
+    vr_cuda_ctx ctx;
+    OK(vr_cuda_ctx_init(&ctx, NULL, NULL, 0));
+    for (int kind = VR_CUDA_MT_SGD; kind <= VR_CUDA_MT_ADAMW; kind++)
+        split_config(&ctx, kind, false);
+    split_config(&ctx, VR_CUDA_MT_ADAMW, true);
+    split_config(&ctx, VR_CUDA_MT_MOMENTUM, true);
+    vr_cuda_ctx_destroy(&ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(mt_optim_equals_single),
         cmocka_unit_test(mt_sumsq_equals_single),
+        cmocka_unit_test(split_master_equals_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -310,8 +310,8 @@ static void test_search_global_batch(void **state)
     free(r);
 }
 
-/* The default search tries every state format, under bf16 no master, and both placements of the master and
- * state (an offloaded row keeps its master: no "none" there); each row's plan is the plan of its configuration,
+/* The default search tries every state format, under bf16 no master and a split master, and both placements of
+ * the master and state (an offloaded row keeps its full master: no "none" or "split" there); each row's plan is the plan of its configuration,
  * an offloaded row has host bytes and host time; the best is the most exact of the rows within
  * VR_FIT_SAME_SPEED of the fastest. */
 static void test_search_state_formats(void **state)
@@ -321,14 +321,16 @@ static void test_search_state_formats(void **state)
     vr_fit_options o = {.capacity = 4 * VR_PLAN_ALIGN * 4096};
     vr_fit_result *r = calloc(1, sizeof *r);
     assert_int_equal(vr_fit_search(&m, &adamw, &o, r), VR_OK);
-    /* on the device: fp32 3 recompute x 3 formats, bf16 x 2 masters; offloaded: fp32 and bf16 x 3 x 3 */
-    assert_int_equal(r->n_rows, 3 * 3 * 2 + 3 * 3 + 2 * 3 * 3);
+    /* on the device: fp32 3 recompute x 3 formats, bf16 x 3 masters; offloaded: fp32 and bf16 x 3 x 3 */
+    assert_int_equal(r->n_rows, 3 * 3 * 3 + 3 * 3 + 2 * 3 * 3);
     check_ranked(r);
-    int seen[3] = {0}, no_master = 0, offloaded = 0;
+    int seen[3] = {0}, no_master = 0, split = 0, offloaded = 0;
     for (int i = 0; i < r->n_rows; i++) {
         const vr_fit_row *w = &r->rows[i];
         seen[w->optim_state]++;
         no_master += w->no_master;
+        split += w->split_master;
+        assert_true(!w->split_master || (w->precision == VR_PREC_BF16 && !w->offload && !w->no_master));
         offloaded += w->offload == VR_OFFLOAD_OPTIM;
         assert_true((w->point.host > 0) == (w->offload == VR_OFFLOAD_OPTIM));
         assert_true(!w->fits || (w->cost.host_seconds > 0) == (w->offload == VR_OFFLOAD_OPTIM));
@@ -338,15 +340,17 @@ static void test_search_state_formats(void **state)
         s.recompute = w->recompute;
         s.optim_state = w->optim_state;
         s.no_master = w->no_master;
+        s.split_master = w->split_master;
         s.offload = w->offload;
         if (w->micro)
             assert_true(arena_at(&m, &s, w->micro) == w->point.need);
     }
-    assert_int_equal(seen[0], 15);
-    assert_int_equal(seen[1], 15);
-    assert_int_equal(seen[2], 15);
+    assert_int_equal(seen[0], 18);
+    assert_int_equal(seen[1], 18);
+    assert_int_equal(seen[2], 18);
     assert_int_equal(offloaded, 18);
     assert_int_equal(no_master, 9);
+    assert_int_equal(split, 9);
     assert_true(r->best >= 0);
     const vr_fit_row *b = &r->rows[r->best];
     assert_true(b->tokens_per_s >= (1.0 - VR_FIT_SAME_SPEED) * r->rows[0].tokens_per_s);

@@ -229,6 +229,14 @@ static void optim_state_bytes(void **state)
         if (b.g->nodes[i].phase == VR_PHASE_OPTIMIZER && b.g->nodes[i].op == VR_OP_ADAMW)
             assert_int_equal(b.g->nodes[i].out[1], -1);
     built_free(&b);
+    /* a split master: 2 bytes a weight (u16), with any state format */
+    s.no_master = false;
+    s.split_master = true;
+    b = plan_gpt("tiny", B_, 0, s, NULL);
+    assert_int_equal(b.p->total[VR_ROLE_MASTER], 2 * (q + small));
+    assert_int_equal(b.g->tensors[b.g->master].dtype, VR_U16);
+    assert_int_equal(b.p->total[VR_ROLE_OPTIM], 2 * 2 * (q + small));
+    built_free(&b);
     /* 8-bit state with frozen parameters: only the trainable ones have state */
     s = adamw;
     s.optim_state = VR_OSTATE_8BIT;
@@ -254,6 +262,18 @@ static void optim_state_refused(void **state)
     assert_int_equal(vr_graph_build(&m, &s, &g), VR_ERR_INVALID);
     assert_non_null(strstr(vr_last_error(), "master"));
     assert_null(g);
+    /* a split master: bf16 with a master only, and not offloaded */
+    vr_step_config bad[] = {{.train = true, .optim = VR_OPTIM_ADAMW, .precision = VR_PREC_FP16, .split_master = true},
+                            {.train = true, .optim = VR_OPTIM_ADAMW, .precision = VR_PREC_FP32, .split_master = true},
+                            {.train = true, .optim = VR_OPTIM_ADAMW, .precision = VR_PREC_BF16, .split_master = true,
+                             .no_master = true},
+                            {.train = true, .optim = VR_OPTIM_ADAMW, .precision = VR_PREC_BF16, .split_master = true,
+                             .offload = VR_OFFLOAD_OPTIM}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(vr_graph_build(&m, &bad[i], &g), VR_ERR_INVALID);
+        assert_non_null(strstr(vr_last_error(), "vr_step_config.split_master"));
+        assert_null(g);
+    }
 }
 
 static void mlp_bytes(void **state)

@@ -457,6 +457,8 @@ typedef struct vr_cuda_mt_tensor {
     int64_t chunk0;    /* first chunk of this tensor (vr_cuda_mt_layout) */
     int32_t decay;     /* 1: weight decay applies to this tensor */
     int32_t fmt;       /* VR_CUDA_STATE_*: the state's format (the compact-state kernels) */
+    int32_t split;     /* 1: master holds the 16 low bits of a split master (uint16; param bf16 is the high half:
+                        * kernels/optim_math.h), not fp32; the multi-tensor and compact-state kernels only */
     float *absmax_m, *absmax_v; /* VR_CUDA_STATE_Q8: one f32 per block of VR_Q8_BLOCK */
     uint64_t sindex;   /* the index of m[0] in the stream of random bits of rounding (the executor's choice) */
     uint64_t windex;   /* the element index of param[0] in the parameter buffer (same) */

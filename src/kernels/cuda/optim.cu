@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/cuda/optim_elem.cuh"
+#include "kernels/optim_math.h"
 
 /* One element's update (shared by the single-tensor and the multi-tensor kernels; the arithmetic is
  * optim_elem.cuh's opt_upd). wd is this tensor's weight decay, gs the gradient multiplier. */
@@ -183,6 +184,71 @@ __device__ __forceinline__ void opt_elem4(TP *param, float *master, const TG *gr
     st4(param + i, p);
 }
 
+/* opt_elem4 for a split master (bf16 param = its high half, lo its 16 low bits: optim_math.h): the same fp32
+ * value in, the same arithmetic, the same fp32 value out as a full master. */
+template <int KIND, typename TG>
+__device__ __forceinline__ void opt_elem4_split(__nv_bfloat16 *param, uint16_t *lo, const TG *grad, float *m, float *v,
+                                                size_t i, const opt_args &a, float wd, float gs)
+{
+    float p[4], g[4], mi[4] = {0, 0, 0, 0}, vi[4] = {0, 0, 0, 0};
+    uint2 hv = *(const uint2 *)(param + i), lv = *(const uint2 *)(lo + i);
+    const uint16_t *h = (const uint16_t *)&hv, *l = (const uint16_t *)&lv;
+#pragma unroll
+    for (int k = 0; k < 4; k++) p[k] = vr_bits_f32(vr_split_join(h[k], l[k]));
+    ld4(grad + i, g);
+    if (KIND != OPT_SGD) ld4(m + i, mi);
+    if (KIND >= OPT_ADAM) ld4(v + i, vi);
+#pragma unroll
+    for (int k = 0; k < 4; k++) p[k] = opt_upd<KIND>(p[k], __fmul_rn(g[k], gs), mi[k], vi[k], a, wd);
+    if (KIND != OPT_SGD) st4(m + i, mi);
+    if (KIND >= OPT_ADAM) st4(v + i, vi);
+    uint16_t *ho = (uint16_t *)&hv, *lo4 = (uint16_t *)&lv;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        uint32_t u = vr_f32_bits(p[k]);
+        ho[k] = vr_split_hi(u);
+        lo4[k] = vr_split_lo(u);
+    }
+    *(uint2 *)(param + i) = hv;
+    *(uint2 *)(lo + i) = lv;
+}
+
+template <int KIND, typename TG>
+__device__ __forceinline__ void opt_elem_split(__nv_bfloat16 *param, uint16_t *lo, const TG *grad, float *m, float *v,
+                                               size_t i, const opt_args &a, float wd, float gs)
+{
+    float mi = KIND != OPT_SGD ? m[i] : 0.0f, vi = KIND >= OPT_ADAM ? v[i] : 0.0f;
+    float p = vr_bits_f32(vr_split_join(__bfloat16_as_ushort(param[i]), lo[i]));
+    p = opt_upd<KIND>(p, __fmul_rn(vr_tof(grad[i]), gs), mi, vi, a, wd);
+    if (KIND != OPT_SGD) m[i] = mi;
+    if (KIND >= OPT_ADAM) v[i] = vi;
+    uint32_t u = vr_f32_bits(p);
+    param[i] = __ushort_as_bfloat16(vr_split_hi(u));
+    lo[i] = vr_split_lo(u);
+}
+
+/* Elements [lo, hi) of a split-master tensor: bf16 params only (the executor gives no other a split master). */
+template <int KIND, typename TG>
+__device__ __forceinline__ void chunk_split(__nv_bfloat16 *param, const vr_cuda_mt_tensor &t, size_t lo, size_t hi,
+                                            const opt_args &a, float wd, float gs)
+{
+    uint16_t *low = (uint16_t *)t.master;
+    const TG *grad = (const TG *)t.grad;
+    size_t mid = lo;
+    if (al4(param) && al4(low) && al4(grad) && (KIND == OPT_SGD || al4(t.m)) && (KIND < OPT_ADAM || al4(t.v))) {
+        mid = lo + ((hi - lo) & ~(size_t)3);
+        for (size_t i = lo + 4 * (size_t)threadIdx.x; i < mid; i += 4 * 256)
+            opt_elem4_split<KIND>(param, low, grad, t.m, t.v, i, a, wd, gs);
+    }
+    for (size_t i = mid + threadIdx.x; i < hi; i += 256)
+        opt_elem_split<KIND>(param, low, grad, t.m, t.v, i, a, wd, gs);
+}
+template <int KIND, typename TG, typename TP>
+__device__ __forceinline__ void chunk_split(TP *, const vr_cuda_mt_tensor &, size_t, size_t, const opt_args &, float,
+                                            float)
+{
+}
+
 /* One block per chunk (the hardware balances the blocks). Each thread takes four consecutive elements at a time
  * (16-byte fp32 and 8-byte 16-bit accesses) where the tensor's arrays are aligned for it, else one; the tail of a
  * chunk past a multiple of four goes one by one. 4 blocks of 256 per SM leave 64 registers: no spill (ptxas -v);
@@ -200,6 +266,10 @@ __global__ void __launch_bounds__(256, 4) k_mt_opt(const vr_cuda_mt_tensor *tab,
     size_t lo = (size_t)((int64_t)blockIdx.x - t.chunk0) * VR_CUDA_MT_CHUNK;
     size_t hi = lo + VR_CUDA_MT_CHUNK < (size_t)t.n ? lo + VR_CUDA_MT_CHUNK : (size_t)t.n;
     float wd = t.decay ? a.wd : 0.0f;
+    if (t.split) {
+        chunk_split<KIND, TG>((TP *)t.param, t, lo, hi, a, wd, gs);
+        return;
+    }
     TP *param = (TP *)t.param;
     const TG *grad = (const TG *)t.grad;
     float *master = t.master, *m = t.m, *v = t.v;

@@ -1,5 +1,5 @@
 /* vram — CUDA optimizer updates over compact state (kernels_cuda.h "compact optimizer state"): bf16 and
- * 8-bit block-wise m, v (or momentum), and bf16 weights without a master copy. One block of 256 threads
+ * 8-bit block-wise m, v (or momentum), bf16 weights without a master copy, and split masters (any state). One block of 256 threads
  * per chunk of VR_CUDA_MT_CHUNK elements (a multiple of VR_Q8_BLOCK, so an 8-bit block never spans two
  * chunks); 8-bit: each pass of the block takes one quantization block, a thread per element, the block's
  * absmax by a block reduction. The per-element arithmetic is optim_elem.cuh's opt_upd, as in optim.cu;
@@ -48,7 +48,11 @@ template <typename TP>
 __device__ __forceinline__ void store_param(const vr_cuda_mt_tensor &t, size_t i, float p, const opt_args &a)
 {
     TP *param = (TP *)t.param;
-    if (t.master) {
+    if (t.split) { /* bf16 params (the executor's rule): the high half, the low 16 bits in master */
+        uint32_t u = vr_f32_bits(p);
+        ((uint16_t *)t.param)[i] = vr_split_hi(u);
+        ((uint16_t *)t.master)[i] = vr_split_lo(u);
+    } else if (t.master) {
         t.master[i] = p;
         param[i] = vr_fromf<TP>(p);
     } else {
@@ -58,6 +62,8 @@ __device__ __forceinline__ void store_param(const vr_cuda_mt_tensor &t, size_t i
 
 template <typename TP> __device__ __forceinline__ float weight(const vr_cuda_mt_tensor &t, size_t i)
 {
+    if (t.split)
+        return vr_bits_f32(vr_split_join(((const uint16_t *)t.param)[i], ((const uint16_t *)t.master)[i]));
     return t.master ? t.master[i] : vr_tof(((const TP *)t.param)[i]);
 }
 
@@ -217,6 +223,7 @@ extern "C" vr_status vr_cuda_optim_state(const vr_cuda_ctx *ctx, int kind, vr_cu
     if (!t || t->n <= 0) return VR_OK;
     if (!t->param || !t->grad) return vr_cu_bad(op, "NULL pointer");
     if (!t->master && pdt == VR_CUDA_F16) return vr_cu_bad(op, "an fp16 param needs an fp32 master");
+    if (t->split && (pdt != VR_CUDA_BF16 || !t->master)) return vr_cu_bad(op, "a split master needs bf16 params");
     if (kind != OPT_SGD && !t->m) return vr_cu_bad(op, "NULL state");
     if ((kind == OPT_ADAM || kind == OPT_ADAMW) && !t->v) return vr_cu_bad(op, "NULL state");
     if (t->fmt == VR_CUDA_STATE_Q8 && kind != OPT_SGD && (!t->absmax_m || (kind >= OPT_ADAM && !t->absmax_v)))
