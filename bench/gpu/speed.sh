@@ -6,7 +6,9 @@
 #
 # For each configuration (CONFIGS, default "gpt2-b16 gpt2-b32 gpt2m-b8 llama1b-b8"), three systems (vram and
 # torch.compile of every configuration first, then the eager runs):
-#   vram          vram train --device cuda --precision bf16 --json (the generated corpus, the planned arena)
+#   vram          vram train --device cuda --precision bf16 --master $VRAM_MASTER --json (the generated corpus, the
+#                 planned arena; VRAM_MASTER split by default: the fp32 master's values as the bf16 weights' high
+#                 halves + 16 low bits, 2 bytes a weight; fp32 for a full 4-byte master)
 #   torch.compile bench/gpu/torch_gpt2.py --mode compile (GPT models) / bench/gpu/hf_llama.py --mode compile
 #                 (Llama: transformers' LlamaForCausalLM, SDPA), bf16 autocast over fp32 weights, fused AdamW
 #   torch eager   the same with --mode eager (SKIP_EAGER=1 leaves it out)
@@ -46,7 +48,7 @@ OUT=${OUT:-$PWD/out/speed}; mkdir -p "$OUT"
 STEPS=${STEPS:-20}
 CONFIGS=${CONFIGS:-gpt2-b16 gpt2-b32 gpt2m-b8 llama1b-b8}
 SKIP_EAGER=${SKIP_EAGER:-0}; DRY=${DRY:-0}; TABLE_ONLY=${TABLE_ONLY:-0}
-BUDGET=${BUDGET:-560}; PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}; VRAM_EXTRA=${VRAM_EXTRA:-}
+BUDGET=${BUDGET:-560}; PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}; VRAM_EXTRA=${VRAM_EXTRA:-}; VRAM_MASTER=${VRAM_MASTER:-split}
 LR=6e-4
 T0=$(date +%s)
 export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=passive
@@ -122,6 +124,7 @@ except Exception as e: print('transformers=not importable (%s)' % type(e).__name
     echo "vram=$VRAM ($([ "$BIN" = build-carry ] && echo 'carried build' || echo 'built here'))"
     echo "cudnn=$cudnn"
     echo "steps=$STEPS"
+    echo "master=$VRAM_MASTER"
     echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
   } > "$OUT/env.txt"
   cat "$OUT/env.txt"
@@ -184,7 +187,7 @@ if [ "$TABLE_ONLY" != 1 ]; then
     fi
     # shellcheck disable=SC2086
     sysrun "$c" vram $vto $VRAM train "${VFLAGS[@]}" --batch "$B" --seq "$T" --precision bf16 --clip 1.0 --lr $LR \
-      --warmup 0 --lr-schedule constant --steps "$STEPS" --device cuda --eval-every -1 --json $VRAM_EXTRA
+      --warmup 0 --lr-schedule constant --steps "$STEPS" --device cuda --eval-every -1 --json --master "$VRAM_MASTER" $VRAM_EXTRA
     sysrun "$c" compile $cto "${TORCH[@]}" --mode compile
   done
   if [ "$SKIP_EAGER" != 1 ]; then
@@ -293,7 +296,7 @@ print(f"# vram vs PyTorch: training speed and memory ({env.get('date', '?')})\n"
 print(f"- device: {env.get('device', '?')}, {env.get('memory', '?')}, driver {env.get('driver', '?')}")
 print(f"- torch {env.get('torch', '?')} (CUDA {env.get('torch_cuda', '?')}), transformers {env.get('transformers', '?')}")
 print(f"- git commit {env.get('commit', '?')}; vram {env.get('vram', '?')}; cuDNN for vram: {env.get('cudnn', '?')}")
-print(f"- bf16, AdamW lr 6e-4 constant, clip 1.0; ms/step = median of the steps after the first {SKIP} "
+print(f"- bf16, AdamW lr 6e-4 constant, clip 1.0; vram's fp32 master: {env.get('master', 'fp32')}; ms/step = median of the steps after the first {SKIP} "
       f"({env.get('steps', '?')} steps); peak = nvidia-smi memory.used above idle, 50 ms samples, every system alike")
 print(f"- MFU: FLOPs/token = 6N + 6*L*C*T (llm.c's gpt2_estimate_mfu), N = all parameters (position embeddings and "
       f"padded vocabulary rows included, tied embedding once), against {peak_tflops:g} TFLOP/s (H100 SXM dense bf16)\n")
