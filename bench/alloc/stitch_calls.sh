@@ -4,8 +4,9 @@
 # per pass, reserved / allocated after 10 passes, and the allocator's ns per alloc/free in the third pass
 # (--passes 3 --repeat 3, fastest); for bert_varlen (a new sequence length every step) the calls of steps
 # 21..40 (bert_varlen minus bert_varlen_w20, over 20) and ns/op over its 40 steps. Prints a markdown table.
-#   [LEND=P] bash bench/alloc/stitch_calls.sh [PATH/TO/vram] [SHARED_TRACES_DIR] [SYNTHETIC_DIR]
-# LEND: vram replay --stitch-lend P (lending on; default 0, off).
+#   [LEND=P] [GRANULE=SIZE] bash bench/alloc/stitch_calls.sh [PATH/TO/vram] [SHARED_TRACES_DIR] [SYNTHETIC_DIR]
+# LEND: vram replay --stitch-lend P (lending on; default 0, off); GRANULE: --stitch-granule SIZE (default the
+# device's, 2MiB). Calls count a cuMemMap per physical allocation, a cuMemSetAccess per new mapping.
 set -euo pipefail
 vram=${1:-build/vram}
 traces=${2:-$(dirname "$0")/../../../shared/traces}
@@ -13,7 +14,7 @@ synth=${3:-out/traces}
 [ -f "$synth/bert_varlen.csv.gz" ] || python3 "$(dirname "$0")/gen_traces.py" "$synth" >/dev/null
 tests=$(dirname "$0")/../../tests/data/traces
 run() { # trace passes [repeat] -> total map sync ratio ns_last
-  "$vram" replay "$1" --policy stitch --stitch-lend "${LEND:-0}" --passes "$2" --repeat "${3:-1}" --json | python3 -c "
+  "$vram" replay "$1" --policy stitch --stitch-lend "${LEND:-0}" --stitch-granule "${GRANULE:-2MiB}" --passes "$2" --repeat "${3:-1}" --json | python3 -c "
 import json, sys; d = json.load(sys.stdin); c = d['device_calls']
 print(c['total'], c['map'], c['event_sync'], '%.4f' % d['ratio'], '%.0f' % d['ns_per_op_last_pass'])"
 }

@@ -11,7 +11,8 @@
 #    vram_torch with policies stitch and pytorch (bench/torch_alloc/workload.py), nvidia-smi sampled
 #    every 50 ms (bench/gpu/gpumon.sh);
 # 4. a markdown table on stdout (bench/torch_alloc/table.py); raw JSON and logs under $OUT (WORKLOADS: a subset)
-#    (default: a temporary folder). STEPS (12) steps per run. Exit 1 if a check failed.
+#    (default: a temporary folder). STEPS (12) steps per run; MODES (default "native expandable vram_stitch
+#    vram_pytorch"): a subset. Exit 1 if a check failed.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$(mktemp -d /tmp/torch_alloc.XXXXXX)}; mkdir -p "$OUT"
@@ -46,7 +47,7 @@ done
 
 OUT=$OUT . bench/gpu/gpumon.sh     # $base: idle nvidia-smi memory.used, MiB
 for w in ${WORKLOADS:-gpt2 bert resnet50}; do
-  for m in native expandable vram_stitch vram_pytorch; do
+  for m in ${MODES:-native expandable vram_stitch vram_pytorch}; do
     if [ $m = expandable ]; then conf="expandable_segments:True"; else conf=""; fi
     PYTORCH_CUDA_ALLOC_CONF=$conf PYTORCH_ALLOC_CONF=$conf gpumon "$w-$m" \
       timeout 240 python3 bench/torch_alloc/workload.py $w $m > "$OUT/$w-$m.json" 2> "$OUT/$w-$m.log"

@@ -46,6 +46,12 @@ typedef struct vr_alloc_config {
     unsigned stitch_lend_pct;  /* policy stitch: a large request of a size with no mapping of its own may be
                                 * lent an idle or cached mapping up to this percent larger (0 = never, the
                                 * default; src/alloc/stitch.c) */
+    uint64_t stitch_granule;   /* policy stitch: bytes of each physical allocation it makes and maps (rounded up to
+                                * a multiple of the device's granularity, at most 512 of it; 0: the granularity,
+                                * 2 MiB on current GPUs). The
+                                * driver's cuMemSetAccess and cuMemUnmap cost ~20-30 us per physical allocation
+                                * in the range (bench/alloc/vmm_cost.c), so larger granules make new mappings
+                                * cheaper, and stitching coarser */
     /* Time source for history timestamps, in ns (NULL = vr_now_ns). A replay
      * passes a logical clock so that its traces are readable. */
     uint64_t (*clock_ns)(void *ctx);

@@ -155,9 +155,9 @@ vr_status vr_device_phys_create(vr_device *dev, size_t bytes, vr_phys **out);
  * granules there are unmapped (addr, offset and bytes granule-aligned). */
 vr_status vr_device_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t offset, size_t bytes);
 
-/* Maps n phys handles of one granule each side by side from addr (as n vr_device_phys_map calls, all or
- * none; cuda sets the access of the whole range once). */
-vr_status vr_device_phys_map_granules(vr_device *dev, void *addr, vr_phys *const *phs, size_t n);
+/* Maps n phys handles of `each` bytes (a multiple of the granularity) side by side from addr (as n
+ * vr_device_phys_map calls, all or none; cuda sets the access of the whole range once). */
+vr_status vr_device_phys_map_granules(vr_device *dev, void *addr, vr_phys *const *phs, size_t n, size_t each);
 
 /* Unmaps phys mappings covering [addr, addr+bytes) (granule-aligned; any number
  * of mappings, each entirely inside). */

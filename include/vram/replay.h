@@ -31,6 +31,7 @@ typedef struct vr_replay_options {
     uint64_t capacity;             /* meta device capacity (0 = 80 GiB) */
     uint64_t max_split_size;       /* allocator setting (0 = unlimited) */
     unsigned stitch_lend_pct;      /* allocator setting (vr_alloc_config.stitch_lend_pct) */
+    uint64_t stitch_granule;       /* allocator setting (vr_alloc_config.stitch_granule) */
     const char *snapshot_path;     /* write the allocator snapshot at the end (NULL = none) */
     const char *chrome_trace_path; /* write a Chrome/Perfetto trace (NULL = none) */
     size_t history;                /* history ring size when a file is written (0 = every event) */

@@ -35,12 +35,16 @@ def _require():
     return _L
 
 
-def enable(policy="stitch", fraction=None, lib=None, history=0, patch_torch=True, stitch_lend=None):
+def enable(policy="stitch", fraction=None, lib=None, history=0, patch_torch=True, stitch_lend=None,
+           stitch_granule=None):
     """Makes vram's allocator PyTorch's CUDA allocator. Must run before PyTorch allocates CUDA memory
     (before CUDA is initialised). policy: "stitch", "pytorch" or "expandable"; fraction: cap reserved
     memory at this fraction of each GPU; history: allocator events kept for snapshot() (0 = off);
     stitch_lend: policy stitch lends a request of a new size a mapping up to this percent larger (0 = never;
     None: the library's default, 100, which halves BERT's step time against 0, bench/torch_alloc/README.md);
+    stitch_granule: policy stitch's physical allocations, in bytes (rounded up to a multiple of 2 MiB; None: the
+    library's default, 8 MiB; 0: 2 MiB): the driver's cuMemSetAccess and cuMemUnmap cost ~20-30 us per allocation in a range, so larger
+    ones make new mappings cheaper (bench/alloc/vmm_cost.c) and stitching coarser;
     patch_torch: torch.cuda.memory_stats / memory_allocated / max_memory_reserved / reset_peak_memory_stats
     / memory_snapshot / _snapshot / _dump_snapshot / _record_memory_history then read vram's figures
     (PyTorch raises "not supported" for them under a pluggable allocator), and CUDA graph capture is
@@ -55,6 +59,8 @@ def enable(policy="stitch", fraction=None, lib=None, history=0, patch_torch=True
     L = _lib.load(path)
     if stitch_lend is not None:
         L.vram_torch_set_stitch_lend(int(stitch_lend))
+    if stitch_granule is not None:
+        L.vram_torch_set_stitch_granule(int(stitch_granule))
     if L.vram_torch_configure(policy.encode(), float(fraction or 0.0), int(history), None) != 0:
         raise ValueError(_lib.last_error(L))
     alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "vram_torch_malloc", "vram_torch_free")

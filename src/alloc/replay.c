@@ -162,6 +162,7 @@ vr_status vr_replay_file(const char *path, const vr_replay_options *opt, vr_repl
         .policy = o.policy,
         .max_split_size = o.max_split_size,
         .stitch_lend_pct = o.stitch_lend_pct,
+        .stitch_granule = o.stitch_granule,
         .history = files ? (o.history ? o.history : t.nops * (size_t)(o.passes > 1 ? o.passes : 1) + 64) : 0,
         .clock_ns = tick,
         .clock_ctx = &clk,

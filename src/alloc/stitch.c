@@ -737,7 +737,12 @@ static void fini(vr_alloc *a);
 
 static vr_status init(vr_alloc *a)
 {
-    size_t G = vr_device_vm_granularity(a->dev);
+    size_t G = vr_device_vm_granularity(a->dev), want = (size_t)a->cfg.stitch_granule;
+    if (want && G && want > 512 * G)
+        return vr_error(VR_ERR_INVALID, "vr_alloc_config.stitch_granule: %zu bytes: at most 512 times %s's "
+                        "granularity (%zu bytes)", want, vr_device_name(a->dev), G);
+    if (want && G)
+        G = (want + G - 1) / G * G; /* a whole number of the device's granules */
     vr_phys *probe = NULL;
     if (vr_device_phys_create(a->dev, G, &probe) == VR_ERR_UNSUPPORTED)
         return vr_error(VR_ERR_UNSUPPORTED, "allocator: policy 'stitch' needs physical memory handles, which %s does "

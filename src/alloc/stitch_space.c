@@ -323,7 +323,7 @@ vr_status st_map_new(vr_alloc *a, sgran *const *g, size_t n, uint32_t off, bool 
     vr_status st = va_take(a, n, &va, &c);
     for (size_t i = 0; st == VR_OK && i < n; i++)
         phs[i] = g[i]->ph;
-    if (st == VR_OK && (st = vr_device_phys_map_granules(a->dev, (void *)va, phs, n)) != VR_OK)
+    if (st == VR_OK && (st = vr_device_phys_map_granules(a->dev, (void *)va, phs, n, s->G)) != VR_OK)
         va_give(s, c, va, n);
     free(phs);
     if (st != VR_OK) {
@@ -360,11 +360,11 @@ vr_status st_remap(vr_alloc *a, smap *m, size_t at, size_t n, sgran *const *g)
     a->stats.num_device_free += (int64_t)n;
     for (size_t i = 0; i < n; i++)
         m->g[at + i]->nmaps--;
-    vr_status st = vr_device_phys_map_granules(a->dev, (void *)va, phs, n);
+    vr_status st = vr_device_phys_map_granules(a->dev, (void *)va, phs, n, s->G);
     if (st != VR_OK) { /* the old granules back; failing that, m keeps only what comes before them */
         for (size_t i = 0; i < n; i++)
             phs[i] = m->g[at + i]->ph;
-        if (vr_device_phys_map_granules(a->dev, (void *)va, phs, n) == VR_OK) {
+        if (vr_device_phys_map_granules(a->dev, (void *)va, phs, n, s->G) == VR_OK) {
             for (size_t i = 0; i < n; i++)
                 m->g[at + i]->nmaps++;
         } else {

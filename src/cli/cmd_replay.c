@@ -143,6 +143,9 @@ static void replay_flags(vr_flagset *fs, void *p)
          .help = "blocks this large are never split (default unlimited)"},
         {"--stitch-lend", VR_FLAG_INT, &o->lend, "P", .lo = 0, .hi = 1000,
          .help = "policy stitch: lend a new size a mapping up to P% larger (default 0: never)"},
+        {"--stitch-granule", VR_FLAG_SIZE, &o->r.stitch_granule, "SIZE",
+         .help = "policy stitch: bytes of each physical allocation (rounded up to a multiple of\n"
+                 "the device's granularity; default the granularity, 2 MiB)"},
         {"--json", VR_FLAG_SWITCH, &o->json, NULL, .help = "print the result as JSON"},
         {"--snapshot", VR_FLAG_STRING, &o->r.snapshot_path, "FILE",
          .help = "write the allocator snapshot at the end of the trace"},

@@ -73,6 +73,7 @@ static const vr_cli_field_flag field_flags[] = {
     /* the caching allocator (vram/alloc.h) */
     {"vr_alloc_config.policy", "--policy"},
     {"vr_alloc_config.capacity", "--capacity"},
+    {"vr_alloc_config.stitch_granule", "--stitch-granule"},
 };
 
 const vr_cli_field_flag *vr_cli_field_flags(int *n)

@@ -235,22 +235,23 @@ vr_status vr_device_phys_map(vr_device *dev, void *addr, vr_phys *ph, size_t off
     return dev->ops->phys_map(dev, addr, ph, offset, bytes);
 }
 
-vr_status vr_device_phys_map_granules(vr_device *dev, void *addr, vr_phys *const *phs, size_t n)
+vr_status vr_device_phys_map_granules(vr_device *dev, void *addr, vr_phys *const *phs, size_t n, size_t each)
 {
     size_t g = dev->ops->vm_granularity(dev);
     if (g == 0 || !dev->ops->phys_map)
         return vr_error(VR_ERR_UNSUPPORTED, "device %s: no physical memory handles", dev->name);
-    if ((uintptr_t)addr % g)
-        return vr_error(VR_ERR_INVALID, "device %s: phys map at %p is not granule-aligned (%zu)", dev->name, addr, g);
+    if ((uintptr_t)addr % g || each == 0 || each % g)
+        return vr_error(VR_ERR_INVALID, "device %s: phys map of %zu-byte handles at %p is not granule-aligned (%zu)",
+                        dev->name, each, addr, g);
     vr__count(dev, map, n);
     vr__count(dev, set_access, 1);
     if (dev->ops->phys_map_granules)
-        return dev->ops->phys_map_granules(dev, addr, phs, n, g);
+        return dev->ops->phys_map_granules(dev, addr, phs, n, each);
     for (size_t i = 0; i < n; i++) {
-        vr_status st = dev->ops->phys_map(dev, (char *)addr + i * g, phs[i], 0, g);
+        vr_status st = dev->ops->phys_map(dev, (char *)addr + i * each, phs[i], 0, each);
         if (st != VR_OK) {
             if (i)
-                vr_device_phys_unmap(dev, addr, i * g);
+                vr_device_phys_unmap(dev, addr, i * each);
             return st;
         }
     }

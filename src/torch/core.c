@@ -24,6 +24,11 @@ static char g_policy[32] = "stitch";
  * per step and GPT-2 from 64 to 53 (native 191 and 49) at reserved/allocated 1.009-1.011 (H100,
  * bench/torch_alloc/README.md); vram's own executor repeats its sizes and keeps 0 */
 static unsigned g_lend = 100;
+/* vr_alloc_config.stitch_granule: cuMemSetAccess and cuMemUnmap cost ~20-30 us per physical allocation in the
+ * range (bench/alloc/vmm_cost.c on the H100), so BERT's new mappings of 2 MiB granules cost it +13% of native's
+ * mean step time; 8 MiB granules: -1% at reserved/allocated 1.020 (native 1.287); GPT-2 1.011 -> 1.034
+ * (bench/torch_alloc/README.md) */
+static size_t g_granule = (size_t)8 << 20;
 static double g_fraction;
 static size_t g_history;
 static char g_spec[64] = "cuda:%d";
@@ -67,6 +72,13 @@ void vram_torch_set_stitch_lend(unsigned pct)
 {
     pthread_mutex_lock(&vt_lock);
     g_lend = pct;
+    pthread_mutex_unlock(&vt_lock);
+}
+
+void vram_torch_set_stitch_granule(size_t bytes)
+{
+    pthread_mutex_lock(&vt_lock);
+    g_granule = bytes;
     pthread_mutex_unlock(&vt_lock);
 }
 
@@ -136,7 +148,8 @@ static vr_alloc *get_or_create(int device)
         vr_alloc_config cfg = {.policy = g_policy,
                                .memory_fraction = s->fraction_set ? s->fraction : g_fraction,
                                .history = g_history,
-                               .stitch_lend_pct = g_lend};
+                               .stitch_lend_pct = g_lend,
+                               .stitch_granule = g_granule};
         vr_status st = vr_device_open(spec, &dev);
         if (st == VR_OK && (st = vr_alloc_create(dev, &cfg, &a)) != VR_OK) {
             vr_device_close(dev);

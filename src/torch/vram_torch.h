@@ -81,6 +81,11 @@ VRAM_TORCH_API int vram_torch_device_active(int device);
  * to pct percent larger (vr_alloc_config.stitch_lend_pct; 0: never; libvram_torch's default 100). */
 VRAM_TORCH_API void vram_torch_set_stitch_lend(unsigned pct);
 
+/* Policy stitch, allocators created from now on: physical allocations of this many bytes (rounded up to a
+ * multiple of the GPU's granularity; 0: the granularity, 2 MiB; libvram_torch's default 8 MiB;
+ * vr_alloc_config.stitch_granule). */
+VRAM_TORCH_API void vram_torch_set_stitch_granule(size_t bytes);
+
 /* Statistics of a device as JSON, vr_alloc_stats' field names (= PyTorch's: "allocation",
  * "allocated_bytes", ... each [all, small, large] of {current, peak, allocated, freed}; the counters);
  * a device without an allocator gives zeros. Free with vram_torch_free_string. */

@@ -357,6 +357,43 @@ static void varying_steps_with_lending(void **state)
     assert_true(ratio <= 1.02); /* lending trades some reserved bytes for calls */
 }
 
+/* Granules of 8 MiB (stitch_granule, lending on, libvram_torch's setting): the invariants hold through the
+ * varying steps (blocks on granules of 4 device granules), the first round maps a quarter or fewer of the 2 MiB
+ * run's physical allocations, the last round few, and reserved stays within 5% of allocated at the peak;
+ * a granule that is not a whole number of the device's is rounded up, one over 512 of them refused. */
+static void larger_granules(void **state)
+{
+    (void)state;
+    uint64_t calls[VARY_ROUNDS], waits[VARY_ROUNDS], small[VARY_ROUNDS], sw[VARY_ROUNDS];
+    vr_alloc_config c2 = {.stitch_lend_pct = 100}, c8 = {.stitch_lend_pct = 100, .stitch_granule = 8 * MiB};
+    double r2 = varying_steps(&c2, small, sw), r8 = varying_steps(&c8, calls, waits);
+    print_message("8 MiB granules: first round %llu calls (2 MiB: %llu), last %llu; ratio %.4f (2 MiB: %.4f)\n",
+                  (unsigned long long)calls[0], (unsigned long long)small[0],
+                  (unsigned long long)calls[VARY_ROUNDS - 1], r8, r2);
+    assert_true(calls[0] * 3 <= small[0]);
+    assert_true(calls[VARY_ROUNDS - 1] * 10 <= calls[0]);
+    assert_true(r8 <= 1.05);
+    vr_device *d = open_dev("meta:1GiB");
+    vr_alloc_config odd = {.stitch_granule = 3 * MiB};
+    vr_alloc *a = make_alloc(d, "stitch", &odd);
+    vr_device_calls c;
+    vr_device_get_calls(d, &c);
+    uint64_t m0 = c.phys_create;
+    void *p = xmalloc(a, 30 * MiB, 0); /* 4 MiB granules: 8 of them */
+    vr_device_get_calls(d, &c);
+    assert_int_equal(c.phys_create - m0, 8);
+    check_invariants(a);
+    xfree(a, p);
+    vr_alloc_destroy(a);
+    vr_alloc_config huge = {.stitch_granule = 2048 * MiB};
+    vr_alloc_config hc = huge;
+    hc.policy = "stitch";
+    vr_alloc *b = NULL;
+    assert_int_equal(vr_alloc_create(d, &hc, &b), VR_ERR_INVALID);
+    assert_non_null(strstr(vr_last_error(), "vr_alloc_config.stitch_granule"));
+    vr_device_close(d);
+}
+
 /* Lending on: p's mapping (40 MiB, 20 granules), idle, with `live` MiB of a live block q on its last
  * granules; r (36 MiB: 18 granules of it) comes. With the work on p's range done (its event completed),
  * r is p's range patched: the granules under q replaced, an unmap and a map each, up to half of them; with
@@ -434,6 +471,7 @@ int main(void)
         cmocka_unit_test(varying_steps_reach_few_device_calls),
         cmocka_unit_test(varying_steps_with_lending),
         cmocka_unit_test(lending_patches_without_waiting),
+        cmocka_unit_test(larger_granules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
