@@ -448,36 +448,10 @@ static void flat_to_buffer(const vr_graph *g, void *buf, const float *flat)
     }
 }
 
-/* The master copy (flat over the trainable params this rank updates, in buffer order) from fp32 values: fp32, or
- * a split master's low halves (the weights hold the high halves: flat_to_buffer). */
-static vr_status write_master(vr_exec *e, const float *vals)
-{
-    const vr_graph *g = e->g;
-    if (g->master < 0 || !e->live[g->master])
-        return VR_OK;
-    bool split = g->tensors[g->master].dtype == VR_U16;
-    for (int t = 0; t < g->n_tensors; t++) {
-        const vr_tensor *x = &g->tensors[t];
-        if (x->view_of != g->params || x->param_offset < 0 || x->master < 0)
-            continue;
-        size_t n = (size_t)vr_tensor_numel(x);
-        const float *v = vals + x->param_offset;
-        uint16_t *lo = split ? malloc(n * 2 + 1) : NULL;
-        if (split && !lo)
-            return vr_error(VR_ERR_OOM, "exec: out of host memory");
-        for (size_t i = 0; split && i < n; i++)
-            lo[i] = vr_split_lo(vr_f32_bits(v[i]));
-        vr_status st = split ? vr_exec_write(e, x->master, lo, n * 2) : vr_exec_write(e, x->master, v, n * 4);
-        free(lo);
-        if (st)
-            return st;
-    }
-    return VR_OK;
-}
-
-/* host[param_offset...] = the fp32 master values of the parameters this rank updates; host holds their 16-bit
- * weights widened (a split master's high halves). */
-static vr_status read_master(vr_exec *e, float *host)
+/* The master copy (flat over the trainable params this rank updates, in buffer order) to or from the fp32 values at
+ * host[param_offset...]: fp32, or a split master's low halves (the weights hold the high halves: flat_to_buffer;
+ * reading, host holds them widened and gets the low halves added). */
+static vr_status master_io(vr_exec *e, float *host, bool write)
 {
     const vr_graph *g = e->g;
     if (g->master < 0 || !e->live[g->master])
@@ -489,17 +463,15 @@ static vr_status read_master(vr_exec *e, float *host)
             continue;
         size_t n = (size_t)vr_tensor_numel(x);
         float *h = host + x->param_offset;
-        if (!split) {
-            vr_status st = vr_exec_read(e, x->master, h, n * 4);
-            if (st)
-                return st;
-            continue;
-        }
-        uint16_t *lo = malloc(n * 2 + 1);
-        if (!lo)
+        uint16_t *lo = split ? malloc(n * 2 + 1) : NULL;
+        if (split && !lo)
             return vr_error(VR_ERR_OOM, "exec: out of host memory");
-        vr_status st = vr_exec_read(e, x->master, lo, n * 2);
-        for (size_t i = 0; !st && i < n; i++)
+        for (size_t i = 0; split && write && i < n; i++)
+            lo[i] = vr_split_lo(vr_f32_bits(h[i]));
+        void *buf = split ? (void *)lo : (void *)h;
+        vr_status st = write ? vr_exec_write(e, x->master, buf, n * (split ? 2 : 4))
+                             : vr_exec_read(e, x->master, buf, n * (split ? 2 : 4));
+        for (size_t i = 0; split && !write && !st && i < n; i++)
             h[i] = vr_bits_f32(vr_split_join((uint16_t)(vr_f32_bits(h[i]) >> 16), lo[i]));
         free(lo);
         if (st)
@@ -520,7 +492,7 @@ static vr_status write_params_f32(vr_exec *e, const float *host)
     if (!st)
         st = copy_io(e, g->params, p, h, bytes, VR_COPY_HOST_TO_DEVICE);
     free(h);
-    return st ? st : write_master(e, host);
+    return st ? st : master_io(e, (float *)host, true);
 }
 
 /* The parameters this rank holds widened to fp32 (the master's values where it has them); 0 elsewhere. */
@@ -539,7 +511,7 @@ static vr_status read_params_f32(vr_exec *e, float *host)
         buffer_to_flat(g, host, h);
     }
     free(h);
-    return st ? st : read_master(e, host);
+    return st ? st : master_io(e, host, false);
 }
 
 vr_status vr_exec_read(vr_exec *e, int t, void *host, uint64_t bytes)
@@ -565,7 +537,7 @@ vr_status vr_exec_write(vr_exec *e, int t, const void *host, uint64_t bytes)
         if (!f)
             return vr_error(VR_ERR_OOM, "exec: out of host memory");
         buffer_to_flat(e->g, f, host);
-        st = write_master(e, f);
+        st = master_io(e, f, true);
         free(f);
     }
     return st;
