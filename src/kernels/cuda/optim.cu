@@ -165,14 +165,13 @@ __device__ __forceinline__ void st4(T *p, const float x[4])
 
 template <typename T> __device__ __forceinline__ bool al4(const T *p) { return ((uintptr_t)p & (sizeof(T) * 4 - 1)) == 0; }
 
-/* Elements [i, i+4): opt_elem's arithmetic for each, with one wide access per array. */
-template <int KIND, typename TP, typename TG>
-__device__ __forceinline__ void opt_elem4(TP *param, float *master, const TG *grad, float *m, float *v, size_t i,
-                                          const opt_args &a, float wd, float gs)
+/* The gradient, m and v of elements [i, i+4) read, the four weights p updated (opt_elem's arithmetic for each), m and
+ * v written back: one wide access per array. */
+template <int KIND, typename TG>
+__device__ __forceinline__ void upd4(float p[4], const TG *grad, float *m, float *v, size_t i, const opt_args &a,
+                                     float wd, float gs)
 {
-    float p[4], g[4], mi[4] = {0, 0, 0, 0}, vi[4] = {0, 0, 0, 0};
-    if (master) ld4(master + i, p);
-    else ld4(param + i, p);
+    float g[4], mi[4] = {0, 0, 0, 0}, vi[4] = {0, 0, 0, 0};
     ld4(grad + i, g);
     if (KIND != OPT_SGD) ld4(m + i, mi);
     if (KIND >= OPT_ADAM) ld4(v + i, vi);
@@ -180,6 +179,17 @@ __device__ __forceinline__ void opt_elem4(TP *param, float *master, const TG *gr
     for (int k = 0; k < 4; k++) p[k] = opt_upd<KIND>(p[k], __fmul_rn(g[k], gs), mi[k], vi[k], a, wd);
     if (KIND != OPT_SGD) st4(m + i, mi);
     if (KIND >= OPT_ADAM) st4(v + i, vi);
+}
+
+/* Elements [i, i+4): the weights from the master (or the fp32 params), upd4, the new weights stored. */
+template <int KIND, typename TP, typename TG>
+__device__ __forceinline__ void opt_elem4(TP *param, float *master, const TG *grad, float *m, float *v, size_t i,
+                                          const opt_args &a, float wd, float gs)
+{
+    float p[4];
+    if (master) ld4(master + i, p);
+    else ld4(param + i, p);
+    upd4<KIND>(p, grad, m, v, i, a, wd, gs);
     if (master) st4(master + i, p);
     st4(param + i, p);
 }
@@ -190,18 +200,12 @@ template <int KIND, typename TG>
 __device__ __forceinline__ void opt_elem4_split(__nv_bfloat16 *param, uint16_t *lo, const TG *grad, float *m, float *v,
                                                 size_t i, const opt_args &a, float wd, float gs)
 {
-    float p[4], g[4], mi[4] = {0, 0, 0, 0}, vi[4] = {0, 0, 0, 0};
+    float p[4];
     uint2 hv = *(const uint2 *)(param + i), lv = *(const uint2 *)(lo + i);
     const uint16_t *h = (const uint16_t *)&hv, *l = (const uint16_t *)&lv;
 #pragma unroll
     for (int k = 0; k < 4; k++) p[k] = vr_bits_f32(vr_split_join(h[k], l[k]));
-    ld4(grad + i, g);
-    if (KIND != OPT_SGD) ld4(m + i, mi);
-    if (KIND >= OPT_ADAM) ld4(v + i, vi);
-#pragma unroll
-    for (int k = 0; k < 4; k++) p[k] = opt_upd<KIND>(p[k], __fmul_rn(g[k], gs), mi[k], vi[k], a, wd);
-    if (KIND != OPT_SGD) st4(m + i, mi);
-    if (KIND >= OPT_ADAM) st4(v + i, vi);
+    upd4<KIND>(p, grad, m, v, i, a, wd, gs);
     uint16_t *ho = (uint16_t *)&hv, *lo4 = (uint16_t *)&lv;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
