@@ -139,6 +139,12 @@ expect_error "$tmp/missing.csv.gz" "missing.csv.gz: cannot open"
 grep -q "pytorch, expandable, stitch" "$tmp/err" || fail "bad policy error does not list the policies"
 "$vram" replay "$tmp/good.csv" --capacity lots >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad capacity: want exit 2"
 "$vram" replay "$tmp/good.csv" --frobnicate >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown option: want exit 2"
+for g in 4GiB lots; do
+  "$vram" replay "$tmp/good.csv" --policy stitch --stitch-granule $g >/dev/null 2>"$tmp/err"
+  [ $? -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q -- "--stitch-granule" "$tmp/err" ||
+    fail "--stitch-granule $g: want exit 2 and one line naming the flag: $(cat "$tmp/err")"
+done
+"$vram" replay "$tmp/good.csv" --policy stitch --stitch-granule 8MiB >/dev/null || fail "--stitch-granule 8MiB failed"
 
 if [ "$fails" -ne 0 ]; then
   echo "$fails failure(s)"
