@@ -1,7 +1,9 @@
 /* Policy "stitch": physical granules stitched into virtual ranges (after GMLake, ASPLOS 2024), on devices
  * with physical memory handles (vr_device_phys_*: meta, cuda).
  *
- * Reserved bytes are the physical granules held (2 MiB on current GPUs), each a vr_phys of its own. A
+ * Reserved bytes are the physical granules held (the device's granularity, 2 MiB on current GPUs, or
+ * vr_alloc_config.stitch_granule: the driver's cuMemSetAccess and cuMemUnmap cost per physical allocation in a
+ * range, bench/alloc/vmm_cost.c), each a vr_phys of its own. A
  * granule can be mapped at several virtual addresses at once, so the bytes of one granule may belong to
  * several blocks, each using a different interval of it ("spans", in 512-byte units).
  *
