@@ -8,7 +8,9 @@
  *   - the multi-tensor launch equals one call per tensor bit for bit (same code), also through
  *     ctx.opt_scalars (the CUDA graph path);
  *   - bf16 weights without a master: within one bf16 ulp of the CPU's fp32 update rounded with the same
- *     random bits, and the same bits run to run. */
+ *     random bits, and the same bits run to run;
+ *   - a split master (bf16 weights = its high halves, 16 low bits beside) with 8-bit and bf16 state: the fp32
+ *     master values, the codes, absmax and state of a full master's run bit for bit over three steps. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -246,6 +248,84 @@ static void no_master_sr(void **state)
     cudaFree(dp), cudaFree(dg), cudaFree(dm), cudaFree(dv), cudaFree(hp);
 }
 
+/* bf16 weights with a full fp32 master (side 0) and with a split master (side 1), state fmt, three AdamW steps
+ * through the multi-tensor compact-state launch: masters (joined) bit for bit, state bit for bit, and a bf16
+ * weight differs only at an exact tie of its master (rounded away from zero instead of to even). */
+static void split_master_state(int fmt)
+{
+    if (!gpu)
+        skip();
+    tens t[NT];
+    dtens d[2][NT];
+    void *par[2][NT], *mas[2][NT];
+    vr_cuda_mt_tensor tab[2][NT];
+    for (int i = 0; i < NT; i++) {
+        tens_init(&t[i], sizes[i]);
+        size_t n = (size_t)t[i].n;
+        uint16_t *h = malloc(n * 2), *hs = malloc(n * 2), *lo = malloc(n * 2);
+        for (size_t j = 0; j < n; j++) {
+            t[i].p[j] *= 0.05f;
+            t[i].g[j] = urand();
+            uint32_t u = vr_f32_bits(t[i].p[j]);
+            h[j] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+            hs[j] = vr_split_hi(u), lo[j] = vr_split_lo(u);
+        }
+        par[0][i] = dev_copy(h, n * 2), mas[0][i] = dev_copy(t[i].p, n * 4);
+        par[1][i] = dev_copy(hs, n * 2), mas[1][i] = dev_copy(lo, n * 2);
+        for (int k = 0; k < 2; k++) {
+            d[k][i] = up(&t[i], fmt);
+            tab[k][i] = entry(&d[k][i], t[i].n, fmt, i % 2);
+            tab[k][i].param = par[k][i], tab[k][i].master = mas[k][i], tab[k][i].split = k;
+            tab[k][i].grad = d[0][i].g; /* f32 gradients, the same on both sides */
+        }
+        free(h), free(hs), free(lo);
+    }
+    int64_t chunks = vr_cuda_mt_layout(tab[0], NT);
+    vr_cuda_mt_layout(tab[1], NT);
+    vr_cuda_mt_tensor *dtab[2] = {dev_copy(tab[0], sizeof tab[0]), dev_copy(tab[1], sizeof tab[1])};
+    for (int step = 1; step <= 3; step++) {
+        for (int k = 0; k < 2; k++)
+            OK(vr_cuda_mt_optim_state(&ctx, VR_CUDA_MT_ADAMW, VR_CUDA_BF16, VR_CUDA_F32, dtab[k], NT, chunks, 1e-2f,
+                                      0.9f, 0.95f, 1e-8f, 0, 0, 0, 0.1f, step, 1.0f, NULL, NULL));
+        CU(cudaDeviceSynchronize());
+        long masters = 0, state = 0, ties = 0, other = 0;
+        for (int i = 0; i < NT; i++) {
+            size_t n = (size_t)t[i].n, sb = fmt == VR_CUDA_STATE_Q8 ? n : n * 2, nb = (size_t)vr_q8_blocks(t[i].n);
+            float *f = malloc(n * 4);
+            uint16_t *h0 = malloc(n * 2), *h1 = malloc(n * 2), *lo = malloc(n * 2);
+            host_copy(f, mas[0][i], n * 4), host_copy(lo, mas[1][i], n * 2);
+            host_copy(h0, par[0][i], n * 2), host_copy(h1, par[1][i], n * 2);
+            for (size_t j = 0; j < n; j++) {
+                uint32_t u = vr_f32_bits(f[j]);
+                masters += vr_split_join(h1[j], lo[j]) != u;
+                if (h0[j] != h1[j] && (u & 0xFFFFu) == 0x8000u && h1[j] == (uint16_t)((u >> 16) + 1))
+                    ties++;
+                else if (h0[j] != h1[j])
+                    other++;
+            }
+            state += !kc_same_bytes(d[0][i].m, d[1][i].m, sb) + !kc_same_bytes(d[0][i].v, d[1][i].v, sb);
+            if (fmt == VR_CUDA_STATE_Q8)
+                state += !kc_same_bytes(d[0][i].am, d[1][i].am, nb * 4) + !kc_same_bytes(d[0][i].av, d[1][i].av, nb * 4);
+            free(f), free(h0), free(h1), free(lo);
+        }
+        printf("split master, %s state, step %d: %ld masters differ, %ld state buffers differ; weights: %ld ties "
+               "rounded away, %ld other differences\n", fmt == VR_CUDA_STATE_Q8 ? "8-bit" : "bf16", step, masters,
+               state, ties, other);
+        assert_int_equal(masters, 0);
+        assert_int_equal(state, 0);
+        assert_int_equal(other, 0);
+    }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < NT; i++)
+            down_free(&d[k][i]), cudaFree(par[k][i]), cudaFree(mas[k][i]);
+    for (int i = 0; i < NT; i++)
+        tens_free(&t[i]);
+    cudaFree(dtab[0]), cudaFree(dtab[1]);
+}
+
+static void split_master_q8(void **s) { (void)s; split_master_state(VR_CUDA_STATE_Q8); }
+static void split_master_bf16_state(void **s) { (void)s; split_master_state(VR_CUDA_STATE_BF16); }
+
 static int setup(void **state)
 {
     (void)state;
@@ -271,6 +351,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(adamw_q8), cmocka_unit_test(adam_q8), cmocka_unit_test(momentum_q8),
         cmocka_unit_test(adamw_bf16_state), cmocka_unit_test(no_master_sr),
+        cmocka_unit_test(split_master_q8), cmocka_unit_test(split_master_bf16_state),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
