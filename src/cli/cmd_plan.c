@@ -293,6 +293,10 @@ static int run(int argc, char **argv)
                    vr_format_size(fits ? t.capacity - need : need - t.capacity, b, sizeof b));
         else
             printf("capacity  none given (--capacity SIZE to check a fit)\n");
+        if (!fits && s.train && s.precision == VR_PREC_BF16 && !s.no_master && !s.split_master && !s.offload &&
+            p->total[VR_ROLE_MASTER])
+            printf("hint      --master split keeps the same fp32 master in 2 bytes a weight instead of 4 (-%s); "
+                   "vram fit tries every option\n", vr_format_size(p->total[VR_ROLE_MASTER] / 2, a, sizeof a));
         if (s.world >= 1 && (rc = ranks_report(&m, &s, &pc, t.context, p, NULL, &host_need))) {
             vr_plan_free(p);
             vr_graph_free(g);

@@ -86,4 +86,12 @@ bad --clip --clip -1
 bad --accum --accum 0
 "$vram" plan --help >"$tmp/help"
 grep -q -- --recompute "$tmp/help"
+# bf16 that does not fit with a full master: the split master is named, with what it saves (half the master);
+# a split master is as many bytes as the bf16 weights (every weight trainable here)
+"$vram" plan --preset small --batch 8 --precision bf16 --capacity 16MiB >"$tmp/nofit"
+grep -q "DOES NOT FIT" "$tmp/nofit" && grep -q "^hint .*--master split" "$tmp/nofit" || { cat "$tmp/nofit"; exit 1; }
+"$vram" plan --preset small --batch 8 --precision bf16 --capacity 16MiB --master split >"$tmp/nofit"
+! grep -q "^hint" "$tmp/nofit" || { cat "$tmp/nofit"; exit 1; }
+"$vram" plan --preset small --batch 8 --precision bf16 --master split --json |
+  python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["roles"]; assert d["step"]["master"] == "split" and r["master"]["total"] == r["params"]["total"], (d["step"], r["master"], r["params"])'
 echo ok
