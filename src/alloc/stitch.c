@@ -282,11 +282,43 @@ static vr_status attach(vr_alloc *a, vra_request *req, smap *m, bool lend)
     return VR_OK;
 }
 
-/* What putting u units on m would evict: SIZE_MAX when a live block uses some of them, else the bytes of
- * the cached blocks other than m's own that do. With evict_them, evicts them (and m's own). */
+/* Would the first u units of m use some units of one granule twice? A new mapping may put the tail of its block
+ * at the start of the granule whose end holds the block's head (below the head's units); a larger block put on
+ * the mapping later (lent, or up to its capacity) reaches further into that last granule, over its own head. */
+static bool self_overlap(st_state *s, const smap *m, size_t u)
+{
+    uint64_t mark = ++s->epoch;
+    bool twice = false;
+    size_t n = prefix_pieces(s, m, u, NULL);
+    for (size_t i = 0; i < n; i++) {
+        twice |= m->g[i]->mark == mark;
+        m->g[i]->mark = mark;
+    }
+    if (!twice)
+        return false;
+    size_t left = u;
+    for (size_t i = 0; i < n; i++) { /* pieces [lo, hi) of the prefix: granule i from m->off, the others from 0 */
+        uint32_t lo = i ? 0 : m->off, hi = left < s->nb - lo ? lo + (uint32_t)left : s->nb;
+        left -= hi - lo;
+        size_t left2 = left;
+        for (size_t j = i + 1; j < n; j++) {
+            uint32_t hi2 = left2 < s->nb ? (uint32_t)left2 : s->nb;
+            left2 -= hi2;
+            if (m->g[j] == m->g[i] && hi2 > lo) /* [0, hi2) against [lo, hi) */
+                return true;
+        }
+    }
+    return false;
+}
+
+/* What putting u units on m would evict: SIZE_MAX when a live block uses some of them, or when they would use
+ * some units of a granule twice (self_overlap), else the bytes of the cached blocks other than m's own that do.
+ * With evict_them, evicts them (and m's own). */
 static size_t conflicts(vr_alloc *a, smap *m, size_t u, bool evict_them)
 {
     st_state *s = S(a);
+    if (self_overlap(s, m, u))
+        return SIZE_MAX;
     uint64_t mark = ++s->epoch;
     size_t cost = 0, nown = 0;
     sext *owners[64];
@@ -574,7 +606,8 @@ static vr_block *patch(vr_alloc *a, vra_request *req, size_t u)
     for (size_t i = lo; i < hi && i < lo + 4 * CAND_SCAN; i++) {
         smap *m = lend ? s->bycap[i] : s->cand[i];
         size_t ng = prefix_pieces(s, m, u, NULL);
-        if (u > m->cap || ng < PATCH_MIN || (m->user && (!lend || m->user->seg->stream != req->stream)))
+        if (u > m->cap || ng < PATCH_MIN || (m->user && (!lend || m->user->seg->stream != req->stream)) ||
+            self_overlap(s, m, u))
             continue;
         struct sepoch *ev = lend ? event_after_free(s, m) : NULL;
         if (lend && !ev)

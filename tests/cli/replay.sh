@@ -37,6 +37,15 @@ assert abs(off) <= tol, "%s: peak reserved %d, PyTorch %d (%+.2f%%, allowed %g%%
 print("ok: %s: peak reserved %d vs PyTorch %d (%+.2f%%)" % (sys.argv[1], ours, theirs, off))' "$1" "$2" || fail "$1"
 done
 
+# stitch with lending: a block put on a mapping whose last granule is also its first (a new mapping's tail piece
+# below its head) must not reach over its own head piece when it is larger than the mapping's own block. Two random
+# traces that broke --check ("overlapping spans") before self_overlap in src/alloc/stitch.c.
+for c in "a 300 2MiB" "b 100 8MiB"; do
+  set -- $c
+  "$vram" replay "$src/tests/data/traces/stitch_lend_overlap_$1.csv.gz" --policy stitch --stitch-lend "$2" \
+    --stitch-granule "$3" --check >/dev/null 2>"$tmp/err" || fail "stitch_lend_overlap_$1 (lend $2, $3): $(cat "$tmp/err")"
+done
+
 # ---------------------------------------------------------------- shared traces
 traces=${VRAM_SHARED_DIR:-}/traces
 if [ -z "${VRAM_SHARED_DIR:-}" ] || ! ls "$traces"/*.csv.gz >/dev/null 2>&1; then
