@@ -320,29 +320,16 @@ static void split_config(vr_cuda_ctx *ctx, int kind, bool state_kernel)
                                                                      NT, chunks, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.9f, 0.1f,
                                                                      0, 0.1f, step, 0.5f, NULL, NULL));
         CU(cudaDeviceSynchronize());
-        long masters = 0, state = 0, ties = 0, other = 0;
+        long diff[3] = {0, 0, 0}, state = 0; /* masters, ties, other weights (kc_split_diff) */
         for (int t = 0; t < NT; t++) {
             size_t n = (size_t)sizes[t];
-            float *f = malloc(n * 4);
-            uint16_t *h0 = malloc(n * 2), *h1 = malloc(n * 2), *lo = malloc(n * 2);
-            CU(cudaMemcpy(f, mas[0][t], n * 4, cudaMemcpyDeviceToHost));
-            CU(cudaMemcpy(h0, par[0][t], n * 2, cudaMemcpyDeviceToHost));
-            CU(cudaMemcpy(h1, par[1][t], n * 2, cudaMemcpyDeviceToHost));
-            CU(cudaMemcpy(lo, mas[1][t], n * 2, cudaMemcpyDeviceToHost));
-            for (size_t i = 0; i < n; i++) {
-                uint32_t u = vr_f32_bits(f[i]);
-                masters += vr_split_join(h1[i], lo[i]) != u;
-                if (h0[i] != h1[i] && (u & 0xFFFFu) == 0x8000u && h1[i] == (uint16_t)((u >> 16) + 1))
-                    ties++;
-                else if (h0[i] != h1[i])
-                    other++;
-            }
+            kc_split_diff(mas[0][t], par[0][t], par[1][t], mas[1][t], n, diff);
             if (kind != VR_CUDA_MT_SGD)
                 state += !kc_same_bytes(m[0][t], m[1][t], n * 4);
             if (kind >= VR_CUDA_MT_ADAM)
                 state += !kc_same_bytes(v[0][t], v[1][t], n * 4);
-            free(f), free(h0), free(h1), free(lo);
         }
+        long masters = diff[0], ties = diff[1], other = diff[2];
         printf("split master %s (%s kernel) step %d: %ld masters differ, %ld state buffers differ; params: %ld ties "
                "rounded away, %ld other differences\n", kinds[kind], state_kernel ? "compact-state" : "multi-tensor",
                step, masters, state, ties, other);

@@ -288,26 +288,15 @@ static void split_master_state(int fmt)
             OK(vr_cuda_mt_optim_state(&ctx, VR_CUDA_MT_ADAMW, VR_CUDA_BF16, VR_CUDA_F32, dtab[k], NT, chunks, 1e-2f,
                                       0.9f, 0.95f, 1e-8f, 0, 0, 0, 0.1f, step, 1.0f, NULL, NULL));
         CU(cudaDeviceSynchronize());
-        long masters = 0, state = 0, ties = 0, other = 0;
+        long diff[3] = {0, 0, 0}, state = 0; /* masters, ties, other weights (kc_split_diff) */
         for (int i = 0; i < NT; i++) {
             size_t n = (size_t)t[i].n, sb = fmt == VR_CUDA_STATE_Q8 ? n : n * 2, nb = (size_t)vr_q8_blocks(t[i].n);
-            float *f = malloc(n * 4);
-            uint16_t *h0 = malloc(n * 2), *h1 = malloc(n * 2), *lo = malloc(n * 2);
-            host_copy(f, mas[0][i], n * 4), host_copy(lo, mas[1][i], n * 2);
-            host_copy(h0, par[0][i], n * 2), host_copy(h1, par[1][i], n * 2);
-            for (size_t j = 0; j < n; j++) {
-                uint32_t u = vr_f32_bits(f[j]);
-                masters += vr_split_join(h1[j], lo[j]) != u;
-                if (h0[j] != h1[j] && (u & 0xFFFFu) == 0x8000u && h1[j] == (uint16_t)((u >> 16) + 1))
-                    ties++;
-                else if (h0[j] != h1[j])
-                    other++;
-            }
+            kc_split_diff(mas[0][i], par[0][i], par[1][i], mas[1][i], n, diff);
             state += !kc_same_bytes(d[0][i].m, d[1][i].m, sb) + !kc_same_bytes(d[0][i].v, d[1][i].v, sb);
             if (fmt == VR_CUDA_STATE_Q8)
                 state += !kc_same_bytes(d[0][i].am, d[1][i].am, nb * 4) + !kc_same_bytes(d[0][i].av, d[1][i].av, nb * 4);
-            free(f), free(h0), free(h1), free(lo);
         }
+        long masters = diff[0], ties = diff[1], other = diff[2];
         printf("split master, %s state, step %d: %ld masters differ, %ld state buffers differ; weights: %ld ties "
                "rounded away, %ld other differences\n", fmt == VR_CUDA_STATE_Q8 ? "8-bit" : "bf16", step, masters,
                state, ties, other);
