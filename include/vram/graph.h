@@ -260,6 +260,8 @@ const char *vr_precision_name(vr_precision p);
 const char *vr_optim_name(vr_optim o);
 const char *vr_recompute_name(vr_recompute r);
 const char *vr_optim_state_name(vr_optim_state o); /* "fp32", "bf16", "8bit" */
+/* The master weights of 16-bit params: "none" (no_master), "split" (split_master) or "fp32". */
+const char *vr_master_name(bool no_master, bool split_master);
 vr_status vr_optim_state_parse(const char *s, const char *what, vr_optim_state *out);
 const char *vr_offload_name(vr_offload o); /* "none", "optim" */
 vr_status vr_offload_parse(const char *s, const char *what, vr_offload *out);

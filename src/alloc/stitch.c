@@ -294,30 +294,25 @@ static bool self_overlap(st_state *s, const smap *m, size_t u)
         twice |= m->g[i]->mark == mark;
         m->g[i]->mark = mark;
     }
-    if (!twice)
-        return false;
-    size_t left = u;
-    for (size_t i = 0; i < n; i++) { /* pieces [lo, hi) of the prefix: granule i from m->off, the others from 0 */
-        uint32_t lo = i ? 0 : m->off, hi = left < s->nb - lo ? lo + (uint32_t)left : s->nb;
-        left -= hi - lo;
-        size_t left2 = left;
-        for (size_t j = i + 1; j < n; j++) {
-            uint32_t hi2 = left2 < s->nb ? (uint32_t)left2 : s->nb;
-            left2 -= hi2;
-            if (m->g[j] == m->g[i] && hi2 > lo) /* [0, hi2) against [lo, hi) */
-                return true;
-        }
-    }
-    return false;
+    piece *pc = twice ? malloc(n * sizeof *pc) : NULL;
+    if (!pc) /* no granule twice (or no memory to look closer: refused) */
+        return twice;
+    prefix_pieces(s, m, u, pc);
+    bool over = false;
+    for (size_t i = 0; i < n && !over; i++)
+        for (size_t j = i + 1; j < n && !over; j++)
+            over = pc[j].g == pc[i].g && pc[j].lo < pc[i].hi && pc[i].lo < pc[j].hi;
+    free(pc);
+    return over;
 }
 
 /* What putting u units on m would evict: SIZE_MAX when a live block uses some of them, or when they would use
  * some units of a granule twice (self_overlap), else the bytes of the cached blocks other than m's own that do.
- * With evict_them, evicts them (and m's own). */
+ * With evict_them, evicts them (and m's own); its callers have asked first (take) or picked m knowing (patch). */
 static size_t conflicts(vr_alloc *a, smap *m, size_t u, bool evict_them)
 {
     st_state *s = S(a);
-    if (self_overlap(s, m, u))
+    if (!evict_them && self_overlap(s, m, u))
         return SIZE_MAX;
     uint64_t mark = ++s->epoch;
     size_t cost = 0, nown = 0;

@@ -25,14 +25,8 @@ typedef struct smap smap;
         else (first) = (x);                        \
         (last) = (x);                              \
     } while (0)
-#define ST_LIST_PREPEND(first, last, x, prev, next) \
-    do {                                            \
-        (x)->prev = NULL;                           \
-        (x)->next = (first);                        \
-        if (first) (first)->prev = (x);             \
-        else (last) = (x);                          \
-        (first) = (x);                              \
-    } while (0)
+/* the mirror image of APPEND: first and last, prev and next exchanged */
+#define ST_LIST_PREPEND(first, last, x, prev, next) ST_LIST_APPEND(last, first, x, next, prev)
 #define ST_LIST_REMOVE(first, last, x, prev, next)             \
     do {                                                       \
         if ((x)->prev) (x)->prev->next = (x)->next;            \

@@ -53,6 +53,10 @@ const char *vr_precision_name(vr_precision p) { return (unsigned)p < 3 ? prec_na
 const char *vr_optim_name(vr_optim o) { return (unsigned)o < 5 ? optim_names[o] : "?"; }
 const char *vr_recompute_name(vr_recompute r) { return (unsigned)r < 3 ? recompute_names[r] : "?"; }
 const char *vr_optim_state_name(vr_optim_state o) { return (unsigned)o < 3 ? ostate_names[o] : "?"; }
+const char *vr_master_name(bool no_master, bool split_master)
+{
+    return no_master ? "none" : split_master ? "split" : "fp32";
+}
 const char *vr_offload_name(vr_offload o) { return (unsigned)o < 2 ? offload_names[o] : "?"; }
 const char *vr_attention_name(vr_attention a) { return (unsigned)a < 3 ? attention_names[a] : "?"; }
 

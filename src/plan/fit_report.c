@@ -63,7 +63,7 @@ void vr_fit_print(const vr_fit_result *r, FILE *f)
             snprintf(z, sizeof z, " %4d", w->zero);
         fprintf(f, "%3d%c  %-9s %-9s %-5s %-6s %-7s%s %13s %12s %11s %11s %11s %-4s %11s %14s %10s\n", i + 1,
                 i == r->best ? '*' : ' ', vr_precision_name(w->precision), vr_recompute_name(w->recompute),
-                vr_optim_state_name(w->optim_state), w->precision == VR_PREC_FP32 ? "-" : w->no_master ? "none" : w->split_master ? "split" : "fp32",
+                vr_optim_state_name(w->optim_state), w->precision == VR_PREC_FP32 ? "-" : vr_master_name(w->no_master, w->split_master),
                 vr_offload_name(w->offload), z, mb, tok, vr_format_size(w->point.peak, pk, sizeof pk),
                 vr_format_size(w->point.need, nd, sizeof nd), hs, w->fits ? "yes" : "no", tf, tm, tps);
     }
@@ -110,8 +110,8 @@ void *vr_fit_json(const vr_fit_result *r)
         cJSON_AddStringToObject(j, "precision", vr_precision_name(w->precision));
         cJSON_AddStringToObject(j, "recompute", vr_recompute_name(w->recompute));
         cJSON_AddStringToObject(j, "optim_state", vr_optim_state_name(w->optim_state));
-        cJSON_AddStringToObject(j, "master", w->precision == VR_PREC_FP32 ? "-" : w->no_master ? "none"
-                                                                         : w->split_master ? "split" : "fp32");
+        cJSON_AddStringToObject(j, "master",
+                                w->precision == VR_PREC_FP32 ? "-" : vr_master_name(w->no_master, w->split_master));
         cJSON_AddStringToObject(j, "offload", vr_offload_name(w->offload));
         cJSON_AddNumberToObject(j, "zero", w->zero);
         cJSON_AddNumberToObject(j, "comm_seconds", w->cost.comm_seconds);

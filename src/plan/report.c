@@ -156,7 +156,7 @@ char *vr_plan_json(const vr_plan *p, bool timeline)
     cJSON_AddStringToObject(step, "recompute", vr_recompute_name(g->step.recompute));
     cJSON_AddStringToObject(step, "precision", vr_precision_name(g->step.precision));
     cJSON_AddStringToObject(step, "optim_state", vr_optim_state_name(g->step.optim_state));
-    cJSON_AddStringToObject(step, "master", g->step.no_master ? "none" : g->step.split_master ? "split" : "fp32");
+    cJSON_AddStringToObject(step, "master", vr_master_name(g->step.no_master, g->step.split_master));
     cJSON_AddStringToObject(step, "offload", vr_offload_name(g->step.offload));
     cJSON_AddStringToObject(step, "kernels", g->step.kernels == VR_KERNELS_CUDA ? "cuda" : "cpu");
     cJSON_AddStringToObject(step, "attention", vr_attention_name(g->step.attention));
