@@ -177,8 +177,10 @@ static void gpt2_figures(void **state)
     assert_int_equal(vr_scratch_cuda_attention_bwd_for(1, 3, 1, 1, 64, 2, VR_SCRATCH_ATTN_CUDNN), 780);
     assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 12, 64, 4, VR_SCRATCH_ATTN_CUDNN), 49152);
     assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 12, 36, 2, VR_SCRATCH_ATTN_CUDNN), 49152);
-    /* LayerNorm: 8 slices of 128 rows, dw and db of 768 fp32 each; RMSNorm dw only; at most 128 slices */
-    assert_int_equal(vr_scratch_cuda_layernorm_bwd(1024, 768), 8ull * 2 * 768 * 4);
+    /* LayerNorm: 64 slices of 16 rows, dw and db of 768 fp32 each, at most 256 slices; RMSNorm dw only, 8 slices
+     * of 128 rows, at most 128 slices */
+    assert_int_equal(vr_scratch_cuda_layernorm_bwd(1024, 768), 64ull * 2 * 768 * 4);
+    assert_int_equal(vr_scratch_cuda_layernorm_bwd(8192, 1024), 256ull * 2 * 1024 * 4);
     assert_int_equal(vr_scratch_cuda_rmsnorm_bwd(1024, 768), 8ull * 768 * 4);
     assert_int_equal(vr_scratch_cuda_layernorm_bwd(1, 768), 1ull * 2 * 768 * 4);
     assert_int_equal(vr_scratch_cuda_rmsnorm_bwd(1 << 20, 768), 128ull * 768 * 4);

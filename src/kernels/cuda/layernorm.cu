@@ -19,8 +19,13 @@
 static int ln_generic_only;
 extern "C" void vr__cuda_layernorm_generic(int on) { ln_generic_only = on; }
 
-/* Row slices of the partial sums and the scratch they take: kernels/scratch.h (the plan's size too). */
-static int ln_slices(int N) { return vr_scratch_norm_slices(N); }
+/* Row slices of the partial sums: one per multiprocessor (a block of the bandwidth kernel fills one: a single
+ * wave), fewer where the rows are few; the scratch they take: kernels/scratch.h (the plan's size too). */
+static int ln_slices(const vr_cuda_ctx *ctx, int N)
+{
+    int s = vr_scratch_ln_slices(N), sms = ctx->sm_count > 0 ? ctx->sm_count : 132;
+    return s < sms ? s : sms;
+}
 
 extern "C" size_t vr_cuda_layernorm_bwd_scratch_bytes(int N, int C)
 {
@@ -277,7 +282,7 @@ static vr_status ln_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, void *db
         VR_CU_LAUNCHED(ctx, "layernorm_bwd");
     }
     if (dw || db) {
-        int slices = ln_slices(N);
+        int slices = ln_slices(ctx, N);
         int rps = N > 0 ? (N + slices - 1) / slices : 0;
         if (N > 0) {
             dim3 block(32, 8);
@@ -316,7 +321,7 @@ extern "C" vr_status vr_cuda_layernorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype
         return vr_error(VR_ERR_INVALID, "cuda kernels: %s: scratch of %zu bytes < %zu needed", op,
                         scratch_bytes, vr_cuda_layernorm_bwd_scratch_bytes(N, C));
     if (!ln_generic_only && N > 0 && (dinp || dw || db)) {
-        int slices = ln_slices(N), rps = (N + slices - 1) / slices;
+        int slices = ln_slices(ctx, N), rps = (N + slices - 1) / slices;
         float *part = dw || db ? (float *)scratch : NULL;
         vr_status st = VR_OK;
         if (vr__ln_rows_bwd(ctx, dt, dinp, part, dout, inp, w, mean, rstd, N, C, slices, rps, acc_dinp, &st)) {

@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(VR_LN_BWD_WARPS * 32) k_ln_rows_bwd(T *dinp, f
                                                                      int rows_per_slice, int acc)
 {
     typedef ln_bwd_geom<T, K> G;
-    constexpr int V = G::V, S = G::S, RK = G::SH ? 1 : K, RV = G::SH ? 1 : V;
+    constexpr int V = G::V, S = G::S, RK = G::SH ? 1 : K, RV = G::SH ? 1 : V, DK = G::SH ? K : 1;
     extern __shared__ float sh[];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int nv = C / V, r0 = blockIdx.x * rows_per_slice, r1 = min(N, r0 + rows_per_slice);
@@ -129,13 +129,16 @@ __global__ void __launch_bounds__(VR_LN_BWD_WARPS * 32) k_ln_rows_bwd(T *dinp, f
     for (int r = r0 + warp; r < r1; r += VR_LN_BWD_WARPS) {
         size_t off = (size_t)r * C;
         float m = mean[r], rs = rstd[r];
-        vr_vec<T> xv[K], gv[K];
+        /* wide rows (sums in shared memory, registers to spare) read the gradient dinp adds to with the rest:
+         * one round trip to memory per row instead of two; narrow rows read it late (early, they spill) */
+        vr_vec<T> xv[K], gv[K], dv[G::SH ? K : 1];
 #pragma unroll
         for (int k = 0; k < K; k++) {
             int i = lane + 32 * k;
             if (i < nv) {
                 xv[k] = vr_ld16(inp + off + i * V);
                 gv[k] = vr_ld16(dout + off + i * V);
+                if (G::SH && dinp && acc) dv[k % DK] = vr_ld16(dinp + off + i * V);
             }
         }
         if (r + VR_LN_BWD_WARPS < r1) { /* the warp's next row on its way to L2 while this one computes */
@@ -181,13 +184,13 @@ __global__ void __launch_bounds__(VR_LN_BWD_WARPS * 32) k_ln_rows_bwd(T *dinp, f
         for (int k = 0; k < K; k++) {
             int i = lane + 32 * k;
             if (i < nv) {
-                vr_vec<T> wv = vr_ld16_nc(w + i * V), dv, o;
-                if (acc) dv = vr_ld16(dinp + off + i * V);
+                vr_vec<T> wv = vr_ld16_nc(w + i * V), o;
+                if (!G::SH && acc) dv[0] = vr_ld16(dinp + off + i * V);
 #pragma unroll
                 for (int j = 0; j < V; j++) {
                     float xh = (vr_tof(xv[k].v[j]) - m) * rs;
                     float d = rs * (vr_tof(gv[k].v[j]) * vr_tof(wv.v[j]) - sg - xh * sgx);
-                    o.v[j] = vr_fromf<T>(acc ? vr_tof(dv.v[j]) + d : d);
+                    o.v[j] = vr_fromf<T>(acc ? vr_tof(dv[k % DK].v[j]) + d : d);
                 }
                 vr_st16(dinp + off + i * V, o);
             }
