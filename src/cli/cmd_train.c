@@ -20,6 +20,7 @@
 #include "vram/checkpoint.h"
 #include "vram/prof.h"
 #include "vram/train.h"
+#include "vram/train_state.h"
 #include "vram/util.h"
 
 /* The default run: see the comment at the top. */
@@ -178,6 +179,23 @@ static int parse_args(int argc, char **argv, topts *o)
     return vr_flags_parse(&vr_cli_train, o, argc, argv, NULL, 0, NULL);
 }
 
+/* --resume without --master: the master the state was saved with (a state saved before the split master was
+ * the default has a full one). A file that cannot be read is left to the resume itself, which names it. */
+static void master_from_state(const char *path, int world, vr_step_config *s)
+{
+    char rank0[4096];
+    vr_train_state *st = calloc(1, sizeof *st);
+    if (!st)
+        return;
+    if (world > 1)
+        snprintf(rank0, sizeof rank0, "%s.rank0", path);
+    int64_t v = 0;
+    if (vr_state_read_meta(world > 1 ? rank0 : path, st) == VR_OK)
+        s->split_master = vr_state_get_config(st, "split_master", &v) && v == 1;
+    vr_clear_error();
+    free(st);
+}
+
 /* With --init and no shape flags, the model's shape comes from the checkpoint. */
 static int shape_from_checkpoint(const char *cmd, const char *path, const vr_model_flags *mf, vr_model_config *m)
 {
@@ -230,6 +248,8 @@ static int run(int argc, char **argv)
         return rc;
     if ((rc = shape_from_checkpoint("train", o.init, &o.m, &c.model)))
         return rc;
+    if (o.resume && !o.m.master && vr_model_flags_default_split(&c.step))
+        master_from_state(o.resume, c.step.world, &c.step);
     if ((rc = resolve_device("train", o.device, &c.device)))
         return rc;
     c.memory = o.memory && !strcmp(o.memory, "dynamic") ? VR_MEMORY_DYNAMIC : VR_MEMORY_PLANNED;

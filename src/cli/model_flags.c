@@ -134,6 +134,11 @@ static int configure_mlp(const char *cmd, const vr_model_flags *o, const vr_mode
     return 0;
 }
 
+bool vr_model_flags_default_split(const vr_step_config *s)
+{
+    return s->train && s->precision == VR_PREC_BF16 && !s->no_master && s->offload == VR_OFFLOAD_NONE;
+}
+
 int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_model_defaults *d,
                              vr_model_config *m, vr_step_config *s)
 {
@@ -163,10 +168,12 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     if (o->optim_state && vr_optim_state_parse(o->optim_state, "--optim-state", &s->optim_state))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
-    s->no_master = o->master && !strcmp(o->master, "none");
-    s->split_master = o->master && !strcmp(o->master, "split");
     if (o->offload && vr_offload_parse(o->offload, "--offload", &s->offload))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
+    s->no_master = o->master && !strcmp(o->master, "none");
+    /* by default a bf16 step keeps its master split (the same fp32 values in 2 bytes a weight less), except
+     * where the update runs on the host (--offload optim keeps a full master there) */
+    s->split_master = o->master ? !strcmp(o->master, "split") : vr_model_flags_default_split(s);
     if (o->attention) { /* v2|v1|v1-fwd|v1-bwd: vram's kernels (vram train picks the variant) */
         if (o->attention[0] == 'v' && o->attention[1] != 'r')
             s->attention = VR_ATTENTION_VRAM;
@@ -260,7 +267,8 @@ void vr_model_flags_add(vr_flagset *fs, vr_model_flags *f, const vr_model_defaul
         {"--master", VR_FLAG_CHOICE, &f->master, NULL, .choices = "fp32|split|none",
          .help = "bf16: an fp32 master copy of the weights (4 bytes a weight); split: the same\n"
                  "fp32 values as the bf16 weights (their high half) + 16 low bits (2 bytes);\n"
-                 "none: no master, stochastic rounding (fp32)"},
+                 "none: no master, stochastic rounding (split; fp32 with --offload optim or\n"
+                 "fp16; a resumed training state: the master it was saved with)"},
         {"--offload", VR_FLAG_CHOICE, &f->offload, NULL, .choices = enum_choices(fs, offload_name, buf, sizeof buf),
          .help = "optim: fp32 master and optimizer state in pinned host memory, the update\n"
                  "run by the host while the backward goes on (none)"},

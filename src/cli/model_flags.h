@@ -44,6 +44,10 @@ typedef struct vr_model_defaults {
  * their help. */
 void vr_model_flags_add(vr_flagset *fs, vr_model_flags *f, const vr_model_defaults *d);
 
+/* The master when --master is not given: split for a bf16 training step whose update runs on the device,
+ * else none asked for (a full fp32 master where the precision keeps one). */
+bool vr_model_flags_default_split(const vr_step_config *s);
+
 /* Fills the model and step configs from the flags and defaults. Returns 0, or
  * prints a one-line error naming the flag and returns 2. */
 int vr_model_flags_configure(const char *cmd, const vr_model_flags *f, const vr_model_defaults *d,

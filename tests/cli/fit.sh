@@ -108,7 +108,8 @@ assert sorted(mbo) == [0, 1, 2, 3] and mbo[0] > mb[0], (mbo, mb)
 assert mb[3] > mb[0], mb
 assert all(r["comm_seconds"] > 0 for r in rows if r["fits"]), "collectives not costed"
 p = subprocess.run([sys.argv[2], "plan", "--preset", "gpt2-medium", "--gpus", "4", "--zero", str(best["zero"]),
-                    "--precision", "bf16", "--batch", str(best["micro_batch"]), "--json"], capture_output=True, text=True)
+                    "--precision", "bf16", "--master", "fp32", "--batch", str(best["micro_batch"]), "--json"],
+                   capture_output=True, text=True)
 plan = json.loads(p.stdout)
 largest = max(r["arena"] for r in plan["ranks"])
 print("fit --gpus 4: best ZeRO", best["zero"], "micro-batch", best["micro_batch"], "need", best["need"],

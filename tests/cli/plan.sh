@@ -87,11 +87,16 @@ bad --accum --accum 0
 "$vram" plan --help >"$tmp/help"
 grep -q -- --recompute "$tmp/help"
 # bf16 that does not fit with a full master: the split master is named, with what it saves (half the master);
-# a split master is as many bytes as the bf16 weights (every weight trainable here)
-"$vram" plan --preset small --batch 8 --precision bf16 --capacity 16MiB >"$tmp/nofit"
+# a split master is as many bytes as the bf16 weights (every weight trainable here), and it is bf16's default
+# (a full one with --offload optim, whose update runs on the host; fp16 keeps a full one)
+"$vram" plan --preset small --batch 8 --precision bf16 --capacity 16MiB --master fp32 >"$tmp/nofit"
 grep -q "DOES NOT FIT" "$tmp/nofit" && grep -q "^hint .*--master split" "$tmp/nofit" || { cat "$tmp/nofit"; exit 1; }
-"$vram" plan --preset small --batch 8 --precision bf16 --capacity 16MiB --master split >"$tmp/nofit"
+"$vram" plan --preset small --batch 8 --precision bf16 --capacity 16MiB >"$tmp/nofit"
 ! grep -q "^hint" "$tmp/nofit" || { cat "$tmp/nofit"; exit 1; }
-"$vram" plan --preset small --batch 8 --precision bf16 --master split --json |
+"$vram" plan --preset small --batch 8 --precision bf16 --json |
   python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["roles"]; assert d["step"]["master"] == "split" and r["master"]["total"] == r["params"]["total"], (d["step"], r["master"], r["params"])'
+for f in "--precision bf16 --offload optim" "--precision fp16"; do
+  "$vram" plan --preset small --batch 8 $f --json |
+    python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["roles"]; assert d["step"]["master"] == "fp32", d["step"]'
+done
 echo ok

@@ -133,7 +133,7 @@ else
   "$vram" eval --init "$tmp/ev.bin" --batches 4 --device cuda --precision bf16 >/dev/null || fail "eval bf16 on cuda"
   # compact optimizer state on the GPU: plan == run, the loss falls; fp32 + 8-bit state close to the CPU's
   for f in "--optim-state 8bit" "--optim-state bf16" "--optim-state 8bit --master none" "--master none" \
-           "--optim momentum --optim-state 8bit" "--master split" "--master split --optim-state 8bit"; do
+           "--optim momentum --optim-state 8bit" "--master fp32" "--master fp32 --optim-state 8bit"; do
     "$vram" train --device cuda --precision bf16 --steps 30 $f >"$tmp/cs.out" || fail "cuda bf16 $f"
     ! grep -q DIFFERS "$tmp/cs.out" || { cat "$tmp/cs.out"; fail "cuda bf16 $f: planned and allocated differ"; }
     python3 - "$tmp/cs.out" "$f" <<'PY' || fail "cuda bf16 $f: the loss does not fall"
@@ -150,6 +150,17 @@ import json, sys
 a, b = ([json.loads(l)["loss"] for l in open(f) if '"event":"step"' in l] for f in sys.argv[1:])
 assert len(a) == len(b) == 8 and max(abs(x - y) for x, y in zip(a, b)) < 1e-3, (a, b)
 PY
+  # bf16's default master is split; a state saved with a full one (as states were before) resumes with it when
+  # --master is not given, one saved with the default with the split one: each equals its straight run
+  for m in fp32 split; do
+    "$vram" train $flags --device cuda --precision bf16 --master $m --save "$tmp/a.bin" --quiet
+    "$vram" train ${flags/--steps 10/--steps 4} --device cuda --precision bf16 --master $m --save-state "$tmp/s4_$m.bin" --quiet
+    "$vram" train $flags --device cuda --precision bf16 --resume "$tmp/s4_$m.bin" --save "$tmp/b.bin" --quiet
+    cmp "$tmp/a.bin" "$tmp/b.bin" || fail "bf16 resumed without --master differs from the straight run (--master $m)"
+  done
+  "$vram" train --device cuda --precision bf16 --steps 1 --json |
+    python3 -c 'import json,sys; d=[json.loads(l) for l in sys.stdin][0]; assert d["plan"]["step"]["master"] == "split", d["plan"]["step"]'
+  expect 1 master train --device cuda --precision bf16 --master split $flags --resume "$tmp/s4_fp32.bin"
 fi
 expect 2 "--loss-scale" train --loss-scale 1024 --steps 1
 "$vram" train --help >"$tmp/help" && grep -q -- --resume "$tmp/help"
