@@ -1,0 +1,97 @@
+// The MLP's backward dinp product with cuBLASLt's DGELU epilogue (what vram runs, src/kernels/cuda/matmul.cu
+// vr_cuda_matmul_dgelu_bwd) against DGELU_BGRAD, which also writes the column sums of the result (the bias gradient
+// of the Linear before the GELU, which vram otherwise sums in a separate pass over d_pre): heuristic 0 and the best
+// of the first 8 candidates, and whether BGRAD's sums are the same bit for bit twice. GPT-2 124M (B*T 16384, C 768)
+// and medium (8192, 1024), bf16. Build and run on the GPU machine:
+//   nvcc -O2 -arch=sm_90 bench/gpu/lt_dgelu.cu -lcublasLt -o /tmp/lt_dgelu && /tmp/lt_dgelu
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+#define CK(x) do { auto r_ = (x); if ((int)r_) { printf("%s:%d error %d\n", __FILE__, __LINE__, (int)r_); return 1; } } while (0)
+
+// dpre^T(H, N) = w^T(H, C) dout^T(C, N), then the GELU gradient at pre (aux, ld H); bgrad: + column sums into bias.
+static int run(cublasLtHandle_t lt, int N, int C, bool bgrad, void *w, void *dout, void *dpre, void *pre, void *bias,
+               void *ws, size_t wsb, cudaStream_t st)
+{
+    int H = 4 * C, m = H, n = N, k = C;
+    cublasLtEpilogue_t epi = bgrad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+    cublasLtMatmulDesc_t desc; cublasLtMatrixLayout_t la, lb, ld; cublasLtMatmulPreference_t pref;
+    cudaDataType_t ty = CUDA_R_16BF, sty = CUDA_R_32F;
+    cublasOperation_t op = CUBLAS_OP_N;
+    int64_t ldaux = H;
+    CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_SCALE_TYPE, &sty, sizeof sty));
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op, sizeof op));
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op, sizeof op));
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre));
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux, sizeof ldaux));
+    if (bgrad) {
+        CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &ty, sizeof ty));
+        CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
+    CK(cublasLtMatrixLayoutCreate(&la, ty, m, k, m));
+    CK(cublasLtMatrixLayoutCreate(&lb, ty, k, n, k));
+    CK(cublasLtMatrixLayoutCreate(&ld, ty, m, n, m));
+    CK(cublasLtMatmulPreferenceCreate(&pref));
+    CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+    cublasLtMatmulHeuristicResult_t h[8]; int got = 0;
+    CK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 8, h, &got));
+    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+    float alpha = 1, beta = 0, first = 0, best = 1e9; int bi = -1;
+    std::vector<uint16_t> b1(H), b2(H);
+    bool same = true;
+    for (int i = 0; i < got; i++) {
+        for (int w_ = 0; w_ < 3; w_++)
+            cublasLtMatmul(lt, desc, &alpha, w, la, dout, lb, &beta, dpre, ld, dpre, ld, &h[i].algo, ws, wsb, st);
+        cudaEventRecord(e0, st);
+        for (int r = 0; r < 20; r++)
+            cublasLtMatmul(lt, desc, &alpha, w, la, dout, lb, &beta, dpre, ld, dpre, ld, &h[i].algo, ws, wsb, st);
+        cudaEventRecord(e1, st);
+        if (cudaEventSynchronize(e1) != cudaSuccess) { cudaGetLastError(); continue; }
+        float ms; cudaEventElapsedTime(&ms, e0, e1); ms /= 20;
+        if (i == 0) first = ms;
+        if (ms < best) best = ms, bi = i;
+        if (bgrad) { // two more runs of this algorithm: the same sums?
+            cublasLtMatmul(lt, desc, &alpha, w, la, dout, lb, &beta, dpre, ld, dpre, ld, &h[i].algo, ws, wsb, st);
+            cudaMemcpy(b1.data(), bias, 2 * H, cudaMemcpyDeviceToHost);
+            cublasLtMatmul(lt, desc, &alpha, w, la, dout, lb, &beta, dpre, ld, dpre, ld, &h[i].algo, ws, wsb, st);
+            cudaMemcpy(b2.data(), bias, 2 * H, cudaMemcpyDeviceToHost);
+            same = same && !memcmp(b1.data(), b2.data(), 2 * H);
+        }
+    }
+    double flop = 2.0 * m * n * k;
+    printf("N %5d C %4d %-12s heuristic 0 %.4f ms (%.0f TFLOP/s), best #%d of %d %.4f ms%s\n", N, C,
+           bgrad ? "DGELU_BGRAD" : "DGELU", first, flop / first / 1e9, bi, got, best,
+           bgrad ? (same ? ", sums equal twice" : ", SUMS DIFFER between runs") : "");
+    cublasLtMatmulPreferenceDestroy(pref); cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld); cublasLtMatmulDescDestroy(desc);
+    return 0;
+}
+
+int main()
+{
+    cublasLtHandle_t lt; CK(cublasLtCreate(&lt));
+    size_t big = (size_t)16384 * 4 * 1024 * 2;
+    void *w, *dout, *dpre, *pre, *bias, *ws; size_t wsb = 32u << 20;
+    CK(cudaMalloc(&w, big)); CK(cudaMalloc(&dout, big)); CK(cudaMalloc(&dpre, big)); CK(cudaMalloc(&pre, big));
+    CK(cudaMalloc(&bias, 1 << 20)); CK(cudaMalloc(&ws, wsb));
+    // pseudo-random bf16 in [-1, 1): sums whose order shows
+    std::vector<uint16_t> hb(big / 2);
+    uint32_t s = 12345;
+    for (size_t i = 0; i < hb.size(); i++) {
+        s = s * 1664525u + 1013904223u;
+        float f = (float)(s >> 8) / (float)(1 << 24) * 2.0f - 1.0f;
+        uint32_t u; memcpy(&u, &f, 4); hb[i] = (uint16_t)(u >> 16);
+    }
+    CK(cudaMemcpy(w, hb.data(), big, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dout, hb.data(), big, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(pre, hb.data(), big, cudaMemcpyHostToDevice));
+    cudaStream_t st; cudaStreamCreate(&st);
+    int shapes[2][2] = {{16384, 768}, {8192, 1024}};
+    for (auto &sh : shapes)
+        for (int b = 0; b < 2; b++)
+            if (run(lt, sh[0], sh[1], b, w, dout, dpre, pre, bias, ws, wsb, st)) return 1;
+    return 0;
+}
