@@ -758,8 +758,8 @@ static void run_add_layernorm(vr_cuda_dtype dt, int N, int C)
  * the generic backward), GPT-2's 768 and 1024 from one row to over 10000 (the slices of the dw/db sums,
  * 128 at most, cut rows unevenly), C not a multiple of 256 columns (96, 200: lanes without a vector). */
 static const int LN_SHAPES[][2] = {{1, 5},     {37, 100},  {1, 768},   {3, 768},   {129, 768}, {4096, 768},
-                                   {10007, 768}, {16384, 768}, {300, 1024}, {129, 1600}, {65, 96}, {513, 200},
-                                   {33, 2048}};
+                                   {10007, 768}, {16384, 768}, {300, 1024}, {8192, 1024}, {77, 520}, {129, 1600},
+                                   {65, 96}, {513, 200}, {33, 2048}};
 
 static void test_layernorm(void **state)
 {
@@ -774,6 +774,7 @@ static void test_layernorm(void **state)
         }
     for (int di = 0; di < 2; di++) {
         run_layernorm_determinism(DTS[di], 16384, 768);
+        run_layernorm_determinism(DTS[di], 8192, 1024);
         run_layernorm_determinism(DTS[di], 1000, 1600);
         run_layernorm_determinism(DTS[di], 513, 100);
     }
@@ -787,8 +788,8 @@ static void test_layernorm(void **state)
 
 /* VRAM_KCUDA_BENCH=1: microseconds per call and GB/s (the bytes each must move: the forward reads x and
  * writes y; add + layernorm reads two and writes two; the backward reads x and dout and writes dinp) for
- * GPT-2 124M's layernorms, 16384 x 768 bf16, the register-row kernels against the generic ones, and the
- * add then the layernorm as two calls. Skipped otherwise. */
+ * GPT-2 124M's and medium's layernorms, 16384 x 768 and 8192 x 1024 bf16, the register-row kernels against the
+ * generic ones, and the add then the layernorm as two calls. Skipped otherwise. */
 static double bench_us(int which, int generic, void *const *p, int N, int C, void *scratch, size_t sb)
 {
     vr__cuda_layernorm_generic(generic);
@@ -821,13 +822,8 @@ static double bench_us(int which, int generic, void *const *p, int N, int C, voi
     return 1000.0 * ms / reps;
 }
 
-static void test_layernorm_bench(void **state)
+static void bench_layernorm_shape(int N, int C)
 {
-    (void)state;
-    NEED_GPU();
-    const char *b = getenv("VRAM_KCUDA_BENCH");
-    if (!b || !*b || !strcmp(b, "0")) skip();
-    const int N = 16384, C = 768;
     size_t n = (size_t)N * C;
     float *h = hrand(n, -2, 2), *hw = hrand(C, 0.5f, 1.5f);
     void *p[11];
@@ -848,6 +844,16 @@ static void test_layernorm_bench(void **state)
     free(h), free(hw);
     for (int k = 0; k < 11; k++) cudaFree(p[k]);
     cudaFree(scratch);
+}
+
+static void test_layernorm_bench(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    const char *b = getenv("VRAM_KCUDA_BENCH");
+    if (!b || !*b || !strcmp(b, "0")) skip();
+    bench_layernorm_shape(16384, 768); /* GPT-2 124M, B=16 */
+    bench_layernorm_shape(8192, 1024); /* GPT-2 medium, B=8 */
 }
 
 /* ------------------------------------------------------------------ attention */
