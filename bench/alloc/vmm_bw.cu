@@ -12,16 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        CUresult r_ = (x);                                                                      \
-        if (r_ != CUDA_SUCCESS) {                                                               \
-            const char *s_ = NULL;                                                              \
-            cuGetErrorString(r_, &s_);                                                          \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_ ? s_ : "?");           \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
+#include "cu_check.h"
+
 #define RK(x)                                                                                   \
     do {                                                                                        \
         cudaError_t e_ = (x);                                                                   \
