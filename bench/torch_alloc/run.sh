@@ -12,7 +12,8 @@
 #    every 50 ms (bench/gpu/gpumon.sh);
 # 4. a markdown table on stdout (bench/torch_alloc/table.py); raw JSON and logs under $OUT (WORKLOADS: a subset)
 #    (default: a temporary folder). STEPS (12) steps per run; MODES (default "native expandable vram_stitch
-#    vram_pytorch"): a subset. Exit 1 if a check failed.
+#    vram_pytorch"): a subset; ROUNDS (1): the modes run again in turn, and the step times are the median over the
+#    rounds (the lent machines' host speed moves between runs). Exit 1 if a check failed.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$(mktemp -d /tmp/torch_alloc.XXXXXX)}; mkdir -p "$OUT"
@@ -46,15 +47,19 @@ for p in stitch pytorch; do
 done
 
 OUT=$OUT . bench/gpu/gpumon.sh     # $base: idle nvidia-smi memory.used, MiB
-for w in ${WORKLOADS:-gpt2 bert resnet50}; do
-  for m in ${MODES:-native expandable vram_stitch vram_pytorch}; do
-    if [ $m = expandable ]; then conf="expandable_segments:True"; else conf=""; fi
-    PYTORCH_CUDA_ALLOC_CONF=$conf PYTORCH_ALLOC_CONF=$conf gpumon "$w-$m" \
-      timeout 240 python3 bench/torch_alloc/workload.py $w $m > "$OUT/$w-$m.json" 2> "$OUT/$w-$m.log"
-    rc=$?
-    if [ $rc -eq 3 ]; then echo "-- $w: skipped (torchvision not importable)"; break; fi
-    [ $rc -eq 0 ] && echo "-- $w $m: $(python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print('%.1f ms/step, peak reserved %.2f GiB' % (r['step_ms_median'], r['peak_reserved']/2**30))" "$OUT/$w-$m.json")" \
-                  || { echo "-- $w $m: FAILED (rc $rc), last lines of $OUT/$w-$m.log:"; tail -5 "$OUT/$w-$m.log"; }
+for r in $(seq 1 "${ROUNDS:-1}"); do   # rounds after the first: <w>-<m>.rN.json (table.py: median over rounds)
+  sfx=""; [ "$r" -gt 1 ] && sfx=".r$r"
+  for w in ${WORKLOADS:-gpt2 bert resnet50}; do
+    for m in ${MODES:-native expandable vram_stitch vram_pytorch}; do
+      if [ $m = expandable ]; then conf="expandable_segments:True"; else conf=""; fi
+      f="$OUT/$w-$m$sfx"
+      PYTORCH_CUDA_ALLOC_CONF=$conf PYTORCH_ALLOC_CONF=$conf gpumon "$w-$m$sfx" \
+        timeout 240 python3 bench/torch_alloc/workload.py $w $m > "$f.json" 2> "$f.log"
+      rc=$?
+      if [ $rc -eq 3 ]; then echo "-- $w: skipped (torchvision not importable)"; break; fi
+      [ $rc -eq 0 ] && echo "-- $w $m$sfx: $(python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print('%.1f ms/step, peak reserved %.2f GiB' % (r['step_ms_median'], r['peak_reserved']/2**30))" "$f.json")" \
+                    || { echo "-- $w $m$sfx: FAILED (rc $rc), last lines of $f.log:"; tail -5 "$f.log"; }
+    done
   done
 done
 echo

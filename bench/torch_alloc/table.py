@@ -7,7 +7,11 @@ Per workload, one row per mode: losses against native (bitwise, else the largest
 reserved and allocated (PyTorch's statistics for native/expandable, vram_torch.memory_stats for vram),
 reserved/allocated, nvidia-smi's peak above the idle baseline (50-ms samples), median step time and its
 ratio to native, and the mean step time (steps 3 on: the total time, which the median hides when a few steps
-are slow, e.g. BERT's steps that meet a new sequence length) and its ratio. Writes OUT/summary.json too."""
+are slow, e.g. BERT's steps that meet a new sequence length) and its ratio. With rounds (run.sh's ROUNDS: the
+modes run again in turn, OUT/<workload>-<mode>.r2.json, ...), both step times are the median over the rounds of
+each run's figure, so that a host whose speed moves between runs does not decide the ratio; losses and memory
+are the first round's. Writes OUT/summary.json too."""
+import statistics
 import json
 import os
 import sys
@@ -22,13 +26,30 @@ def mean_ms(r):
     return sum(t) / len(t)
 
 
-def load(out, w, m):
+def load(out, w, m, suffix=""):
     try:
-        with open(os.path.join(out, f"{w}-{m}.json")) as f:
+        with open(os.path.join(out, f"{w}-{m}{suffix}.json")) as f:
             lines = [l for l in f if l.startswith("{")]
         return json.loads(lines[-1]) if lines else {"error": "no result (see the .log)"}
     except OSError:
         return {"error": "not run"}
+
+
+def rounds(out, w, m, first):
+    """The runs of (w, m) with step times: the first, then .r2, .r3, ... while they exist."""
+    runs = [first] if "step_ms" in first else []
+    k = 2
+    while os.path.exists(os.path.join(out, f"{w}-{m}.r{k}.json")):
+        r = load(out, w, m, f".r{k}")
+        if "step_ms" in r:
+            runs.append(r)
+        k += 1
+    return runs
+
+
+def step_times(runs):
+    """(median step ms, mean step ms): each the median over the runs of that run's figure."""
+    return (statistics.median(r["step_ms_median"] for r in runs), statistics.median(mean_ms(r) for r in runs))
 
 
 def smi_peak(out, w, m, base):
@@ -50,7 +71,11 @@ def main():
             lines += [f"\n**{w}**: skipped ({rs['native']['skipped']})"]
             continue
         nat = rs["native"]
-        lines += [f"\n**{w}**" + (f" ({nat.get('steps')} steps, {nat.get('device', '')}, torch {nat.get('torch', '')})"
+        runs = {m: rounds(out, w, m, rs[m]) for m in MODES}
+        t = {m: step_times(runs[m]) for m in MODES if runs[m]}
+        nr = max(len(v) for v in runs.values())
+        lines += [f"\n**{w}**" + (f" ({nat.get('steps')} steps, {nat.get('device', '')}, torch {nat.get('torch', '')}"
+                                  + (f"; step times: the median of {nr} rounds" if nr > 1 else "") + ")"
                                   if "losses" in nat else ""),
                   "", "| mode | losses vs native | peak reserved GiB | peak allocated GiB | reserved/allocated "
                   "| nvidia-smi peak GiB | step ms (median) | vs native | step ms (mean) | vs native |",
@@ -69,12 +94,15 @@ def main():
                 lv = "no native run"
             smi = smi_peak(out, w, m, base)
             ratio = r["peak_reserved"] / r["peak_allocated"] if r["peak_allocated"] else float("nan")
-            vs = (f"{100 * (r['step_ms_median'] / nat['step_ms_median'] - 1):+.1f}%" if "losses" in nat else "")
-            vm = (f"{100 * (mean_ms(r) / mean_ms(nat) - 1):+.1f}%" if "losses" in nat else "")
+            med, mean = t[m]
+            both = "losses" in nat and "native" in t
+            vs = f"{100 * (med / t['native'][0] - 1):+.1f}%" if both else ""
+            vm = f"{100 * (mean / t['native'][1] - 1):+.1f}%" if both else ""
             lines.append(f"| {m} | {lv} | {r['peak_reserved'] / GiB:.2f} | {r['peak_allocated'] / GiB:.2f} | "
-                         f"{ratio:.3f} | {'' if smi is None else f'{smi:.2f}'} | {r['step_ms_median']:.1f} | {vs} | "
-                         f"{mean_ms(r):.1f} | {vm} |")
-            summary[f"{w}-{m}"] = dict(r, smi_peak_gib=smi)
+                         f"{ratio:.3f} | {'' if smi is None else f'{smi:.2f}'} | {med:.1f} | {vs} | "
+                         f"{mean:.1f} | {vm} |")
+            summary[f"{w}-{m}"] = dict(r, smi_peak_gib=smi, rounds=len(runs[m]), step_ms_rounds_median=med,
+                                       step_ms_rounds_mean=mean)
     print("\n".join(lines))
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
