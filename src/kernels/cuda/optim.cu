@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "kernels/cuda/optim_elem.cuh"
-#include "kernels/optim_math.h"
 
 /* One element's update (shared by the single-tensor and the multi-tensor kernels; the arithmetic is
  * optim_elem.cuh's opt_upd). wd is this tensor's weight decay, gs the gradient multiplier. */
@@ -222,13 +221,11 @@ __device__ __forceinline__ void opt_elem_split(__nv_bfloat16 *param, uint16_t *l
                                                size_t i, const opt_args &a, float wd, float gs)
 {
     float mi = KIND != OPT_SGD ? m[i] : 0.0f, vi = KIND >= OPT_ADAM ? v[i] : 0.0f;
-    float p = vr_bits_f32(vr_split_join(__bfloat16_as_ushort(param[i]), lo[i]));
-    p = opt_upd<KIND>(p, __fmul_rn(vr_tof(grad[i]), gs), mi, vi, a, wd);
+    float p = opt_upd<KIND>(opt_split_weight((const uint16_t *)param, lo, i), __fmul_rn(vr_tof(grad[i]), gs), mi, vi,
+                            a, wd);
     if (KIND != OPT_SGD) m[i] = mi;
     if (KIND >= OPT_ADAM) v[i] = vi;
-    uint32_t u = vr_f32_bits(p);
-    param[i] = __ushort_as_bfloat16(vr_split_hi(u));
-    lo[i] = vr_split_lo(u);
+    opt_split_store((uint16_t *)param, lo, i, p);
 }
 
 /* Elements [lo, hi) of a split-master tensor: bf16 params only (the executor gives no other a split master). */

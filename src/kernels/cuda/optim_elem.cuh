@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
+#include "kernels/optim_math.h"
 
 /* The kinds, in vr_cuda_mt_optim's numbering (VR_CUDA_MT_SGD ...). */
 enum { OPT_SGD = VR_CUDA_MT_SGD, OPT_MOM = VR_CUDA_MT_MOMENTUM, OPT_ADAM = VR_CUDA_MT_ADAM, OPT_ADAMW = VR_CUDA_MT_ADAMW };
@@ -69,6 +70,20 @@ __device__ __forceinline__ float opt_upd(float p, float g, float &mi, float &vi,
     vi = __fmaf_rn(a.b2, vi, __fmul_rn(__fmul_rn(__fsub_rn(1.0f, a.b2), g), g));
     float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
     return __fsub_rn(p, __fdiv_rn(__fmul_rn(__fdiv_rn(a.lr, a.bc1), mi), den));
+}
+
+/* Element i of a split master (kernels/optim_math.h): its fp32 value from the bf16 weight's bits hi[i] and the
+ * low bits lo[i], and the two halves of a new value stored back. */
+__device__ __forceinline__ float opt_split_weight(const uint16_t *hi, const uint16_t *lo, size_t i)
+{
+    return vr_bits_f32(vr_split_join(hi[i], lo[i]));
+}
+
+__device__ __forceinline__ void opt_split_store(uint16_t *hi, uint16_t *lo, size_t i, float p)
+{
+    uint32_t u = vr_f32_bits(p);
+    hi[i] = vr_split_hi(u);
+    lo[i] = vr_split_lo(u);
 }
 
 #endif

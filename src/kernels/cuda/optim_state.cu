@@ -49,9 +49,7 @@ __device__ __forceinline__ void store_param(const vr_cuda_mt_tensor &t, size_t i
 {
     TP *param = (TP *)t.param;
     if (t.split) { /* bf16 params (the executor's rule): the high half, the low 16 bits in master */
-        uint32_t u = vr_f32_bits(p);
-        ((uint16_t *)t.param)[i] = vr_split_hi(u);
-        ((uint16_t *)t.master)[i] = vr_split_lo(u);
+        opt_split_store((uint16_t *)t.param, (uint16_t *)t.master, i, p);
     } else if (t.master) {
         t.master[i] = p;
         param[i] = vr_fromf<TP>(p);
@@ -63,7 +61,7 @@ __device__ __forceinline__ void store_param(const vr_cuda_mt_tensor &t, size_t i
 template <typename TP> __device__ __forceinline__ float weight(const vr_cuda_mt_tensor &t, size_t i)
 {
     if (t.split)
-        return vr_bits_f32(vr_split_join(((const uint16_t *)t.param)[i], ((const uint16_t *)t.master)[i]));
+        return opt_split_weight((const uint16_t *)t.param, (const uint16_t *)t.master, i);
     return t.master ? t.master[i] : vr_tof(((const TP *)t.param)[i]);
 }
 
