@@ -233,6 +233,7 @@ static void learn(st_state *s, smap *m, size_t u, bool lent)
         m->key = s->key;
     memmove(&s->hist[1], &s->hist[0], (ST_HIST - 1) * sizeof s->hist[0]);
     s->hist[0] = u;
+    st_period_learn(s, u, m);
 }
 
 /* Puts a new block on m, whose prefix lies on free units: segment, spans, statistics. The block is
@@ -693,6 +694,9 @@ static vr_block *find_free(vr_alloc *a, vra_request *req)
     size_t u = req->size / UNIT;
     vr_block *b = NULL;
     pred_key(s, u);
+    smap *pm = st_period_predict(s, u);
+    if (pm && !pm->stale && (b = take(a, req, pm, u, pm->bsize != u)))
+        return b;
     size_t lo = st_cand_lower_bound(s, u), hi = st_cand_lower_bound(s, u + 1);
     for (int pass = 0; pass < 2; pass++)
         for (size_t k = 0; k < hi - lo && k < CAND_SCAN; k++) {
@@ -790,7 +794,7 @@ static vr_status init(vr_alloc *a)
         s->set[w].bits = calloc(words, sizeof *s->set[w].bits);
     }
     a->pstate = s;
-    if (!s->set[0].first || !s->set[1].first || !s->set[0].bits || !s->set[1].bits) {
+    if (!s->set[0].first || !s->set[1].first || !s->set[0].bits || !s->set[1].bits || st_period_init(s) != VR_OK) {
         fini(a);
         return vr_error(VR_ERR_OOM, "allocator: out of host memory");
     }
@@ -809,6 +813,7 @@ static void fini(vr_alloc *a)
     }
     for (size_t i = 0; i < s->nep; i++)
         vr_event_destroy(a->dev, s->ep[i].ev);
+    st_period_fini(s); /* first: the mappings unmapped below need not be forgotten one by one */
     st_space_fini(a);
     for (size_t i = 0; i < s->nall; i++) {
         free(s->all[i]->used);

@@ -510,6 +510,7 @@ static void unmap_now(vr_alloc *a, smap *m)
     va_give(s, m->chunk, m->va, m->n);
     m->chunk->live--;
     maps_unlink(s, m);
+    st_period_forget(s, m);
     free(m);
 }
 

@@ -9,6 +9,7 @@
 #define ST_UNIT VRA_MIN_BLOCK
 #define ST_EPOCHS 16              /* events kept of those recorded every ST_EPOCH_FREES large frees */
 #define ST_EPOCH_FREES 32
+#define ST_LAGS 8                 /* lags tracked for the period of the large requests (stitch_period.c) */
 #define ST_HIST 2                 /* large request sizes before a request in its key (4 or 1: more calls) */
 
 typedef struct sgran sgran;
@@ -81,6 +82,7 @@ struct smap {
     bool in_idle;
     bool stale;                   /* in the stale list: being unmapped */
     uint64_t key;                 /* of the last request it served (st->key) */
+    uint32_t nring;               /* entries of the period's ring naming it (stitch_period.c) */
     uint64_t freed;               /* st->frees when its last block was freed: work on it came before */
     smap *aprev, *anext;          /* every mapping */
     struct vchunk *chunk;         /* the address chunk its range comes from */
@@ -158,6 +160,7 @@ typedef struct st_state {
     size_t nep;
     uint64_t hist[ST_HIST];       /* units of the last large requests, newest first */
     uint64_t key;                 /* of the request being served: hash of hist and its units */
+    struct st_period *per;        /* the large requests' period (stitch_period.c) */
 } st_state;
 
 static inline st_state *st_of(const vr_alloc *a) { return a->pstate; }
@@ -199,6 +202,17 @@ void st_cand_remove(st_state *s, smap *m);
 size_t st_cand_lower_bound(const st_state *s, size_t bsize);
 /* Index in st->bycap of the first candidate of at least cap units from its off to its end. */
 size_t st_bycap_lower_bound(const st_state *s, size_t cap);
+/* --- the period of the large requests (stitch_period.c) --- */
+vr_status st_period_init(st_state *s);
+void st_period_fini(st_state *s);
+/* The mapping that served the large request one period before this one (of u units), when the requests
+ * repeat with a period and that one was of u units too; NULL otherwise. */
+smap *st_period_predict(const st_state *s, size_t u);
+/* Request served: u units on m. */
+void st_period_learn(st_state *s, size_t u, smap *m);
+/* m is unmapped: forgotten. */
+void st_period_forget(st_state *s, smap *m);
+
 /* Frees what stitch_space holds (fini): mappings' bookkeeping, chunks without live mappings. */
 void st_space_fini(vr_alloc *a);
 vr_status st_space_check(vr_alloc *a);

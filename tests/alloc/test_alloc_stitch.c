@@ -255,6 +255,78 @@ static void steady_state_makes_no_device_calls(void **state)
     vr_device_close(d);
 }
 
+/* A CNN-like step (ResNet-50's shape of requests): stages of identical blocks, each saving several activations of
+ * its stage's sizes until the backward, with a scratch block between; the backward frees them in reverse, each
+ * block's gradients of the same sizes. Many requests of one size a step, under the same key: without the period
+ * (stitch_period.c) such a step never settled (ResNet-50's trace: ~216 device calls a step after 30 steps). Runs
+ * `steps` steps with cfg; each step's device calls in calls[]; returns peak reserved / allocated. */
+static double cnn_steps(const vr_alloc_config *cfg, int steps, uint64_t *calls)
+{
+    vr_device *d = open_dev("meta:8GiB");
+    vr_device_set_manual_events(d, true);
+    vr_alloc *a = make_alloc(d, "stitch", cfg);
+    static const struct { int blocks; size_t c; } stage[] = {{3, 4}, {4, 2}, {6, 1}, {3, 1}};
+    enum { NS = sizeof stage / sizeof *stage, SAVED = 6, MAXB = 16 * SAVED };
+    void *params = xmalloc(a, 100 * MiB, 0);
+    for (int step = 0; step < steps; step++) {
+        uint64_t c0 = calls_now(d);
+        void *saved[MAXB];
+        size_t size[MAXB];
+        int n = 0;
+        for (int st = 0; st < NS; st++)
+            for (int b = 0; b < stage[st].blocks; b++)
+                for (int k = 0; k < SAVED; k++) {
+                    size_t sz = stage[st].c * (k % 3 == 2 ? 4 : 1) * 3 * MiB + (size_t)st * 512;
+                    saved[n] = xmalloc(a, sz, 0);
+                    size[n++] = sz;
+                    if (k == 3)
+                        xfree(a, xmalloc(a, sz / 2 + 1024, 0)); /* a kernel's workspace */
+                }
+        void *g = NULL;
+        for (int i = n - 1; i >= 0; i--) {
+            void *gi = xmalloc(a, size[i], 0); /* the gradient of saved[i] */
+            xfree(a, saved[i]);
+            if (g)
+                xfree(a, g);
+            g = gi;
+        }
+        xfree(a, g);
+        vr_device_complete_events(d);
+        calls[step] = calls_now(d) - c0;
+    }
+    check_invariants(a);
+    vr_alloc_stats st = stats_of(a);
+    double ratio = (double)st.reserved_bytes[VR_POOL_ALL].peak / (double)st.allocated_bytes[VR_POOL_ALL].peak;
+    print_message("lending %u%%, granule %zu MiB: device calls per step:", cfg->stitch_lend_pct,
+                  (size_t)cfg->stitch_granule / MiB);
+    for (int i = 0; i < steps; i++)
+        print_message(" %llu", (unsigned long long)calls[i]);
+    print_message("; peak reserved / allocated %.4f\n", ratio);
+    xfree(a, params);
+    vr_alloc_empty_cache(a);
+    assert_int_equal(CUR(a, reserved_bytes, VR_POOL_ALL), 0);
+    vr_alloc_destroy(a);
+    vr_device_close(d);
+    return ratio;
+}
+
+/* Such steps settle once their period is seen: no device call in the last steps, with the device's granule and
+ * no lending (vram train's dynamic mode) and with libvram_torch's 8 MiB granules and lending. */
+static void repeated_blocks_settle(void **state)
+{
+    (void)state;
+    enum { STEPS = 12 };
+    const vr_alloc_config cfgs[] = {{.stitch_lend_pct = 0}, {.stitch_lend_pct = 100, .stitch_granule = 8 * MiB}};
+    for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
+        uint64_t calls[STEPS];
+        double ratio = cnn_steps(&cfgs[c], STEPS, calls);
+        assert_true(calls[0] > 0);
+        for (int i = STEPS - 4; i < STEPS; i++)
+            assert_int_equal(calls[i], 0);
+        assert_true(ratio <= 1.05);
+    }
+}
+
 /* A PyTorch-like training loop whose sequence length changes every step (4 lengths in turn): per layer
  * the same sizes (saved activations, scratch, gradients), a large logits block, parameter gradients freed
  * at the end of the step. Runs VARY_ROUNDS rounds of the 4 lengths on a fresh allocator with cfg; the
@@ -468,6 +540,7 @@ int main(void)
         cmocka_unit_test(evicted_mapping_is_reused),
         cmocka_unit_test(larger_mapping_is_lent),
         cmocka_unit_test(steady_state_makes_no_device_calls),
+        cmocka_unit_test(repeated_blocks_settle),
         cmocka_unit_test(varying_steps_reach_few_device_calls),
         cmocka_unit_test(varying_steps_with_lending),
         cmocka_unit_test(lending_patches_without_waiting),
