@@ -21,7 +21,7 @@ print(c['total'], c['map'], c['event_sync'], '%.4f' % d['ratio'], '%.0f' % d['ns
 echo "| trace | calls / warm pass (cuMemMap) | host waits / pass | reserved / allocated | ns / op (warm) |"
 echo "|---|---|---|---|---|"
 for t in "$traces/gpt2_bf16_b32.csv.gz" "$traces/gpt2_bf16_varlen_b16.csv.gz" "$synth/varlen_gpt.csv.gz" \
-         "$tests/mlp_varlen_h100.csv.gz"; do
+         "$tests/mlp_varlen_h100.csv.gz" "$tests/resnet50_h100.csv.gz"; do
   read -r a am as _ _ <<<"$(run "$t" 2)"
   read -r b bm bs r _ <<<"$(run "$t" 10)"
   read -r _ _ _ _ ns <<<"$(run "$t" 3 3)"

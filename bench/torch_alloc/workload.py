@@ -9,7 +9,9 @@ sequence lengths drawn per step from 64..512, 15% masked, AdamW), resnet50 (torc
 GradScaler, batch 64 at 224x224, SGD momentum; exit 3 when torchvision is missing).
 MODE: native (PyTorch's allocator), expandable (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, set by
 run.sh before python starts), vram_stitch / vram_pytorch (vram_torch.enable(policy) before CUDA starts).
-Every mode: the same seeds and inputs, torch.use_deterministic_algorithms(True, warn_only=True).
+Every mode: the same seeds and inputs, torch.use_deterministic_algorithms(True, warn_only=True). A step's time
+runs from its host batch (made before, untimed, as a data loader would have it ready: ResNet-50's images take
+the host tens of milliseconds, and the host's speed is not the allocator's) to loss.item().
 Prints one JSON line: losses per step, median step ms (steps after the first 2), peak reserved and
 allocated (torch's own statistics for native/expandable; vram_torch.memory_stats for vram)."""
 import argparse
@@ -56,13 +58,14 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = False
     torch.manual_seed(1234)
-    step = {"gpt2": gpt2, "bert": bert, "resnet50": resnet50}[a.workload](torch, a.batch)
+    batch, step = {"gpt2": gpt2, "bert": bert, "resnet50": resnet50}[a.workload](torch, a.batch)
     losses, times, costs = [], [], []
     c0 = vt.allocator_costs() if vt else {}
     for i in range(a.steps):
+        host = batch()   # the host's data, as a loader would have it ready: not the allocator's time
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        losses.append(step(i))
+        losses.append(step(*host))
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1000)
         if vt:   # the allocator's cost of this step: calls, host ms inside it, driver calls
@@ -91,8 +94,11 @@ def gpt2(torch, batch=0):
     gen = torch.Generator().manual_seed(7)
     B, T = batch or 8, 1024
 
-    def step(i):
-        x = torch.randint(0, g.V, (B, T + 1), generator=gen).cuda()
+    def batch():
+        return (torch.randint(0, g.V, (B, T + 1), generator=gen),)
+
+    def step(x):
+        x = x.cuda()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(x[:, :-1].contiguous(), x[:, 1:].contiguous())
         loss.backward()
@@ -100,7 +106,7 @@ def gpt2(torch, batch=0):
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.item()
-    return step
+    return batch, step
 
 
 def bert(torch, batch=0):
@@ -113,19 +119,23 @@ def bert(torch, batch=0):
     gen = torch.Generator().manual_seed(11)
     B = batch or 32
 
-    def step(i):
+    def batch():
         T = int(torch.randint(64, 513, (1,), generator=gen))
         ids = torch.randint(1000, cfg.vocab_size, (B, T), generator=gen)
         mask = torch.rand(B, T, generator=gen) < 0.15
         labels = torch.where(mask, ids, torch.full_like(ids, -100))
         ids = torch.where(mask, torch.full_like(ids, 103), ids)     # [MASK]
+        return ids, labels
+
+    def step(ids, labels):
+        B, T = ids.shape
         out = model(input_ids=ids.cuda(), attention_mask=torch.ones(B, T, dtype=torch.long).cuda(),
                     labels=labels.cuda())
         out.loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         return out.loss.item()
-    return step
+    return batch, step
 
 
 def resnet50(torch, batch=0):
@@ -136,9 +146,11 @@ def resnet50(torch, batch=0):
     gen = torch.Generator().manual_seed(13)
     B = batch or 64
 
-    def step(i):
-        x = torch.randn(B, 3, 224, 224, generator=gen).cuda()
-        y = torch.randint(0, 1000, (B,), generator=gen).cuda()
+    def batch():
+        return torch.randn(B, 3, 224, 224, generator=gen), torch.randint(0, 1000, (B,), generator=gen)
+
+    def step(x, y):
+        x, y = x.cuda(), y.cuda()
         with torch.autocast("cuda", dtype=torch.float16):
             loss = torch.nn.functional.cross_entropy(model(x), y)
         scaler.scale(loss).backward()
@@ -146,7 +158,7 @@ def resnet50(torch, batch=0):
         scaler.update()
         opt.zero_grad(set_to_none=True)
         return loss.item()
-    return step
+    return batch, step
 
 
 if __name__ == "__main__":
