@@ -413,6 +413,10 @@ int64_t vr_mlp_num_params(const vr_mlp_config *c);
  * master needs bf16); VR_ERR_INVALID naming the field. vr_graph_build calls it first. */
 vr_status vr_step_config_check(const vr_step_config *s);
 
+/* Whether s may keep its fp32 master split (vr_step_config.split_master): bf16 weights, a master, no offload
+ * (the other fields as they are); vr_step_config_check refuses split_master otherwise. */
+bool vr_step_config_split_master_ok(const vr_step_config *s);
+
 /* Builds the graph of one step: the model's forward, then (when s->train) the
  * backward (with recomputation as configured) and the optimizer nodes.
  * VR_ERR_INVALID naming the field at fault. Free with vr_graph_free. */

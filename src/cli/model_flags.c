@@ -136,7 +136,7 @@ static int configure_mlp(const char *cmd, const vr_model_flags *o, const vr_mode
 
 bool vr_model_flags_default_split(const vr_step_config *s)
 {
-    return s->train && s->precision == VR_PREC_BF16 && !s->no_master && s->offload == VR_OFFLOAD_NONE;
+    return s->train && vr_step_config_split_master_ok(s);
 }
 
 int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_model_defaults *d,

@@ -4,6 +4,11 @@
 
 #include "graph/graph_internal.h"
 
+bool vr_step_config_split_master_ok(const vr_step_config *s)
+{
+    return s->precision == VR_PREC_BF16 && !s->no_master && s->offload == VR_OFFLOAD_NONE;
+}
+
 vr_status vr_step_config_check(const vr_step_config *s)
 {
     if ((unsigned)s->precision > VR_PREC_FP16 || (unsigned)s->optim > VR_OPTIM_ADAMW ||
@@ -21,10 +26,11 @@ vr_status vr_step_config_check(const vr_step_config *s)
                         vr_precision_name(s->precision),
                         s->precision == VR_PREC_FP32 ? "weights are their own fp32 master"
                                                      : "weights lose small updates without an fp32 master");
-    if (s->split_master && (s->precision != VR_PREC_BF16 || s->no_master))
-        return vr_error(VR_ERR_INVALID, "vr_step_config.split_master: needs bf16 precision and a master (%s%s): the "
-                        "weights are the high half of the fp32 master", vr_precision_name(s->precision),
-                        s->no_master ? ", no master" : "");
+    if (s->split_master && !vr_step_config_split_master_ok(s))
+        return vr_error(VR_ERR_INVALID, "vr_step_config.split_master: needs bf16 precision, a master and no offload "
+                        "(%s%s%s): the bf16 weights are the high half of the fp32 master on the device",
+                        vr_precision_name(s->precision), s->no_master ? ", no master" : "",
+                        s->offload ? ", offload optim: the host's update keeps a full fp32 master" : "");
     if ((unsigned)s->offload > VR_OFFLOAD_OPTIM)
         return vr_error(VR_ERR_INVALID, "step config: bad offload value %d", (int)s->offload);
     if ((unsigned)s->attention > VR_ATTENTION_CUDNN)
@@ -35,9 +41,6 @@ vr_status vr_step_config_check(const vr_step_config *s)
     if (s->offload && s->no_master)
         return vr_error(VR_ERR_INVALID, "vr_step_config.offload: 'optim' keeps the fp32 master weights on the "
                         "host; it cannot run with vr_step_config.no_master");
-    if (s->offload && s->split_master)
-        return vr_error(VR_ERR_INVALID, "vr_step_config.split_master: the offloaded update keeps a full fp32 master "
-                        "on the host; it cannot run with vr_step_config.offload");
     if (s->accum < 0)
         return vr_error(VR_ERR_INVALID, "vr_step_config.accum: must be >= 1 (got %d)", s->accum);
     if (s->world < 0 || s->world > VR_MAX_RANKS || (s->world > 0 && (s->rank < 0 || s->rank >= s->world)))
