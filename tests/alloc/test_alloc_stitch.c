@@ -255,6 +255,21 @@ static void steady_state_makes_no_device_calls(void **state)
     vr_device_close(d);
 }
 
+/* The end of a run of steps: invariants checked, params freed, empty_cache gives every byte back, a and d gone;
+ * peak reserved / allocated. */
+static double finish_run(vr_device *d, vr_alloc *a, void *params)
+{
+    check_invariants(a);
+    vr_alloc_stats st = stats_of(a);
+    double ratio = (double)st.reserved_bytes[VR_POOL_ALL].peak / (double)st.allocated_bytes[VR_POOL_ALL].peak;
+    xfree(a, params);
+    vr_alloc_empty_cache(a);
+    assert_int_equal(CUR(a, reserved_bytes, VR_POOL_ALL), 0);
+    vr_alloc_destroy(a);
+    vr_device_close(d);
+    return ratio;
+}
+
 /* A CNN-like step (ResNet-50's shape of requests): stages of identical blocks, each saving several activations of
  * its stage's sizes until the backward, with a scratch block between; the backward frees them in reverse, each
  * block's gradients of the same sizes. Many requests of one size a step, under the same key: without the period
@@ -294,19 +309,12 @@ static double cnn_steps(const vr_alloc_config *cfg, int steps, uint64_t *calls)
         vr_device_complete_events(d);
         calls[step] = calls_now(d) - c0;
     }
-    check_invariants(a);
-    vr_alloc_stats st = stats_of(a);
-    double ratio = (double)st.reserved_bytes[VR_POOL_ALL].peak / (double)st.allocated_bytes[VR_POOL_ALL].peak;
-    print_message("lending %u%%, granule %zu MiB: device calls per step:", cfg->stitch_lend_pct,
+    double ratio = finish_run(d, a, params);
+    print_message("lending %u%%, granule %zu MiB (0: the device's): device calls per step:", cfg->stitch_lend_pct,
                   (size_t)cfg->stitch_granule / MiB);
     for (int i = 0; i < steps; i++)
         print_message(" %llu", (unsigned long long)calls[i]);
     print_message("; peak reserved / allocated %.4f\n", ratio);
-    xfree(a, params);
-    vr_alloc_empty_cache(a);
-    assert_int_equal(CUR(a, reserved_bytes, VR_POOL_ALL), 0);
-    vr_alloc_destroy(a);
-    vr_device_close(d);
     return ratio;
 }
 
@@ -385,19 +393,12 @@ static double varying_steps(const vr_alloc_config *cfg, uint64_t calls[VARY_ROUN
         vr_device_get_calls(d, &c);
         waits[round] = c.event_sync - w0;
     }
-    check_invariants(a);
-    vr_alloc_stats st = stats_of(a);
-    double ratio = (double)st.reserved_bytes[VR_POOL_ALL].peak / (double)st.allocated_bytes[VR_POOL_ALL].peak;
+    double ratio = finish_run(d, a, params);
     unsigned lend = cfg ? (unsigned)cfg->stitch_lend_pct : 0u;
     print_message("lending %u%%: device calls (host waits) per round of %d steps:", lend, NT);
     for (int r = 0; r < VARY_ROUNDS; r++)
         print_message(" %llu (%llu)", (unsigned long long)calls[r], (unsigned long long)waits[r]);
     print_message("; peak reserved / allocated %.4f\n", ratio);
-    xfree(a, params);
-    vr_alloc_empty_cache(a);
-    assert_int_equal(CUR(a, reserved_bytes, VR_POOL_ALL), 0);
-    vr_alloc_destroy(a);
-    vr_device_close(d);
     return ratio;
 }
 
