@@ -46,6 +46,26 @@ for c in "a 300 2MiB" "b 100 8MiB"; do
     --stitch-granule "$3" --check >/dev/null 2>"$tmp/err" || fail "stitch_lend_overlap_$1 (lend $2, $3): $(cat "$tmp/err")"
 done
 
+# stitch settles on a loop that repeats exactly: ResNet-50's recorded step 5 (H100, PyTorch 2.11) repeated 10 and
+# 30 times makes the same driver calls in all (none after the 10th step), with libvram_torch's setting (lending,
+# 8 MiB granules) and vram train's (the device's granule, no lending); before stitch_period.c it kept ~216 a step.
+rn="$src/tests/data/traces/resnet50_h100.csv.gz"
+for n in 10 30; do
+  python3 "$src/bench/alloc/steady_trace.py" "$rn" 38535168 5 $n "$tmp/rn_steady_$n.csv.gz" >/dev/null \
+    || fail "steady_trace.py $n"
+done
+for c in "100 8MiB" "0 2MiB"; do
+  set -- $c
+  calls=""
+  for n in 10 30; do
+    calls="$calls $("$vram" replay "$tmp/rn_steady_$n.csv.gz" --policy stitch --stitch-lend "$1" --stitch-granule "$2" \
+      --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["device_calls"]["total"])')"
+  done
+  set -- $calls "$1" "$2"
+  if [ -n "$1" ] && [ "$1" = "$2" ]; then echo "ok: resnet50 steady (lend $3, $4): $1 calls over 10 steps and over 30"
+  else fail "resnet50 steady (lend $3, $4): $1 calls over 10 steps, $2 over 30: a repeated step makes device calls"; fi
+done
+
 # ---------------------------------------------------------------- shared traces
 traces=${VRAM_SHARED_DIR:-}/traces
 if [ -z "${VRAM_SHARED_DIR:-}" ] || ! ls "$traces"/*.csv.gz >/dev/null 2>&1; then
