@@ -22,6 +22,7 @@
 #define ST_RING 8192      /* large requests remembered: the longest period found */
 #define ST_GRAM 8         /* sizes in a W-gram */
 #define ST_RUN_MIN 16     /* a period repeats at least this many requests in a row */
+#define ST_LAGS 8         /* lags tracked */
 #define GRAM_SLOTS (2 * ST_RING)
 
 struct st_period {

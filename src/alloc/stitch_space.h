@@ -9,7 +9,6 @@
 #define ST_UNIT VRA_MIN_BLOCK
 #define ST_EPOCHS 16              /* events kept of those recorded every ST_EPOCH_FREES large frees */
 #define ST_EPOCH_FREES 32
-#define ST_LAGS 8                 /* lags tracked for the period of the large requests (stitch_period.c) */
 #define ST_HIST 2                 /* large request sizes before a request in its key (4 or 1: more calls) */
 
 typedef struct sgran sgran;
