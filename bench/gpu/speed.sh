@@ -36,7 +36,8 @@
 # Environment: STEPS (20), CONFIGS, SKIP_EAGER=1, OUT (./out/speed: logs NAME.SYSTEM.{out,err,smi,meta}, env.txt,
 # table.md), BUDGET (seconds for the whole command, default 560 to fit a 10-minute call: a process gets at most
 # what is left and is skipped, with a line saying so, when less than 40 s is left; BUDGET=0: no limit),
-# VRAM_EXTRA (more vram train flags, e.g. "--recompute selective"), PEAK_TFLOPS, DRY=1 (print the commands, run
+# VRAM_EXTRA (more vram train flags, e.g. "--recompute selective"), VRAM_CUBLAS=torch (vram's cuBLASLt from
+# PyTorch's nvidia packages instead of the loader's; env.txt names the one vram loads), PEAK_TFLOPS, DRY=1 (print the commands, run
 # nothing), TABLE_ONLY=1 (only rebuild the table from the logs in $OUT). The table covers every configuration
 # whose logs are in $OUT, so two calls with the same OUT on a warm machine (CONFIGS split) make one table; the
 # configurations run by this call are cleared first.
@@ -105,6 +106,17 @@ else
     fi
     if [ -n "$d" ]; then export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}; cudnn=$d; else cudnn="none found (vram's own attention kernels)"; fi
   fi
+  # cuBLASLt for vram: the loader's (the toolkit's) by default; VRAM_CUBLAS=torch: PyTorch's wheel copy, which
+  # PyTorch's own products run on (the comparison then on one library; torch loads its copy either way)
+  if [ "${VRAM_CUBLAS:-}" = torch ]; then
+    sp=$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)
+    lt=$(find "$sp/nvidia" /usr/local/lib/python3*/dist-packages/nvidia -name 'libcublasLt.so.1[0-9]*' 2>/dev/null | head -1)
+    [ -n "$lt" ] || { echo "!! VRAM_CUBLAS=torch: no libcublasLt.so.* under PyTorch's nvidia packages"; exit 1; }
+    export LD_LIBRARY_PATH=$(dirname "$lt"):${LD_LIBRARY_PATH:-}
+  elif [ -n "${VRAM_CUBLAS:-}" ]; then
+    echo "!! VRAM_CUBLAS=$VRAM_CUBLAS: torch or unset"; exit 2
+  fi
+  cublas=$(ldd "$VRAM" | awk '/libcublasLt/ {print $3; exit}')
   # the header's facts, key=value
   {
     echo "device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
@@ -123,6 +135,7 @@ except Exception as e: print('transformers=not importable (%s)' % type(e).__name
     fi
     echo "vram=$VRAM ($([ "$BIN" = build-carry ] && echo 'carried build' || echo 'built here'))"
     echo "cudnn=$cudnn"
+    echo "cublaslt=${cublas:-not found} ($(readlink -f "${cublas:-/nonexistent}" 2>/dev/null | sed 's|.*/||'))"
     echo "steps=$STEPS"
     echo "master=$VRAM_MASTER"
     echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
