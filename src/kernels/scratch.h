@@ -185,10 +185,16 @@ static inline uint64_t vr_scratch_cuda_attention_bwd_for(int64_t B, int64_t T, i
 #define VR_SCRATCH_NORM_ROWS_PER_SLICE 128
 #define VR_SCRATCH_NORM_MAX_SLICES 128
 
+/* Slices of `rows` rows over N rows, 1 to `max` of them. */
+static inline int vr_scratch_slices(int64_t N, int64_t rows, int max)
+{
+    int64_t s = (N + rows - 1) / rows;
+    return s < 1 ? 1 : s > max ? max : (int)s;
+}
+
 static inline int vr_scratch_norm_slices(int64_t N)
 {
-    int64_t s = (N + VR_SCRATCH_NORM_ROWS_PER_SLICE - 1) / VR_SCRATCH_NORM_ROWS_PER_SLICE;
-    return s < 1 ? 1 : s > VR_SCRATCH_NORM_MAX_SLICES ? VR_SCRATCH_NORM_MAX_SLICES : (int)s;
+    return vr_scratch_slices(N, VR_SCRATCH_NORM_ROWS_PER_SLICE, VR_SCRATCH_NORM_MAX_SLICES);
 }
 
 /* LayerNorm (vr_cuda_layernorm_bwd) runs a slice per multiprocessor (GPT-2 medium's 8,192 rows: 132 slices on
@@ -199,8 +205,7 @@ static inline int vr_scratch_norm_slices(int64_t N)
 
 static inline int vr_scratch_ln_slices(int64_t N)
 {
-    int64_t s = (N + VR_SCRATCH_LN_ROWS_PER_SLICE - 1) / VR_SCRATCH_LN_ROWS_PER_SLICE;
-    return s < 1 ? 1 : s > VR_SCRATCH_LN_MAX_SLICES ? VR_SCRATCH_LN_MAX_SLICES : (int)s;
+    return vr_scratch_slices(N, VR_SCRATCH_LN_ROWS_PER_SLICE, VR_SCRATCH_LN_MAX_SLICES);
 }
 
 static inline uint64_t vr_scratch_cuda_layernorm_bwd(int64_t N, int64_t C)
