@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from percall import allocator  # the mode's allocator (this folder is the script's: sys.path[0])
+
 REPS = 60
 
 
@@ -29,12 +31,7 @@ def timed(fn):
 
 
 def main():
-    mode = sys.argv[1] if len(sys.argv) > 1 else "native"
-    if mode not in ("native", "stitch", "pytorch"):
-        sys.exit(f"copies.py: mode '{mode}': native, stitch or pytorch")
-    if mode != "native":
-        import vram_torch
-        vram_torch.enable(policy=mode)
+    mode = allocator("copies.py")
     if mode == "native" and "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
         mode = "expandable"
     small = torch.randint(0, 50257, (8, 1025))

@@ -14,13 +14,20 @@ ROUNDS = 3000
 SIZES = [4096, 65536, 1 << 20, 8 << 20, 64 << 20, 4096, 512, 3 << 20]
 
 
-def main():
+def allocator(script):
+    """The mode named by the first argument (native, stitch or pytorch), vram_torch enabled with it when not
+    native (before CUDA allocates); also for copies.py."""
     mode = sys.argv[1] if len(sys.argv) > 1 else "native"
     if mode not in ("native", "stitch", "pytorch"):
-        sys.exit(f"percall.py: mode '{mode}': native, stitch or pytorch")
+        sys.exit(f"{script}: mode '{mode}': native, stitch or pytorch")
     if mode != "native":
         import vram_torch
         vram_torch.enable(policy=mode)
+    return mode
+
+
+def main():
+    mode = allocator("percall.py")
     torch.empty(1, device="cuda")
     for _ in range(2):
         torch.cuda.synchronize()
