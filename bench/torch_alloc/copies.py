@@ -9,7 +9,6 @@ tensor, the median of REPS synchronized repetitions in microseconds: a 64 KiB pa
 a 37 MiB device-to-host copy, and a kernel writing 37 MiB (x * 2) for scale."""
 import os
 import statistics
-import sys
 import time
 
 import torch
