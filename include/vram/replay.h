@@ -40,6 +40,8 @@ typedef struct vr_replay_options {
     int passes;                    /* run the trace this many times on the same allocator, freeing what
                                     * is still live after each pass (0 = once): later passes find a warm
                                     * cache, like later training steps */
+    uint64_t evict;                /* touch this many bytes of other memory between operations, as a
+                                    * caller's own work does (its time is not counted; 0 = none) */
 } vr_replay_options;
 
 typedef struct vr_replay_result {

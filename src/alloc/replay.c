@@ -30,8 +30,12 @@ static vr_status run(const vra_trace *t, vr_alloc *a, const vr_replay_options *o
                      vr_replay_result *r, const char *path)
 {
     void **ptrs = calloc(t->nallocs ? t->nallocs : 1, sizeof *ptrs);
-    if (!ptrs)
+    volatile unsigned char *ev = o->evict ? malloc(o->evict) : NULL;
+    if (!ptrs || (o->evict && !ev)) {
+        free(ptrs);
+        free((void *)ev);
         return vr_error(VR_ERR_OOM, "%s: out of host memory for the replay", path);
+    }
     vr_status st = VR_OK;
     int passes = o->passes > 1 ? o->passes : 1;
     vr_device *dev = vr_alloc_device(a);
@@ -74,6 +78,12 @@ static vr_status run(const vra_trace *t, vr_alloc *a, const vr_replay_options *o
                                   vr_last_error());
                 checked += vr_now_ns() - c0ns; /* checking is not the allocator's time */
             }
+            if (ev) { /* the caller's work between two calls: not the allocator's time either */
+                uint64_t e0 = vr_now_ns();
+                for (uint64_t b = 0; b < o->evict; b += 64)
+                    ev[b]++;
+                checked += vr_now_ns() - e0;
+            }
         }
         if (pass + 1 < passes)
             for (uint32_t i = 0; i < t->nallocs; i++)
@@ -97,6 +107,7 @@ static vr_status run(const vra_trace *t, vr_alloc *a, const vr_replay_options *o
         if (ptrs[i])
             vr_alloc_free(a, ptrs[i]);
     free(ptrs);
+    free((void *)ev);
     return st;
 }
 

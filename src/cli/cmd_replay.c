@@ -158,6 +158,9 @@ static void replay_flags(vr_flagset *fs, void *p)
         {"--passes", VR_FLAG_INT, &o->passes, "N", .lo = 1, .hi = 1000,
          .help = "run the trace N times on one allocator (what is live is freed after each pass): later\n"
                  "passes find a warm cache; device calls of the last pass are reported apart"},
+        {"--evict", VR_FLAG_SIZE, &o->r.evict, "SIZE",
+         .help = "write SIZE bytes of other memory between operations, as a program's own work\n"
+                 "does to the caches (not counted in ns/op; default 0)"},
         VR_FLAG_HEADING_TEXT("\nratio = peak reserved / peak allocated (1.000 = no bytes cached at the peak)."),
     };
     VR_FLAGS_ADD(fs, t);

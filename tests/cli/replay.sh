@@ -174,6 +174,14 @@ for g in 4GiB lots; do
     fail "--stitch-granule $g: want exit 2 and one line naming the flag: $(cat "$tmp/err")"
 done
 "$vram" replay "$tmp/good.csv" --policy stitch --stitch-granule 8MiB >/dev/null || fail "--stitch-granule 8MiB failed"
+# --evict: the caller's work between calls changes the time, never what the allocator does
+for p in pytorch stitch; do
+  a=$("$vram" replay "$tmp/rn_steady_10.csv.gz" --policy $p --json | grep -E '"(ratio|peak_reserved|total|map|unmap)"')
+  b=$("$vram" replay "$tmp/rn_steady_10.csv.gz" --policy $p --evict 64KiB --json | grep -E '"(ratio|peak_reserved|total|map|unmap)"')
+  [ -n "$a" ] && [ "$a" = "$b" ] || fail "--evict 64KiB ($p) changed the replay: '$a' vs '$b'"
+done
+"$vram" replay "$tmp/good.csv" --evict lots >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q -- "--evict" "$tmp/err" || fail "--evict lots: want exit 2 naming the flag: $(cat "$tmp/err")"
 
 if [ "$fails" -ne 0 ]; then
   echo "$fails failure(s)"
