@@ -9,8 +9,9 @@ reserved/allocated, nvidia-smi's peak above the idle baseline (50-ms samples), m
 ratio to native, and the mean step time (steps 3 on: the total time, which the median hides when a few steps
 are slow, e.g. BERT's steps that meet a new sequence length) and its ratio. With rounds (run.sh's ROUNDS: the
 modes run again in turn, OUT/<workload>-<mode>.r2.json, ...), both step times are the median over the rounds of
-each run's figure, so that a host whose speed moves between runs does not decide the ratio; losses and memory
-are the first round's. Writes OUT/summary.json too."""
+each run's figure, so that a host whose speed moves between runs does not decide the ratio, and a last column
+pairs each round's mean with native's of the same round (runs minutes apart): the median of those ratios and
+their range; losses and memory are the first round's. Writes OUT/summary.json too."""
 import statistics
 import json
 import os
@@ -52,6 +53,12 @@ def step_times(runs):
     return (statistics.median(r["step_ms_median"] for r in runs), statistics.median(mean_ms(r) for r in runs))
 
 
+def paired(runs, nat_runs):
+    """Each round's mean step against native's of the same round: (median ratio, lowest, highest), or None."""
+    q = [mean_ms(a) / mean_ms(b) for a, b in zip(runs, nat_runs)]
+    return (statistics.median(q), min(q), max(q)) if len(q) > 1 else None
+
+
 def smi_peak(out, w, m, base):
     try:
         vals = [int(x) for x in open(os.path.join(out, f"{w}-{m}.smi")).read().split() if x.strip().isdigit()]
@@ -78,12 +85,12 @@ def main():
                                   + (f"; step times: the median of {nr} rounds" if nr > 1 else "") + ")"
                                   if "losses" in nat else ""),
                   "", "| mode | losses vs native | peak reserved GiB | peak allocated GiB | reserved/allocated "
-                  "| nvidia-smi peak GiB | step ms (median) | vs native | step ms (mean) | vs native |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| nvidia-smi peak GiB | step ms (median) | vs native | step ms (mean) | vs native | paired by round |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for m in MODES:
             r = rs[m]
             if "losses" not in r:
-                lines.append(f"| {m} | {r.get('error') or r.get('skipped')} | | | | | | | | |")
+                lines.append(f"| {m} | {r.get('error') or r.get('skipped')} | | | | | | | | | |")
                 continue
             if m == "native":
                 lv = "(reference) last %.4f" % r["losses"][-1]
@@ -98,11 +105,13 @@ def main():
             both = "losses" in nat and "native" in t
             vs = f"{100 * (med / t['native'][0] - 1):+.1f}%" if both else ""
             vm = f"{100 * (mean / t['native'][1] - 1):+.1f}%" if both else ""
+            pr = paired(runs[m], runs["native"]) if m != "native" and runs["native"] else None
+            pv = f"{100 * (pr[0] - 1):+.1f}% ({100 * (pr[1] - 1):+.1f}..{100 * (pr[2] - 1):+.1f})" if pr else ""
             lines.append(f"| {m} | {lv} | {r['peak_reserved'] / GiB:.2f} | {r['peak_allocated'] / GiB:.2f} | "
                          f"{ratio:.3f} | {'' if smi is None else f'{smi:.2f}'} | {med:.1f} | {vs} | "
-                         f"{mean:.1f} | {vm} |")
+                         f"{mean:.1f} | {vm} | {pv} |")
             summary[f"{w}-{m}"] = dict(r, smi_peak_gib=smi, rounds=len(runs[m]), step_ms_rounds_median=med,
-                                       step_ms_rounds_mean=mean)
+                                       step_ms_rounds_mean=mean, paired_vs_native=pr)
     print("\n".join(lines))
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)

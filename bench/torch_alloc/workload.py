@@ -10,8 +10,9 @@ GradScaler, batch 64 at 224x224, SGD momentum; exit 3 when torchvision is missin
 MODE: native (PyTorch's allocator), expandable (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, set by
 run.sh before python starts), vram_stitch / vram_pytorch (vram_torch.enable(policy) before CUDA starts).
 Every mode: the same seeds and inputs, torch.use_deterministic_algorithms(True, warn_only=True). A step's time
-runs from its host batch (made before, untimed, as a data loader would have it ready: ResNet-50's images take
-the host tens of milliseconds, and the host's speed is not the allocator's) to loss.item().
+runs from its host batch (made before, untimed, in pinned memory, as a DataLoader with pin_memory=True has it
+ready: ResNet-50's images take the host tens of milliseconds, and a pageable 38 MB copy's time moved by +-15%
+between runs of one mode; neither is the allocator's) to loss.item(); the batch goes over with non_blocking=True.
 Prints one JSON line: losses per step, median step ms (steps after the first 2), peak reserved and
 allocated (torch's own statistics for native/expandable; vram_torch.memory_stats for vram)."""
 import argparse
@@ -95,10 +96,10 @@ def gpt2(torch, batch=0):
     B, T = batch or 8, 1024
 
     def batch():
-        return (torch.randint(0, g.V, (B, T + 1), generator=gen),)
+        return (torch.randint(0, g.V, (B, T + 1), generator=gen).pin_memory(),)
 
     def step(x):
-        x = x.cuda()
+        x = x.cuda(non_blocking=True)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(x[:, :-1].contiguous(), x[:, 1:].contiguous())
         loss.backward()
@@ -125,12 +126,12 @@ def bert(torch, batch=0):
         mask = torch.rand(B, T, generator=gen) < 0.15
         labels = torch.where(mask, ids, torch.full_like(ids, -100))
         ids = torch.where(mask, torch.full_like(ids, 103), ids)     # [MASK]
-        return ids, labels
+        return ids.pin_memory(), labels.pin_memory()
 
     def step(ids, labels):
         B, T = ids.shape
-        out = model(input_ids=ids.cuda(), attention_mask=torch.ones(B, T, dtype=torch.long).cuda(),
-                    labels=labels.cuda())
+        out = model(input_ids=ids.cuda(non_blocking=True), attention_mask=torch.ones(B, T, dtype=torch.long, device="cuda"),
+                    labels=labels.cuda(non_blocking=True))
         out.loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -147,10 +148,11 @@ def resnet50(torch, batch=0):
     B = batch or 64
 
     def batch():
-        return torch.randn(B, 3, 224, 224, generator=gen), torch.randint(0, 1000, (B,), generator=gen)
+        return (torch.randn(B, 3, 224, 224, generator=gen).pin_memory(),
+                torch.randint(0, 1000, (B,), generator=gen).pin_memory())
 
     def step(x, y):
-        x, y = x.cuda(), y.cuda()
+        x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
         with torch.autocast("cuda", dtype=torch.float16):
             loss = torch.nn.functional.cross_entropy(model(x), y)
         scaler.scale(loss).backward()
