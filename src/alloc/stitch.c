@@ -596,14 +596,12 @@ static vr_block *patch(vr_alloc *a, vra_request *req, size_t u)
 {
     st_state *s = S(a);
     bool lend = s->borrow != 0;
-    size_t lo = lend ? st_bycap_lower_bound(s, u) : st_cand_lower_bound(s, u);
-    size_t hi = lend ? st_bycap_lower_bound(s, PATCH_LARGER * u + 1) : st_cand_lower_bound(s, PATCH_LARGER * u + 1);
+    st_iter it = st_cand_from(s, lend ? ST_BY_CAP : ST_BY_SIZE, u);
     size_t div = lend ? PATCH_DIV_LEND : PATCH_DIV;
-    smap *best = NULL;
+    smap *best = NULL, *m;
     struct sepoch *best_ev = NULL; /* with lending: the event after best's last free */
     size_t nbest = SIZE_MAX;
-    for (size_t i = lo; i < hi && i < lo + 4 * CAND_SCAN; i++) {
-        smap *m = lend ? s->bycap[i] : s->cand[i];
+    for (size_t i = 0; i < 4 * CAND_SCAN && (m = st_cand_next(&it, PATCH_LARGER * u)); i++) {
         size_t ng = prefix_pieces(s, m, u, NULL);
         if (u > m->cap || ng < PATCH_MIN || (m->user && (!lend || m->user->seg->stream != req->stream)) ||
             self_overlap(s, m, u))
@@ -624,7 +622,7 @@ static vr_block *patch(vr_alloc *a, vra_request *req, size_t u)
         return best->cap <= lend_cap(s, u) ? take(a, req, best, u, best->bsize != u) : NULL;
     if (!best || !nbest)
         return NULL;
-    smap *m = best;
+    m = best;
     if (m->user) /* a cached block of this stream (lending): given back first */
         evict(a, m->user);
     size_t *idx = malloc(nbest * sizeof *idx);
@@ -700,17 +698,17 @@ static vr_block *find_free(vr_alloc *a, vra_request *req)
     smap *pm = st_period_predict(s, u);
     if (pm && !pm->stale && (b = take(a, req, pm, u, pm->bsize != u)))
         return b;
-    size_t lo = st_cand_lower_bound(s, u), hi = st_cand_lower_bound(s, u + 1);
-    for (int pass = 0; pass < 2; pass++)
-        for (size_t k = 0; k < hi - lo && k < CAND_SCAN; k++) {
-            smap *m = s->cand[pass ? hi - 1 - k : lo + k];
+    for (int pass = 0; pass < 2; pass++) { /* a take that fails changes no candidate */
+        st_iter it = st_cand_from(s, ST_BY_SIZE, pass ? u + 1 : u);
+        smap *m;
+        for (size_t k = 0; k < CAND_SCAN && (m = pass ? st_cand_prev(&it, u) : st_cand_next(&it, u)); k++)
             if ((m->key == s->key) == !pass && (b = take(a, req, m, u, false)))
                 return b;
-        }
+    }
     if (s->borrow) {
-        size_t top = st_bycap_lower_bound(s, lend_cap(s, u) + 1);
-        for (size_t i = st_bycap_lower_bound(s, u), k = 0; i < top && k < CAND_SCAN; i++) {
-            smap *m = s->bycap[i];
+        st_iter it = st_cand_from(s, ST_BY_CAP, u);
+        smap *m;
+        for (size_t k = 0; k < CAND_SCAN && (m = st_cand_next(&it, lend_cap(s, u)));) {
             if (m->bsize == u) /* looked at above */
                 continue;
             k++;
@@ -823,8 +821,6 @@ static void fini(vr_alloc *a)
         free(s->all[i]);
     }
     free(s->all);
-    free(s->cand);
-    free(s->bycap);
     free(s->dirty);
     for (int w = 0; w < 2; w++) {
         free(s->set[w].first);

@@ -14,6 +14,7 @@
 typedef struct sgran sgran;
 typedef struct sext sext;
 typedef struct smap smap;
+typedef struct sbucket sbucket;
 
 /* Intrusive doubly linked lists with a first and a last element, through a pair of fields (prev, next) of the
  * elements: the LRU of cached blocks, the LRU of idle mappings, every mapping. */
@@ -76,7 +77,12 @@ struct smap {
     vr_stream stream;             /* stream of its last user */
     uint64_t tick;                /* when a block was last put on it (st->tick) */
     size_t bsize;                 /* its size: units of the last block put on it that was not lent it */
-    bool in_cand;                 /* in st->cand (large, idle or cached) */
+    bool in_cand;                 /* among the candidates (large, idle or cached): st->bysize, st->bycap */
+    sbucket *bk;                  /* the bucket of its size in st->bysize when it was last a candidate (or NULL) */
+    bool in_bycap, bc_pending;    /* in st->bycap (by bc_cap, bc_tick); in st->bc_pending */
+    size_t bc_cap;
+    uint64_t bc_tick;
+    smap *bc_prev, *bc_next;      /* st->bc_pending */
     smap *iprev, *inext;          /* LRU of idle mappings (oldest first) */
     bool in_idle;
     bool stale;                   /* in the stale list: being unmapped */
@@ -103,6 +109,69 @@ struct sext {
 typedef struct vext {
     size_t at, n;
 } vext;
+
+/* The candidates (large mappings with no live block: idle, or with a cached block) are in order by (bsize, tick)
+ * and, with lending on, in a second index by (cap, tick) (tick does not change while a mapping is a candidate, nor
+ * its size or capacity: patch takes it out around st_remap). A single sorted array of pointers moved half of
+ * every candidate on each insert and remove, and its binary search read a mapping at every step.
+ *
+ * By size, the index has a bucket per size (sbucket): that size's candidates by tick, in an array. The buckets
+ * are in an array by size (sbuckets); a bucket lives while some mapping points to it (smap.bk), so a step that
+ * frees and takes the same mappings finds their buckets through them: an insert or remove touches the mapping,
+ * its bucket and the bucket's array. A request looks up its own size there.
+ *
+ * By capacity, the lending and patch scans read every capacity in a range, mostly one mapping each (one bucket
+ * each would be a pointer to follow per candidate): one sorted sequence cut into leaves of at most ST_LEAF
+ * entries, each entry with its key and tick beside the mapping, in an array of leaves that holds each leaf's
+ * first key (sindex): an insert or remove searches that array and one leaf and moves part of one leaf, and a
+ * scan reads entries side by side. It is brought up to date only before it is read: the mappings whose
+ * candidacy changed since are listed (st->bc_pending), so a step served by the period's mappings, which reads
+ * it never, does not keep it. */
+#define ST_LEAF 32
+enum { ST_BY_SIZE = 0, ST_BY_CAP = 1 };
+
+typedef struct scand {
+    size_t key;                   /* m->cap (by capacity); m->bsize (by size: the bucket's) */
+    uint64_t tick;                /* m->tick */
+    smap *m;
+} scand;
+
+struct sbucket {
+    size_t key;                   /* the size */
+    size_t refs;                  /* mappings whose bk points to it: freed at 0 */
+    scand *c;                     /* its candidates, by tick */
+    uint32_t n, capn;
+};
+
+typedef struct sbuckets {
+    struct skey {
+        size_t key;
+        sbucket *b;
+    } *k;                         /* every bucket, by size (some may be empty) */
+    size_t nk, capk;
+} sbuckets;
+
+typedef struct sleaf {
+    uint32_t n;                   /* 1..ST_LEAF */
+    scand c[ST_LEAF];
+} sleaf;
+
+typedef struct sindex {
+    struct sfirst {
+        size_t key;               /* of l->c[0] */
+        uint64_t tick;
+        sleaf *l;
+    } *leaf;                      /* in order */
+    size_t nleaf, capleaf;
+} sindex;
+
+/* A position in an index: by size, entry i of bucket k[l]; by capacity, entry i of leaf l. */
+typedef struct st_iter {
+    const struct st_state *s;
+    int by;
+    size_t l;
+    uint32_t i;
+} st_iter;
 
 typedef struct vchunk {
     uintptr_t base;
@@ -135,9 +204,10 @@ typedef struct st_state {
     sgran *freelist;
     size_t nfree;
     sext *oldest, *newest;        /* LRU of cached blocks */
-    smap **cand;                  /* large mappings with no live block, by (bsize, tick) */
-    smap **bycap;                 /* with lending on, the same by (cap, tick): mappings lent to a new size */
-    size_t ncand, capcand;
+    sbuckets bysize;              /* the candidates by (bsize, tick) */
+    sindex bycap;                 /* with lending on, the same by (cap, tick): mappings lent to a new size */
+    smap *bc_pending;             /* mappings that may have to go into or out of bycap */
+    size_t ncand;
     size_t borrow;                /* percent larger than a request a lent mapping may be (0: none) */
     smap *idle_oldest, *idle_newest; /* mappings with no block, least recently used first */
     size_t idle_granules;         /* granules mapped by idle mappings */
@@ -197,10 +267,14 @@ void st_idle_push(st_state *s, smap *m);
 void st_idle_remove(st_state *s, smap *m);
 void st_cand_insert(st_state *s, smap *m);
 void st_cand_remove(st_state *s, smap *m);
-/* Index in st->cand of the first candidate of at least bsize units (its size). */
-size_t st_cand_lower_bound(const st_state *s, size_t bsize);
-/* Index in st->bycap of the first candidate of at least cap units from its off to its end. */
-size_t st_bycap_lower_bound(const st_state *s, size_t cap);
+/* m is unmapped: it lets go of its bucket. */
+void st_cand_forget(st_state *s, smap *m);
+/* The position of the first candidate of index `by` (ST_BY_SIZE, ST_BY_CAP) whose key is at least key. From
+ * there st_cand_next gives the candidates in order, by (key, tick), up to key max (then NULL), and st_cand_prev
+ * those before it in reverse order down to key min (then NULL). */
+st_iter st_cand_from(st_state *s, int by, size_t key);
+smap *st_cand_next(st_iter *it, size_t max);
+smap *st_cand_prev(st_iter *it, size_t min);
 /* --- the period of the large requests (stitch_period.c) --- */
 vr_status st_period_init(st_state *s);
 void st_period_fini(st_state *s);
