@@ -1,5 +1,5 @@
 /* Policy "stitch", inside: the physical granules and what uses them, the virtual address space, and the
- * mappings of granules at virtual ranges (stitch_space.c). The policy's decisions are in stitch.c, which
+ * mappings of granules at virtual ranges (stitch_space.c), the candidates' indexes (stitch_cand.c). The policy's decisions are in stitch.c, which
  * states the whole design at its top. */
 #ifndef VRAM_ALLOC_STITCH_SPACE_H
 #define VRAM_ALLOC_STITCH_SPACE_H
@@ -269,6 +269,10 @@ void st_cand_insert(st_state *s, smap *m);
 void st_cand_remove(st_state *s, smap *m);
 /* m is unmapped: it lets go of its bucket. */
 void st_cand_forget(st_state *s, smap *m);
+/* Frees both indexes (st_space_fini). */
+void st_cand_fini(st_state *s);
+/* Both indexes in order, each candidate once (st_space_check). */
+vr_status st_cand_check(st_state *s);
 /* The position of the first candidate of index `by` (ST_BY_SIZE, ST_BY_CAP) whose key is at least key. From
  * there st_cand_next gives the candidates in order, by (key, tick), up to key max (then NULL), and st_cand_prev
  * those before it in reverse order down to key min (then NULL). */
