@@ -63,9 +63,9 @@ def bert_varlen():
     """bench/torch_alloc/workload.py's BERT (a new sequence length every step), 10 steps."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch_alloc"))
     import workload
-    step = workload.bert(torch)
-    for i in range(10):
-        step(i)
+    batch, step = workload.bert(torch)
+    for _ in range(10):
+        step(*batch())
 
 
 WORKLOADS = {"gpt2": gpt2, "mlp_varlen": mlp_varlen, "bert_varlen": bert_varlen}

@@ -11,13 +11,14 @@
 #    vram_torch with policies stitch and pytorch (bench/torch_alloc/workload.py), nvidia-smi sampled
 #    every 50 ms (bench/gpu/gpumon.sh);
 # 4. a markdown table on stdout (bench/torch_alloc/table.py); raw JSON and logs under $OUT (WORKLOADS: a subset)
-#    (default: a temporary folder). STEPS (12) steps per run; MODES (default "native expandable vram_stitch
-#    vram_pytorch"): a subset; ROUNDS (1): the modes run again in turn, and the step times are the median over the
-#    rounds (the lent machines' host speed moves between runs). Exit 1 if a check failed.
+#    (default: a temporary folder). STEPS (25) steps per run, WARMUP (8) of them left out of the step times
+#    (their total apart); MODES (default "native expandable vram_stitch vram_pytorch"): a subset; ROUNDS (1):
+#    the modes run again in turn, and the step times are the median over the rounds (the lent machines' host
+#    speed moves between runs). Exit 1 if a check failed.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$(mktemp -d /tmp/torch_alloc.XXXXXX)}; mkdir -p "$OUT"
-export STEPS=${STEPS:-12}
+export STEPS=${STEPS:-25} WARMUP=${WARMUP:-8}
 if ls .deps/*.deb >/dev/null 2>&1; then . scripts/gpu-setup.sh; fi
 export PATH=/usr/local/cuda/bin:$PATH
 export CUBLAS_WORKSPACE_CONFIG=:4096:8 TOKENIZERS_PARALLELISM=false TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1

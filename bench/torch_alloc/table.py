@@ -6,8 +6,10 @@
 Per workload, one row per mode: losses against native (bitwise, else the largest difference), peak
 reserved and allocated (PyTorch's statistics for native/expandable, vram_torch.memory_stats for vram),
 reserved/allocated, nvidia-smi's peak above the idle baseline (50-ms samples), median step time and its
-ratio to native, and the mean step time (steps 3 on: the total time, which the median hides when a few steps
-are slow, e.g. BERT's steps that meet a new sequence length) and its ratio. With rounds (run.sh's ROUNDS: the
+ratio to native, and the mean step time (the total time, which the median hides when a few steps are slow,
+e.g. BERT's steps that meet a new sequence length) and its ratio, both over the steps after the warm-up
+(workload.py's --warmup, 8: the steps where the allocators still make their device allocations), and the
+warm-up's own total with its ratio. With rounds (run.sh's ROUNDS: the
 modes run again in turn, OUT/<workload>-<mode>.r2.json, ...), both step times are the median over the rounds of
 each run's figure, so that a host whose speed moves between runs does not decide the ratio, and a last column
 pairs each round's mean with native's of the same round (runs minutes apart): the median of those ratios and
@@ -23,7 +25,8 @@ GiB = float(1 << 30)
 
 
 def mean_ms(r):
-    t = r["step_ms"][2:] if len(r["step_ms"]) > 4 else r["step_ms"]
+    w = r.get("warmup", 2)
+    t = r["step_ms"][w:] if len(r["step_ms"]) > w + 2 else r["step_ms"]
     return sum(t) / len(t)
 
 
@@ -85,12 +88,13 @@ def main():
                                   + (f"; step times: the median of {nr} rounds" if nr > 1 else "") + ")"
                                   if "losses" in nat else ""),
                   "", "| mode | losses vs native | peak reserved GiB | peak allocated GiB | reserved/allocated "
-                  "| nvidia-smi peak GiB | step ms (median) | vs native | step ms (mean) | vs native | paired by round |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| nvidia-smi peak GiB | step ms (median) | vs native | step ms (mean) | vs native | paired by round "
+                  "| warm-up ms | vs native |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for m in MODES:
             r = rs[m]
             if "losses" not in r:
-                lines.append(f"| {m} | {r.get('error') or r.get('skipped')} | | | | | | | | | |")
+                lines.append(f"| {m} | {r.get('error') or r.get('skipped')} | | | | | | | | | | | |")
                 continue
             if m == "native":
                 lv = "(reference) last %.4f" % r["losses"][-1]
@@ -106,10 +110,13 @@ def main():
             vs = f"{100 * (med / t['native'][0] - 1):+.1f}%" if both else ""
             vm = f"{100 * (mean / t['native'][1] - 1):+.1f}%" if both else ""
             pr = paired(runs[m], runs["native"]) if m != "native" and runs["native"] else None
+            wu = statistics.median(sum(x["step_ms"][:x.get("warmup", 2)]) for x in runs[m])
+            wn = statistics.median(sum(x["step_ms"][:x.get("warmup", 2)]) for x in runs["native"]) if both else 0
+            vw = f"{100 * (wu / wn - 1):+.1f}%" if both and wn else ""
             pv = f"{100 * (pr[0] - 1):+.1f}% ({100 * (pr[1] - 1):+.1f}..{100 * (pr[2] - 1):+.1f})" if pr else ""
             lines.append(f"| {m} | {lv} | {r['peak_reserved'] / GiB:.2f} | {r['peak_allocated'] / GiB:.2f} | "
                          f"{ratio:.3f} | {'' if smi is None else f'{smi:.2f}'} | {med:.1f} | {vs} | "
-                         f"{mean:.1f} | {vm} | {pv} |")
+                         f"{mean:.1f} | {vm} | {pv} | {wu:.0f} | {vw} |")
             summary[f"{w}-{m}"] = dict(r, smi_peak_gib=smi, rounds=len(runs[m]), step_ms_rounds_median=med,
                                        step_ms_rounds_mean=mean, paired_vs_native=pr)
     print("\n".join(lines))

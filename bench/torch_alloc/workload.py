@@ -12,8 +12,10 @@ run.sh before python starts), vram_stitch / vram_pytorch (vram_torch.enable(poli
 Every mode: the same seeds and inputs, torch.use_deterministic_algorithms(True, warn_only=True). A step's time
 runs from its host batch (made before, untimed, in pinned memory, as a DataLoader with pin_memory=True has it
 ready: ResNet-50's images take the host tens of milliseconds, and a pageable 38 MB copy's time moved by +-15%
-between runs of one mode; neither is the allocator's) to loss.item(); the batch goes over with non_blocking=True.
-Prints one JSON line: losses per step, median step ms (steps after the first 2), peak reserved and
+between runs of one mode; neither is the allocator's) to loss.item(); the batch goes over with
+non_blocking=True. host_ms: from the same start to the step's last queued call (before loss.item()): the
+host's part where the step does not wait for the GPU (ResNet-50's GradScaler waits once, for its inf check).
+Prints one JSON line: losses per step, median step ms (steps after --warmup, 8), peak reserved and
 allocated (torch's own statistics for native/expandable; vram_torch.memory_stats for vram)."""
 import argparse
 import json
@@ -31,7 +33,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("workload", choices=["gpt2", "bert", "resnet50"])
     ap.add_argument("mode", choices=["native", "expandable", "vram_stitch", "vram_pytorch"])
-    ap.add_argument("--steps", type=int, default=int(os.environ.get("STEPS", "12")))
+    ap.add_argument("--steps", type=int, default=int(os.environ.get("STEPS", "25")))
+    ap.add_argument("--warmup", type=int, default=int(os.environ.get("WARMUP", "8")),
+                    help="first steps left out of the step times (their total is reported apart): PyTorch's and "
+                         "stitch's first steps make their device allocations (stitch settles by the 7th on ResNet-50)")
     ap.add_argument("--batch", type=int, default=0, help="the workload's batch (0: its default)")
     ap.add_argument("--fraction", type=float, default=0.0,
                     help="cap the process's device memory at this fraction of the GPU (a smaller GPU): "
@@ -60,13 +65,15 @@ def main():
     torch.backends.cudnn.benchmark = False
     torch.manual_seed(1234)
     batch, step = {"gpt2": gpt2, "bert": bert, "resnet50": resnet50}[a.workload](torch, a.batch)
-    losses, times, costs = [], [], []
+    losses, times, hosts, costs = [], [], [], []
     c0 = vt.allocator_costs() if vt else {}
     for i in range(a.steps):
         host = batch()   # the host's data, as a loader would have it ready: not the allocator's time
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        losses.append(step(*host))
+        loss = step(*host)   # the loss tensor: the host has queued the step (and waited where the step syncs)
+        hosts.append((time.perf_counter() - t0) * 1000)
+        losses.append(loss.item())
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1000)
         if vt:   # the allocator's cost of this step: calls, host ms inside it, driver calls
@@ -75,13 +82,16 @@ def main():
             costs.append({(k[:-3] + "_ms" if k.endswith("_ns") else k): (round(v / 1e6, 3) if k.endswith("_ns") else v)
                           for k, v in d.items() if v})
             c0 = c1
+    w = min(a.warmup, a.steps - 1)
     if vt:
         st = vt.memory_stats()
         peak_res, peak_alloc = st["reserved_bytes.all.peak"], st["allocated_bytes.all.peak"]
     else:
         peak_res, peak_alloc = torch.cuda.max_memory_reserved(), torch.cuda.max_memory_allocated()
     out = {"workload": a.workload, "mode": a.mode, "steps": a.steps, "losses": losses,
-           "step_ms_median": statistics.median(times[2:] if len(times) > 4 else times), "step_ms": times,
+           "warmup": w, "warmup_ms": sum(times[:w]),
+           "step_ms_median": statistics.median(times[w:]), "step_ms": times,
+           "host_ms": hosts,
            "peak_reserved": peak_res, "peak_allocated": peak_alloc, "allocator_costs": costs, "torch": torch.__version__,
            "device": torch.cuda.get_device_name(0)}
     print(json.dumps(out))
@@ -106,7 +116,7 @@ def gpt2(torch, batch=0):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss.item()
+        return loss
     return batch, step
 
 
@@ -135,7 +145,7 @@ def bert(torch, batch=0):
         out.loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return out.loss.item()
+        return out.loss
     return batch, step
 
 
@@ -159,7 +169,7 @@ def resnet50(torch, batch=0):
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
-        return loss.item()
+        return loss
     return batch, step
 
 
