@@ -7,35 +7,18 @@
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "cu_check.h"
 
 enum { N = 64, REPS = 20 };
 
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
 int main(int argc, char **argv)
 {
     int dev_id = argc > 1 ? atoi(argv[1]) : 0;
-    CUdevice dev;
-    CUcontext ctx;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, dev_id));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
-    CUmemAllocationProp prop = {0};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = dev_id;
-    size_t G = 0;
-    CK(cuMemGetAllocationGranularity(&G, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-    CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUmemAllocationProp prop;
+    size_t G;
+    CUmemAccessDesc acc;
+    cu_setup(dev_id, &prop, &G, &acc);
     CUmemGenericAllocationHandle h[N];
     CUdeviceptr va;
     CK(cuMemAddressReserve(&va, N * G, 0, 0, 0));

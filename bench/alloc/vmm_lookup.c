@@ -10,18 +10,10 @@
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "cu_check.h"
 
 enum { REPS = 20000, MMAX = 8192 };
-
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
 
 /* Mean microseconds per call of each kind, the targets spread over the n addresses in at[]. */
 static void calls(const char *how, size_t m, CUdeviceptr *at, size_t n, void *host, CUstream st, CUevent ev)
@@ -60,25 +52,16 @@ static void calls(const char *how, size_t m, CUdeviceptr *at, size_t n, void *ho
 int main(int argc, char **argv)
 {
     int dev_id = argc > 1 ? atoi(argv[1]) : 0;
-    CUdevice dev;
-    CUcontext ctx;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, dev_id));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
+    CUmemAllocationProp prop;
+    size_t G;
+    CUmemAccessDesc acc;
+    cu_setup(dev_id, &prop, &G, &acc);
     CUstream st;
     CUevent ev;
     CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
     CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
     void *host;
     CK(cuMemAllocHost(&host, 4096));
-    CUmemAllocationProp prop = {0};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = dev_id;
-    size_t G = 0;
-    CK(cuMemGetAllocationGranularity(&G, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-    CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     static CUmemGenericAllocationHandle h[MMAX];
     static CUdeviceptr at[MMAX];
     for (int i = 0; i < MMAX; i++)
