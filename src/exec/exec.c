@@ -457,27 +457,32 @@ static vr_status master_io(vr_exec *e, float *host, bool write)
     if (g->master < 0 || !e->live[g->master])
         return VR_OK;
     bool split = g->tensors[g->master].dtype == VR_U16;
-    for (int t = 0; t < g->n_tensors; t++) {
+    size_t most = 0; /* a split master's low halves go through one buffer, of the largest tensor */
+    for (int t = 0; split && t < g->n_tensors; t++) {
+        const vr_tensor *x = &g->tensors[t];
+        if (x->view_of == g->params && x->param_offset >= 0 && x->master >= 0 && (size_t)vr_tensor_numel(x) > most)
+            most = (size_t)vr_tensor_numel(x);
+    }
+    uint16_t *lo = split ? malloc(most * 2 + 1) : NULL;
+    if (split && !lo)
+        return vr_error(VR_ERR_OOM, "exec: out of host memory");
+    vr_status st = VR_OK;
+    for (int t = 0; t < g->n_tensors && !st; t++) {
         const vr_tensor *x = &g->tensors[t];
         if (x->view_of != g->params || x->param_offset < 0 || x->master < 0)
             continue;
         size_t n = (size_t)vr_tensor_numel(x);
         float *h = host + x->param_offset;
-        uint16_t *lo = split ? malloc(n * 2 + 1) : NULL;
-        if (split && !lo)
-            return vr_error(VR_ERR_OOM, "exec: out of host memory");
         for (size_t i = 0; split && write && i < n; i++)
             lo[i] = vr_split_lo(vr_f32_bits(h[i]));
         void *buf = split ? (void *)lo : (void *)h;
-        vr_status st = write ? vr_exec_write(e, x->master, buf, n * (split ? 2 : 4))
-                             : vr_exec_read(e, x->master, buf, n * (split ? 2 : 4));
+        st = write ? vr_exec_write(e, x->master, buf, n * (split ? 2 : 4))
+                   : vr_exec_read(e, x->master, buf, n * (split ? 2 : 4));
         for (size_t i = 0; split && !write && !st && i < n; i++)
             h[i] = vr_bits_f32(vr_split_join((uint16_t)(vr_f32_bits(h[i]) >> 16), lo[i]));
-        free(lo);
-        if (st)
-            return st;
     }
-    return VR_OK;
+    free(lo);
+    return st;
 }
 
 static vr_status write_params_f32(vr_exec *e, const float *host)
