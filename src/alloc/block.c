@@ -212,7 +212,8 @@ void vra_free_block(vr_alloc *a, vr_block *b)
         }
     }
     b->requested = 0;
-    vra_tree_insert(&pool->blocks, b);
+    if (!pool->untreed)
+        vra_tree_insert(&pool->blocks, b);
     if (vra_block_is_split(b)) {
         d_count += 1;
         d_bytes += (int64_t)b->size;
@@ -239,7 +240,8 @@ void vra_release_segment(vr_alloc *a, vr_block *b)
     vr_segment *s = b->seg;
     vr_pool *pool = b->pool;
     a->stats.num_device_free++;
-    vra_tree_remove(&pool->blocks, b);
+    if (!pool->untreed)
+        vra_tree_remove(&pool->blocks, b);
     vr_device_free(a->dev, (void *)s->base, s->size);
     a->reserved -= s->size;
     vra_pool_dec(a->stats.segment, pool, 1);

@@ -68,8 +68,8 @@ static vr_status check_segment(vr_alloc *a, const vr_segment *s, recount *rc)
             if (b->requested > b->size)
                 return vr_error(VR_ERR_INVALID, "check: block %#lx requested more than its size", (unsigned long)b->addr);
         } else if (b->mapped) {
-            rc->free_blocks++;
-            if (!in_tree(&s->pool->blocks, b))
+            rc->free_blocks += !s->pool->untreed;
+            if (!s->pool->untreed && !in_tree(&s->pool->blocks, b))
                 return vr_error(VR_ERR_INVALID, "check: free block %#lx is not in its pool", (unsigned long)b->addr);
             if (!s->expandable && vra_block_is_split(b)) {
                 add(rc->inactive_split, s->pool, 1);

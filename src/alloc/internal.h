@@ -70,6 +70,8 @@ struct vr_pool {
     int stat;                /* VR_POOL_SMALL or VR_POOL_LARGE */
     vra_tree blocks;         /* free mapped blocks by (stream, size, addr) */
     vra_tree unmapped;       /* unmapped ranges by (stream, addr) */
+    bool untreed;            /* its free blocks are not in `blocks`: the policy finds them its own way
+                              * (stitch's large pool: by mapping, stitch_cand.c) */
 };
 
 /* One allocation request as it moves through a policy. */

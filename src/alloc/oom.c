@@ -19,7 +19,15 @@ uint64_t vra_largest_free(vr_alloc *a)
 {
     uint64_t m = 0;
     vra_tree_walk(&a->small.blocks, largest_in, &m);
-    vra_tree_walk(&a->large.blocks, largest_in, &m);
+    if (!a->large.untreed) {
+        vra_tree_walk(&a->large.blocks, largest_in, &m);
+        return m;
+    }
+    for (const vr_segment *s = a->segs; s; s = s->lnext) /* the free large blocks are in no tree */
+        if (s->pool == &a->large)
+            for (vr_block *b = s->head; b; b = b->next)
+                if (b->mapped && vra_block_available(b))
+                    largest_in(b, &m);
     return m;
 }
 
