@@ -69,27 +69,19 @@ int main(int argc, char **argv)
     static const size_t ms[] = {1, 64, 1024, 4096, MMAX};
     for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) {
         size_t m = ms[k];
-        /* m granules, each at a range of its own (stitch: a mapping per block, a cuMemMap per granule) */
-        for (size_t i = 0; i < m; i++) {
-            CK(cuMemAddressReserve(&at[i], G, 0, 0, 0));
-            CK(cuMemMap(at[i], G, 0, h[i], 0));
-            CK(cuMemSetAccess(at[i], G, &acc, 1));
-        }
-        calls("VMM, a range each", m, at, m, host, st, ev);
-        for (size_t i = 0; i < m; i++) {
-            CK(cuMemUnmap(at[i], G));
-            CK(cuMemAddressFree(at[i], G));
-        }
-        /* m ranges over m / 4 granules: each granule mapped at 4 addresses (stitch's cached mappings alias) */
-        for (size_t i = 0; i < m; i++) {
-            CK(cuMemAddressReserve(&at[i], G, 0, 0, 0));
-            CK(cuMemMap(at[i], G, 0, h[i / 4], 0));
-            CK(cuMemSetAccess(at[i], G, &acc, 1));
-        }
-        calls("VMM, 4 ranges a granule", m, at, m, host, st, ev);
-        for (size_t i = 0; i < m; i++) {
-            CK(cuMemUnmap(at[i], G));
-            CK(cuMemAddressFree(at[i], G));
+        /* m granules, each at a range of its own (stitch: a mapping per block, a cuMemMap per granule); then m
+         * ranges over m / 4 granules, each granule mapped at 4 addresses (stitch's cached mappings alias) */
+        for (size_t per = 1; per <= 4; per += 3) {
+            for (size_t i = 0; i < m; i++) {
+                CK(cuMemAddressReserve(&at[i], G, 0, 0, 0));
+                CK(cuMemMap(at[i], G, 0, h[i / per], 0));
+                CK(cuMemSetAccess(at[i], G, &acc, 1));
+            }
+            calls(per == 1 ? "VMM, a range each" : "VMM, 4 ranges a granule", m, at, m, host, st, ev);
+            for (size_t i = 0; i < m; i++) {
+                CK(cuMemUnmap(at[i], G));
+                CK(cuMemAddressFree(at[i], G));
+            }
         }
         /* the same granules side by side in one range */
         CUdeviceptr va;

@@ -203,6 +203,21 @@ static void larger_mapping_is_lent(void **state)
     vr_device_close(d);
 }
 
+/* The end of a run of steps: invariants checked, params freed, empty_cache gives every byte back, a and d gone;
+ * peak reserved / allocated. */
+static double finish_run(vr_device *d, vr_alloc *a, void *params)
+{
+    check_invariants(a);
+    vr_alloc_stats st = stats_of(a);
+    double ratio = (double)st.reserved_bytes[VR_POOL_ALL].peak / (double)st.allocated_bytes[VR_POOL_ALL].peak;
+    xfree(a, params);
+    vr_alloc_empty_cache(a);
+    assert_int_equal(CUR(a, reserved_bytes, VR_POOL_ALL), 0);
+    vr_alloc_destroy(a);
+    vr_device_close(d);
+    return ratio;
+}
+
 /* A training-like loop (forward activations of several sizes, a backward that frees them in reverse
  * while taking gradients of other sizes through the same memory, an optimizer step) makes no device
  * call after its first steps, at the reserved bytes of the first step. */
@@ -248,27 +263,9 @@ static void steady_state_makes_no_device_calls(void **state)
     for (int step = STEPS - 3; step < STEPS; step++)
         assert_int_equal(per_step[step], 0);
     assert_int_equal(stats_of(a).reserved_bytes[VR_POOL_ALL].peak, reserved_first);
-    xfree(a, params);
-    vr_alloc_empty_cache(a);
-    assert_int_equal(CUR(a, reserved_bytes, VR_POOL_ALL), 0);
-    vr_alloc_destroy(a);
-    vr_device_close(d);
+    finish_run(d, a, params);
 }
 
-/* The end of a run of steps: invariants checked, params freed, empty_cache gives every byte back, a and d gone;
- * peak reserved / allocated. */
-static double finish_run(vr_device *d, vr_alloc *a, void *params)
-{
-    check_invariants(a);
-    vr_alloc_stats st = stats_of(a);
-    double ratio = (double)st.reserved_bytes[VR_POOL_ALL].peak / (double)st.allocated_bytes[VR_POOL_ALL].peak;
-    xfree(a, params);
-    vr_alloc_empty_cache(a);
-    assert_int_equal(CUR(a, reserved_bytes, VR_POOL_ALL), 0);
-    vr_alloc_destroy(a);
-    vr_device_close(d);
-    return ratio;
-}
 
 /* A CNN-like step (ResNet-50's shape of requests): stages of identical blocks, each saving several activations of
  * its stage's sizes until the backward, with a scratch block between; the backward frees them in reverse, each
