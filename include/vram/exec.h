@@ -219,6 +219,11 @@ const char *vr_exec_attention_kernels(const vr_exec *e);
  * 0 and 0 on the CPU or when unfused. */
 void vr_exec_fused_pairs(const vr_exec *e, int *fwd, int *bwd);
 
+/* CUDA: the Linear bias gradients this executor sums in the layernorm_bwd before their matmul_bwd (the
+ * residual stream's gradient, vr_exec_config.unfused), less any whose shape the one-pass kernel turned out
+ * not to take at the first step. 0 on the CPU or when unfused. */
+int vr_exec_fused_bias_grads(const vr_exec *e);
+
 /* fp16 dynamic loss scaling: the scale the next step runs with and the good steps counted toward
  * its growth (1 and 0 without scaling); set restores them (a resumed run). */
 void vr_exec_get_loss_scale(const vr_exec *e, float *scale, int *good);

@@ -30,6 +30,12 @@ typedef struct vr_cuda_fuse {
     int fwd, bwd;        /* pairs fused: forward (and recompute), backward */
 } vr_cuda_fuse;
 
+/* Tensors a and b are on bytes apart in the planned arena (false in dynamic memory or on the host). */
+bool vr__cuda_arena_disjoint(const vr_exec *e, int a, int b);
+/* Tensor t's address in the planned arena, bound or not (a tensor before its node, or one that died, whose
+ * bytes the caller knows to be its own); NULL in dynamic memory or on the host. */
+void *vr__cuda_arena_ptr(const vr_exec *e, int t);
+
 /* Finds the pairs of e's graph (none when e->cfg.unfused). */
 vr_status vr__cuda_fuse_init(vr_cuda_fuse *f, const vr_exec *e);
 void vr__cuda_fuse_free(vr_cuda_fuse *f);

@@ -23,8 +23,7 @@ enum {
 static int storage(const vr_exec *e, int t) { return vr_graph_storage(e->g, t); }
 static int base(const vr_exec *e, int t) { return e->plan->tensors[storage(e, t)].base; }
 
-/* Storage tensors a and b are on bytes apart in the planned arena. */
-static bool disjoint(const vr_exec *e, int a, int b)
+bool vr__cuda_arena_disjoint(const vr_exec *e, int a, int b)
 {
     const vr_plan_tensor *x = &e->plan->tensors[base(e, a)], *y = &e->plan->tensors[base(e, b)];
     return e->cfg.memory == VR_MEMORY_PLANNED && !x->host && !y->host &&
@@ -40,7 +39,8 @@ static bool kept(const vr_exec *e, const int *last, int t, int i, int out)
     if (t < 0)
         return true;
     int s = storage(e, t);
-    return e->plan->tensors[s].persistent || e->g->tensors[s].output || last[s] > i || disjoint(e, t, out);
+    return e->plan->tensors[s].persistent || e->g->tensors[s].output || last[s] > i ||
+           vr__cuda_arena_disjoint(e, t, out);
 }
 
 /* Every tensor in ids[0..n) (-1: none) has the dtype of ids[0], a float one, on the device. */
@@ -164,9 +164,7 @@ void vr__cuda_fuse_free(vr_cuda_fuse *f)
     f->part = NULL;
 }
 
-/* Tensor t's address in the planned arena, bound or not: an input of the pair's first node that died
- * there, whose bytes kept() found intact. NULL in dynamic memory or on the host. */
-static void *arena_ptr(const vr_exec *e, int t)
+void *vr__cuda_arena_ptr(const vr_exec *e, int t)
 {
     const vr_tensor *x = &e->g->tensors[t];
     const vr_plan_tensor *b = &e->plan->tensors[base(e, t)];
@@ -241,7 +239,7 @@ vr_status vr__cuda_fuse_run(vr_cuda_fuse *f, const vr_exec_args *a, const vr_cud
         vr__exec_node_args(a->exec, i - 1, a->micro, NULL, 1.0f, &m);
         for (int k = 0; k < VR_NODE_MAX_IN; k++)
             if (m.node->in[k] >= 0 && !m.in[k])
-                m.in[k] = arena_ptr(a->exec, m.node->in[k]);
+                m.in[k] = vr__cuda_arena_ptr(a->exec, m.node->in[k]); /* kept() found its bytes intact */
         if (part == PART_FWD_GELU)
             return fwd_gelu(a, &m, c, dt);
         return bwd_gelu(f, i, a, &m, c, dt);

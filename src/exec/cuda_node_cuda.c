@@ -46,7 +46,8 @@
  * Linear + GELU (vr_exec_config.unfused turns it off): a matmul and the gelu after it, a matmul_bwd and
  * the gelu_bwd after it, run as one cuBLASLt product with a GELU epilogue, queued by the pair's second
  * node (cuda_fuse.h); vr_exec_fused_pairs says how many. A residual add and the layernorm after it run as
- * one kernel at the layernorm node (cuda_fuse_ln.h; the same switch).
+ * one kernel at the layernorm node (cuda_fuse_ln.h; the same switch), and a Linear's bias gradient whose dout
+ * a layernorm_bwd wrote is summed by that layernorm_bwd's kernel (cuda_fuse_dbias.h; the same switch).
  *
  * As on the CPU, the embedding backward zeroes rows T..maxT-1 of dwpe and the
  * classifier rows V..Vp-1 of dwte when they overwrite (the CUDA classifier's products
@@ -58,6 +59,7 @@
 #include "exec/cuda_comm.h"
 #include "exec/cuda_copy.h"
 #include "exec/cuda_dtype.h"
+#include "exec/cuda_fuse_dbias.h"
 #include "exec/cuda_fuse_ln.h"
 #include "exec/cuda_fuse.h"
 #include "exec/cuda_prof.h"
@@ -102,6 +104,7 @@ typedef struct cuda_state {
     vr_cuda_fuse fuse;        /* Linear + GELU pairs run as one product (cuda_fuse.h) */
     bool idle;                /* the node being run queued no device work (a multi-tensor group's member) */
     vr_cuda_fuse_ln fuse_ln;  /* residual add + layernorm in one kernel (cuda_fuse_ln_cuda.c) */
+    vr_cuda_fuse_dbias fuse_dbias; /* a Linear's bias gradient in the layernorm_bwd before it */
 } cuda_state;
 
 static const vr_tensor *T_(const vr_exec_args *a, int id) { return &a->g->tensors[id]; }
@@ -562,6 +565,11 @@ static vr_status run_kernels(const vr_exec_args *a)
         st = scratch_check(a->g, n, a->scratch ? a->scratch_bytes : 0);
     if (st)
         return st;
+    vr_exec_args own;      /* a matmul_bwd whose bias gradient the layernorm_bwd before it wrote: without it */
+    a = vr__cuda_fuse_dbias_mm(&s->fuse_dbias, a, &own);
+    bool ln_dbias = false; /* a layernorm_bwd writing that bias gradient too */
+    if ((st = vr__cuda_fuse_dbias_ln(&s->fuse_dbias, c, a, dt, &ln_dbias)) || ln_dbias)
+        return st;
     bool ln_fused = false; /* an add put off into the layernorm after it, or that layernorm running both */
     if ((st = vr__cuda_fuse_ln_node(&s->fuse_ln, c, a, dt, &ln_fused, &s->idle)) || ln_fused)
         return st;
@@ -790,6 +798,7 @@ static void cuda_state_free(cuda_state *s)
     free(s->build);
     free(s->cudnn);
     vr__cuda_fuse_ln_free(&s->fuse_ln);
+    vr__cuda_fuse_dbias_free(&s->fuse_dbias);
     vr__cuda_fuse_free(&s->fuse);
     vr__cuda_prof_end(s->prof, NULL);
     free(s);
@@ -859,6 +868,8 @@ static vr_status cuda_init(vr_exec *e)
     if (!st)
         st = vr__cuda_fuse_ln_init(&s->fuse_ln, e);
     if (!st)
+        st = vr__cuda_fuse_dbias_init(&s->fuse_dbias, e);
+    if (!st)
         st = vr__cuda_fuse_init(&s->fuse, e);
     if (!st && !e->cfg.cuda_graph)
         st = vr__cuda_prof_new(e->g->n_nodes, e->cfg.profile, &s->prof);
@@ -880,6 +891,7 @@ static vr_status cuda_init(vr_exec *e)
     e->multi_tensor = s->mt;
     e->fused_fwd = s->fuse.fwd;
     e->fused_bwd = s->fuse.bwd;
+    e->fused_dbias = s->fuse_dbias.pairs;
     return VR_OK;
 }
 
@@ -935,6 +947,9 @@ static void cuda_fini(vr_exec *e)
             fprintf(stderr, "  (Linear + GELU fused, --fuse off to part them: the gelu nodes hold %d forward products "
                             "and their matmuls ~0, the gelu_bwd nodes %d backward dinp products)\n",
                     s->fuse.fwd, s->fuse.bwd);
+        if (profiled && s->fuse_dbias.pairs)
+            fprintf(stderr, "  (%d Linear bias gradients in the layernorm_bwd nodes before their matmul_bwd)\n",
+                    s->fuse_dbias.pairs);
         s->prof = NULL;
         vr_cuda_graph_destroy(s->graph);
         vr_cuda_ctx_destroy(&s->ctx);

@@ -199,7 +199,9 @@ static inline int vr_scratch_norm_slices(int64_t N)
 
 /* LayerNorm (vr_cuda_layernorm_bwd) runs a slice per multiprocessor (GPT-2 medium's 8,192 rows: 132 slices on
  * an H100 against 64 of 128 rows, 37 against 54 us by ncu), at least 16 rows each (a row per warp); the scratch
- * holds up to 256 slices x (dw | db) x C fp32, slice s's dw at s*2C, its db at s*2C + C. */
+ * holds up to 256 slices x (dw | db) x C fp32, slice s's dw at s*2C, its db at s*2C + C, then for
+ * vr_cuda_layernorm_bwd_sum (the next Linear's bias gradient, which the executor may fuse in) slices x C more:
+ * slice s's column sums of dinp at slices*2C + s*C. */
 #define VR_SCRATCH_LN_ROWS_PER_SLICE 16
 #define VR_SCRATCH_LN_MAX_SLICES 256
 
@@ -210,7 +212,7 @@ static inline int vr_scratch_ln_slices(int64_t N)
 
 static inline uint64_t vr_scratch_cuda_layernorm_bwd(int64_t N, int64_t C)
 {
-    return (uint64_t)vr_scratch_ln_slices(N) * 2u * vr_scratch_dim(C) * 4u;
+    return (uint64_t)vr_scratch_ln_slices(N) * 3u * vr_scratch_dim(C) * 4u;
 }
 
 /* RMSNorm (vr_cuda_rmsnorm_bwd): slices x C fp32. */

@@ -713,6 +713,81 @@ static void run_layernorm_determinism(vr_cuda_dtype dt, int N, int C)
     for (int r = 0; r < 2; r++) cudaFree(g[r][0]), cudaFree(g[r][1]), cudaFree(g[r][2]);
 }
 
+/* vr_cuda_layernorm_bwd_sum: dinp, dw, db what vr_cuda_layernorm_bwd writes (16 bits: bit for bit; fp32: to
+ * 1e-6, its FMAs may differ), and dsum the column
+ * sums of that dinp (the next Linear's bias gradient), overwritten and added to; dinp added to as the residual
+ * stream's gradient is. `fused` 0: a shape the one-pass kernel does not take (nothing written, unsupported). */
+static void run_layernorm_sum(vr_cuda_dtype dt, int N, int C, int fused)
+{
+    size_t n = (size_t)N * C, es = vr_cuda_dtype_size(dt);
+    float *inp = hrand(n, -2, 2), *w = hrand(C, 0.5f, 1.5f), *b = hrand(C, -0.5f, 0.5f), *dout = hrand(n, -1, 1);
+    float *prior = hrand(n, -1, 1), *sprior = hrand(C, -4, 4);
+    void *di = up(dt, inp, n), *dw = up(dt, w, C), *dbb = up(dt, b, C), *dd = up(dt, dout, n), *out = dnan(dt, n);
+    float *mean = dnan(VR_CUDA_F32, N), *rstd = dnan(VR_CUDA_F32, N);
+    OK(vr_cuda_layernorm_fwd(&ctx, dt, out, mean, rstd, di, dw, dbb, N, C));
+    size_t sb = vr_cuda_layernorm_bwd_scratch_bytes(N, C);
+    void *scratch = dalloc_guarded(sb);
+    guard_set(scratch, sb, sb);
+    void *g[2][3], *ds = dnan(dt, C);
+    for (int acc = 0; acc < 2; acc++) {
+        for (int r = 0; r < 2; r++) {
+            g[r][0] = acc ? up(dt, prior, n) : dnan(dt, n), g[r][1] = dnan(dt, C), g[r][2] = dnan(dt, C);
+        }
+        OK(vr_cuda_layernorm_bwd(&ctx, dt, g[0][0], g[0][1], g[0][2], dd, di, dw, mean, rstd, N, C, acc, 0, scratch,
+                                 sb));
+        vr_status st = vr_cuda_layernorm_bwd_sum(&ctx, dt, g[1][0], g[1][1], g[1][2], ds, dd, di, dw, mean, rstd, N, C,
+                                                 acc, 0, 0, scratch, sb);
+        CU(cudaDeviceSynchronize());
+        if (!fused) {
+            assert_int_equal(st, VR_ERR_UNSUPPORTED);
+            float *h = down(dt, g[1][0], n);
+            assert_true(isnan(h[0]) || acc); /* nothing queued */
+            free(h);
+        } else {
+            OK(st);
+            if (dt == VR_CUDA_F32) { /* the kernel with the sums may contract other products into FMAs */
+                size_t len[3] = {n, (size_t)C, (size_t)C};
+                static const char *what[3] = {"layernorm_bwd_sum dinp", "layernorm_bwd_sum dw", "layernorm_bwd_sum db"};
+                for (int k = 0; k < 3; k++) {
+                    float *h = down(dt, g[0][k], len[k]);
+                    expect_close(what[k], dt, g[1][k], h, len[k], 1e-6);
+                    free(h);
+                }
+            } else if (!kc_same_bytes(g[0][0], g[1][0], n * es) || !kc_same_bytes(g[0][1], g[1][1], C * es) ||
+                       !kc_same_bytes(g[0][2], g[1][2], C * es)) {
+                fail_msg("layernorm_bwd_sum N%d C%d (%s): dinp, dw, db not those of layernorm_bwd", N, C,
+                         vr_cuda_dtype_name(dt));
+            }
+            float *h = down(dt, g[1][0], n), *ref = hzero(C);
+            for (int c = 0; c < C; c++) {
+                double t = 0.0;
+                for (int r = 0; r < N; r++) t += h[(size_t)r * C + c];
+                ref[c] = (float)t;
+            }
+            char what[80];
+            snprintf(what, sizeof what, "layernorm_bwd_sum dsum N%d C%d acc_dinp %d", N, C, acc);
+            expect_close(what, dt, ds, ref, C, tol_for(dt, TOL_F32_LONG));
+            void *ds2 = up(dt, sprior, C); /* added to */
+            OK(vr_cuda_layernorm_bwd_sum(&ctx, dt, g[1][0], g[1][1], g[1][2], ds2, dd, di, dw, mean, rstd, N, C, 0, 0,
+                                         1, scratch, sb));
+            float *h2 = down(dt, g[1][0], n);
+            for (int c = 0; c < C; c++) {
+                double t = 0.0;
+                for (int r = 0; r < N; r++) t += h2[(size_t)r * C + c];
+                ref[c] = (float)t;
+            }
+            expect_acc("layernorm_bwd_sum dsum", dt, ds2, sprior, ref, C);
+            free(h), free(h2), free(ref);
+            cudaFree(ds2);
+        }
+        for (int r = 0; r < 2; r++) cudaFree(g[r][0]), cudaFree(g[r][1]), cudaFree(g[r][2]);
+    }
+    guard_check("layernorm_bwd_sum", scratch, sb, sb);
+    free(inp), free(w), free(b), free(dout), free(prior), free(sprior);
+    cudaFree(di), cudaFree(dw), cudaFree(dbb), cudaFree(dd), cudaFree(out), cudaFree(mean), cudaFree(rstd);
+    cudaFree(scratch), cudaFree(ds);
+}
+
 /* add + layernorm in one call: res = x + y and out = layernorm(res) against the CPU, and bit for bit what
  * vr_cuda_add_fwd then vr_cuda_layernorm_fwd give; also with res in place of x. */
 static void run_add_layernorm(vr_cuda_dtype dt, int N, int C)
@@ -778,11 +853,21 @@ static void test_layernorm(void **state)
         run_layernorm_determinism(DTS[di], 1000, 1600);
         run_layernorm_determinism(DTS[di], 513, 100);
     }
+    /* the next Linear's bias gradient in the backward's pass: GPT-2 124M's and medium's rows (registers, shared
+     * memory), a slice of one row, fp32 and fp16; a row the one-pass kernel does not take (1600 16-bit columns) */
+    run_layernorm_sum(VR_CUDA_BF16, 16384, 768, 1);
+    run_layernorm_sum(VR_CUDA_BF16, 8192, 1024, 1);
+    run_layernorm_sum(VR_CUDA_BF16, 129, 768, 1);
+    run_layernorm_sum(VR_CUDA_F32, 4096, 768, 1);
+    run_layernorm_sum(VR_CUDA_F32, 37, 200, 1);
+    run_layernorm_sum(VR_CUDA_F16, 300, 1024, 1);
+    run_layernorm_sum(VR_CUDA_BF16, 129, 1600, 0);
     /* the generic kernels (the ones before the register rows) against the CPU too */
     vr__cuda_layernorm_generic(1);
     run_layernorm(VR_CUDA_BF16, 4096, 768);
     run_layernorm(VR_CUDA_F32, 129, 768);
     run_add_layernorm(VR_CUDA_BF16, 129, 768);
+    run_layernorm_sum(VR_CUDA_BF16, 4096, 768, 0);
     vr__cuda_layernorm_generic(0);
 }
 
@@ -808,9 +893,14 @@ static double bench_us(int which, int generic, void *const *p, int N, int C, voi
             else if (which == 2) {
                 OK(vr_cuda_add_fwd(&ctx, VR_CUDA_BF16, p[7], p[0], p[2], (size_t)N * C));
                 OK(vr_cuda_layernorm_fwd(&ctx, VR_CUDA_BF16, p[1], p[5], p[6], p[7], p[3], p[4], N, C));
-            } else
+            } else if (which == 3 || which == 4)
                 OK(vr_cuda_layernorm_bwd(&ctx, VR_CUDA_BF16, p[8], p[9], p[10], p[2], p[0], p[3], p[5], p[6], N, C,
-                                         0, 0, scratch, sb));
+                                         which == 4, 0, scratch, sb));
+            else if (which == 5)
+                OK(vr_cuda_layernorm_bwd_sum(&ctx, VR_CUDA_BF16, p[8], p[9], p[10], p[11], p[2], p[0], p[3], p[5],
+                                             p[6], N, C, 1, 0, 0, scratch, sb));
+            else
+                OK(vr_cuda_matmul_bwd(&ctx, VR_CUDA_BF16, NULL, NULL, p[11], p[8], NULL, NULL, N, C, C, 0, 0));
         }
         CU(cudaEventRecord(e1, 0));
         CU(cudaEventSynchronize(e1));
@@ -826,23 +916,32 @@ static void bench_layernorm_shape(int N, int C)
 {
     size_t n = (size_t)N * C;
     float *h = hrand(n, -2, 2), *hw = hrand(C, 0.5f, 1.5f);
-    void *p[11];
+    void *p[12];
     p[0] = up(VR_CUDA_BF16, h, n), p[1] = dnan(VR_CUDA_BF16, n), p[2] = up(VR_CUDA_BF16, h, n);
     p[3] = up(VR_CUDA_BF16, hw, C), p[4] = up(VR_CUDA_BF16, hw, C), p[5] = dnan(VR_CUDA_F32, N);
     p[6] = dnan(VR_CUDA_F32, N), p[7] = dnan(VR_CUDA_BF16, n), p[8] = dnan(VR_CUDA_BF16, n);
-    p[9] = dnan(VR_CUDA_BF16, C), p[10] = dnan(VR_CUDA_BF16, C);
+    p[9] = dnan(VR_CUDA_BF16, C), p[10] = dnan(VR_CUDA_BF16, C), p[11] = dnan(VR_CUDA_BF16, C);
     size_t sb = vr_cuda_layernorm_bwd_scratch_bytes(N, C);
     void *scratch = dalloc(sb);
     OK(vr_cuda_layernorm_fwd(&ctx, VR_CUDA_BF16, p[1], p[5], p[6], p[0], p[3], p[4], N, C));
-    static const char *names[] = {"layernorm_fwd", "add_layernorm_fwd", "add_fwd + layernorm_fwd", "layernorm_bwd"};
-    const double mb[] = {2.0 * n * 2, 4.0 * n * 2, 4.0 * n * 2, 3.0 * n * 2}; /* bytes that must move */
+    OK(vr_cuda_zero(&ctx, VR_CUDA_BF16, p[8], n)); /* added to (+=) by the rows below */
+    /* the backward adding into dinp (a residual stream's gradient), with the next Linear's bias gradient, and
+     * that gradient's own column-sum kernel (matmul_bwd's, which the sum replaces) */
+    static const char *names[] = {"layernorm_fwd", "add_layernorm_fwd", "add_fwd + layernorm_fwd", "layernorm_bwd",
+                                  "layernorm_bwd +=",  "layernorm_bwd_sum +=", "matmul_bwd dbias alone"};
+    const double mb[] = {2.0 * n * 2, 4.0 * n * 2, 4.0 * n * 2, 3.0 * n * 2, 4.0 * n * 2, 4.0 * n * 2, 1.0 * n * 2};
     print_message("    %d x %d bf16           new: us    GB/s   generic: us    GB/s\n", N, C);
-    for (int k = 0; k < 4; k++) {
-        double t = bench_us(k, 0, p, N, C, scratch, sb), tg = bench_us(k, 1, p, N, C, scratch, sb);
-        print_message("    %-24s %10.1f %7.0f %12.1f %7.0f\n", names[k], t, mb[k] / t / 1e3, tg, mb[k] / tg / 1e3);
+    for (int k = 0; k < 7; k++) {
+        double t = bench_us(k, 0, p, N, C, scratch, sb);
+        if (k < 5) {
+            double tg = bench_us(k, 1, p, N, C, scratch, sb);
+            print_message("    %-24s %10.1f %7.0f %12.1f %7.0f\n", names[k], t, mb[k] / t / 1e3, tg, mb[k] / tg / 1e3);
+        } else {
+            print_message("    %-24s %10.1f %7.0f\n", names[k], t, mb[k] / t / 1e3);
+        }
     }
     free(h), free(hw);
-    for (int k = 0; k < 11; k++) cudaFree(p[k]);
+    for (int k = 0; k < 12; k++) cudaFree(p[k]);
     cudaFree(scratch);
 }
 

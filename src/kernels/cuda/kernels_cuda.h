@@ -279,6 +279,16 @@ vr_status vr_cuda_layernorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *
                                 const float *mean, const float *rstd, int N, int C, int acc_dinp,
                                 int acc_dparam, void *scratch, size_t scratch_bytes);
 size_t vr_cuda_layernorm_bwd_scratch_bytes(int N, int C);
+/* The same, and dsum(C) (=|+= by acc_dsum) = the column sums of dinp as written: the bias gradient of the
+ * Linear whose output's gradient dinp is (a residual stream), in the same pass. VR_ERR_UNSUPPORTED (no error
+ * set, nothing queued) where that pass does not apply: dinp or both dw and db NULL, or a row too wide or not
+ * 16-byte aligned for the bandwidth kernel; dsum NULL: vr_cuda_layernorm_bwd. Same scratch. dsum may be on
+ * the bytes of dout, inp, w, mean or rstd (it is written by a second kernel, after they are read), not on
+ * dinp's, dw's, db's or the scratch's. */
+vr_status vr_cuda_layernorm_bwd_sum(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw, void *db,
+                                    void *dsum, const void *dout, const void *inp, const void *w, const float *mean,
+                                    const float *rstd, int N, int C, int acc_dinp, int acc_dparam, int acc_dsum,
+                                    void *scratch, size_t scratch_bytes);
 /* res(N,C) = a + b (rounded to the dtype, as vr_cuda_add_fwd) and out, mean, rstd = layernorm(res) as
  * vr_cuda_layernorm_fwd, in one pass where the rows allow: the same bytes as the two calls. res may be
  * a or b; out, mean and rstd overlap none of res, a, b. */

@@ -231,36 +231,42 @@ __global__ void k_ln_bwd_partial(float *part, const T *dout, const T *inp, const
 /* Block (32, 16): 32 columns, 16 slice lanes; lane y adds slices y, y + 16, ... in order, then lane 0 adds
  * the 16 lanes' sums in order (a fixed order: deterministic; the slices' loads in flight side by side). */
 #define VR_LN_FINAL_Y 16
+/* ds (NULL: none) the same way from the slices' column sums of dinp (psum, slice s's at s C), acc_ds. */
 template <typename T>
-__global__ void k_ln_bwd_final(T *dw, T *db, const float *part, int slices, int C, int acc)
+__global__ void k_ln_bwd_final(T *dw, T *db, const float *part, int slices, int C, int acc, T *ds,
+                               const float *psum, int acc_ds)
 {
-    __shared__ float sw[VR_LN_FINAL_Y][33], sb[VR_LN_FINAL_Y][33];
+    __shared__ float sw[VR_LN_FINAL_Y][33], sb[VR_LN_FINAL_Y][33], ss[VR_LN_FINAL_Y][33];
     int x = threadIdx.x, y = threadIdx.y, c = blockIdx.x * 32 + x;
-    float tw = 0.0f, tb = 0.0f;
+    float tw = 0.0f, tb = 0.0f, ts = 0.0f;
     if (c < C)
         for (int s = y; s < slices; s += VR_LN_FINAL_Y) {
             tw += part[(size_t)s * 2 * C + c];
             tb += part[(size_t)s * 2 * C + C + c];
+            if (ds) ts += psum[(size_t)s * C + c];
         }
     sw[y][x] = tw;
     sb[y][x] = tb;
+    ss[y][x] = ts;
     __syncthreads();
     if (y || c >= C) return;
-    tw = tb = 0.0f;
+    tw = tb = ts = 0.0f;
     for (int k = 0; k < VR_LN_FINAL_Y; k++) {
         tw += sw[k][x];
         tb += sb[k][x];
+        ts += ss[k][x];
     }
     if (dw) dw[c] = vr_fromf<T>(acc ? vr_tof(dw[c]) + tw : tw);
     if (db) db[c] = vr_fromf<T>(acc ? vr_tof(db[c]) + tb : tb);
+    if (ds) ds[c] = vr_fromf<T>(acc_ds ? vr_tof(ds[c]) + ts : ts);
 }
 
 template <typename T>
 static vr_status ln_bwd_final_t(const vr_cuda_ctx *ctx, void *dw, void *db, const float *part, int slices, int C,
-                                int acc)
+                                int acc, void *ds, const float *psum, int acc_ds)
 {
     k_ln_bwd_final<<<(C + 31) / 32, dim3(32, VR_LN_FINAL_Y), 0, VR_STREAM(ctx)>>>((T *)dw, (T *)db, part, slices, C,
-                                                                                acc);
+                                                                                acc, (T *)ds, psum, acc_ds);
     return vr_cu_launched(ctx, "layernorm_bwd");
 }
 
@@ -301,16 +307,17 @@ static vr_status ln_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, void *db
             slices = 0;
         }
         k_ln_bwd_final<<<(C + 31) / 32, dim3(32, VR_LN_FINAL_Y), 0, s>>>((T *)dw, (T *)db, (const float *)scratch,
-                                                                        slices, C, acc_dparam);
+                                                                        slices, C, acc_dparam, (T *)NULL, NULL, 0);
         VR_CU_LAUNCHED(ctx, "layernorm_bwd");
     }
     return VR_OK;
 }
 
-extern "C" vr_status vr_cuda_layernorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
-                                           void *db, const void *dout, const void *inp, const void *w,
-                                           const float *mean, const float *rstd, int N, int C, int acc_dinp,
-                                           int acc_dparam, void *scratch, size_t scratch_bytes)
+extern "C" vr_status vr_cuda_layernorm_bwd_sum(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
+                                               void *db, void *dsum, const void *dout, const void *inp,
+                                               const void *w, const float *mean, const float *rstd, int N, int C,
+                                               int acc_dinp, int acc_dparam, int acc_dsum, void *scratch,
+                                               size_t scratch_bytes)
 {
     const char *op = "layernorm_bwd";
     VR_CU_CTX_OK(ctx, op);
@@ -320,17 +327,32 @@ extern "C" vr_status vr_cuda_layernorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype
     if ((dw || db) && N > 0 && (!scratch || scratch_bytes < vr_cuda_layernorm_bwd_scratch_bytes(N, C)))
         return vr_error(VR_ERR_INVALID, "cuda kernels: %s: scratch of %zu bytes < %zu needed", op,
                         scratch_bytes, vr_cuda_layernorm_bwd_scratch_bytes(N, C));
+    /* dsum rides on the bandwidth kernel, and is written by the final kernel only (after the inputs are read:
+     * it may be on their bytes) */
+    if (dsum && (!dinp || !(dw || db) || N == 0 || ln_generic_only))
+        return VR_ERR_UNSUPPORTED;
     if (!ln_generic_only && N > 0 && (dinp || dw || db)) {
         int slices = ln_slices(ctx, N), rps = (N + slices - 1) / slices;
-        float *part = dw || db ? (float *)scratch : NULL;
+        float *part = dw || db ? (float *)scratch : NULL, *psum = dsum ? part + (size_t)slices * 2 * C : NULL;
         vr_status st = VR_OK;
-        if (vr__ln_rows_bwd(ctx, dt, dinp, part, dout, inp, w, mean, rstd, N, C, slices, rps, acc_dinp, &st)) {
+        if (vr__ln_rows_bwd(ctx, dt, dinp, part, psum, dout, inp, w, mean, rstd, N, C, slices, rps, acc_dinp, &st)) {
             if (st || !part) return st;
-            return VR_CU_DISPATCH(dt, ln_bwd_final_t, ctx, dw, db, part, slices, C, acc_dparam);
+            return VR_CU_DISPATCH(dt, ln_bwd_final_t, ctx, dw, db, part, slices, C, acc_dparam, dsum, psum, acc_dsum);
         }
     }
+    if (dsum) /* the bandwidth kernel does not take this shape or alignment: nothing was queued */
+        return VR_ERR_UNSUPPORTED;
     return VR_CU_DISPATCH(dt, ln_bwd_t, ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C, acc_dinp,
                           acc_dparam, scratch);
+}
+
+extern "C" vr_status vr_cuda_layernorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
+                                           void *db, const void *dout, const void *inp, const void *w,
+                                           const float *mean, const float *rstd, int N, int C, int acc_dinp,
+                                           int acc_dparam, void *scratch, size_t scratch_bytes)
+{
+    return vr_cuda_layernorm_bwd_sum(ctx, dt, dinp, dw, db, NULL, dout, inp, w, mean, rstd, N, C, acc_dinp,
+                                     acc_dparam, 0, scratch, scratch_bytes);
 }
 
 extern "C" vr_status vr_cuda_add_layernorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *res, void *out,

@@ -98,32 +98,37 @@ __device__ __forceinline__ int ln_sh(int k, int j, int lane) { return (k * V + j
 
 #define VR_LN_BWD_WARPS 16
 
-template <typename T, int K>
+/* SUM: also the column sums of dinp as written (the bias gradient of the Linear whose output dinp is the
+ * gradient of), in a region of S floats per warp after the others, added in warp order at the end. */
+template <typename T, int K, bool SUM>
 struct ln_bwd_geom {
     static constexpr int V = vr_vec<T>::N, S = K * V * 32;
     static constexpr bool SH = K * V > 24; /* the sums in shared memory */
-    static constexpr size_t SMEM = (SH ? VR_LN_BWD_WARPS : 1) * 2 * (size_t)S * sizeof(float);
+    static constexpr size_t BASE = (SH ? VR_LN_BWD_WARPS : 1) * 2 * (size_t)S; /* floats before the SUM regions */
+    static constexpr size_t SMEM = (BASE + (SUM ? VR_LN_BWD_WARPS * (size_t)S : 0)) * sizeof(float);
 };
 
-template <typename T, int K>
-__global__ void __launch_bounds__(VR_LN_BWD_WARPS * 32) k_ln_rows_bwd(T *dinp, float *part, const T *dout,
-                                                                     const T *inp, const T *w, const float *mean,
-                                                                     const float *rstd, int N, int C,
-                                                                     int rows_per_slice, int acc)
+template <typename T, int K, bool SUM>
+__global__ void __launch_bounds__(VR_LN_BWD_WARPS * 32) k_ln_rows_bwd(T *dinp, float *part, float *part_sum,
+                                                                     const T *dout, const T *inp, const T *w,
+                                                                     const float *mean, const float *rstd, int N,
+                                                                     int C, int rows_per_slice, int acc)
 {
-    typedef ln_bwd_geom<T, K> G;
+    typedef ln_bwd_geom<T, K, SUM> G;
     constexpr int V = G::V, S = G::S, RK = G::SH ? 1 : K, RV = G::SH ? 1 : V, DK = G::SH ? K : 1;
     extern __shared__ float sh[];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int nv = C / V, r0 = blockIdx.x * rows_per_slice, r1 = min(N, r0 + rows_per_slice);
     float aw[RK][RV], ab[RK][RV];                      /* narrow rows: the sums in registers */
     float *sw = sh + (size_t)warp * 2 * S, *sb = sw + S; /* wide rows: this warp's region */
+    float *so = sh + G::BASE + (size_t)warp * S;         /* SUM: this warp's sums of dinp */
 #pragma unroll
     for (int k = 0; k < K; k++)
 #pragma unroll
         for (int j = 0; j < V; j++) {
             if (G::SH) sw[ln_sh<K, V>(k, j, lane)] = sb[ln_sh<K, V>(k, j, lane)] = 0.0f;
             else aw[k % RK][j % RV] = ab[k % RK][j % RV] = 0.0f;
+            if (SUM) so[ln_sh<K, V>(k, j, lane)] = 0.0f;
         }
     float inv_c = 1.0f / C;
     for (int r = r0 + warp; r < r1; r += VR_LN_BWD_WARPS) {
@@ -191,6 +196,7 @@ __global__ void __launch_bounds__(VR_LN_BWD_WARPS * 32) k_ln_rows_bwd(T *dinp, f
                     float xh = (vr_tof(xv[k].v[j]) - m) * rs;
                     float d = rs * (vr_tof(gv[k].v[j]) * vr_tof(wv.v[j]) - sg - xh * sgx);
                     o.v[j] = vr_fromf<T>(acc ? vr_tof(dv[k % DK].v[j]) + d : d);
+                    if (SUM) so[ln_sh<K, V>(k, j, lane)] += vr_tof(o.v[j]);
                 }
                 vr_st16(dinp + off + i * V, o);
             }
@@ -226,6 +232,11 @@ __global__ void __launch_bounds__(VR_LN_BWD_WARPS * 32) k_ln_rows_bwd(T *dinp, f
         }
         p[c] = a;
         p[C + c] = b;
+        if (SUM) {
+            float o = 0.0f;
+            for (int t = 0; t < VR_LN_BWD_WARPS; t++) o += sh[G::BASE + (size_t)t * S + q];
+            part_sum[(size_t)blockIdx.x * C + c] = o;
+        }
     }
 }
 
@@ -265,29 +276,40 @@ static int rows_fwd_t(const vr_cuda_ctx *ctx, void *out, float *mean, float *rst
 }
 
 /* One backward launch: its shared memory (above the 48 KiB default: allowed once per kernel). */
-template <typename T, int K>
-static vr_status ln_bwd_launch(int slices, cudaStream_t s, T *d, float *part, const T *g, const T *x, const T *wp,
-                               const float *mean, const float *rstd, int N, int C, int rps, int acc)
+template <typename T, int K, bool SUM>
+static vr_status ln_bwd_launch_t(int slices, cudaStream_t s, T *d, float *part, float *psum, const T *g, const T *x,
+                                 const T *wp, const float *mean, const float *rstd, int N, int C, int rps, int acc)
 {
-    typedef ln_bwd_geom<T, K> G;
+    typedef ln_bwd_geom<T, K, SUM> G;
     static bool opted; /* set once per kernel (a race sets it twice, harmlessly) */
     if (G::SMEM > (48u << 10) && !opted) {
-        VR_CU_TRY(vr_cu_status(cudaFuncSetAttribute(k_ln_rows_bwd<T, K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    (int)G::SMEM),
+        VR_CU_TRY(vr_cu_status(cudaFuncSetAttribute(k_ln_rows_bwd<T, K, SUM>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM),
                                "layernorm_bwd", "cudaFuncSetAttribute"));
         opted = true;
     }
-    k_ln_rows_bwd<T, K><<<slices, VR_LN_BWD_WARPS * 32, G::SMEM, s>>>(d, part, g, x, wp, mean, rstd, N, C, rps, acc);
+    k_ln_rows_bwd<T, K, SUM><<<slices, VR_LN_BWD_WARPS * 32, G::SMEM, s>>>(d, part, psum, g, x, wp, mean, rstd, N, C,
+                                                                           rps, acc);
     return VR_OK;
 }
 
+template <typename T, int K>
+static vr_status ln_bwd_launch(int slices, cudaStream_t s, T *d, float *part, float *psum, const T *g, const T *x,
+                               const T *wp, const float *mean, const float *rstd, int N, int C, int rps, int acc)
+{
+    return psum ? ln_bwd_launch_t<T, K, true>(slices, s, d, part, psum, g, x, wp, mean, rstd, N, C, rps, acc)
+                : ln_bwd_launch_t<T, K, false>(slices, s, d, part, psum, g, x, wp, mean, rstd, N, C, rps, acc);
+}
+
 template <typename T>
-static int rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, const void *dout, const void *inp,
-                      const void *w, const float *mean, const float *rstd, int N, int C, int slices, int rps,
-                      int acc, vr_status *st)
+static int rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, float *part_sum, const void *dout,
+                      const void *inp, const void *w, const float *mean, const float *rstd, int N, int C, int slices,
+                      int rps, int acc, vr_status *st)
 {
     constexpr int V = vr_vec<T>::N;
     if (C % V || !vr_aligned16(dout) || !vr_aligned16(inp) || (dinp && (!vr_aligned16(dinp) || !vr_aligned16(w))))
+        return 0;
+    if (part_sum && (!dinp || !part)) /* the sums of dinp ride on the partial sums of dw | db */
         return 0;
     int K = ln_k(C / V, sizeof(T) == 4 ? 6 : 4);
     if (!K) return 0;
@@ -296,7 +318,7 @@ static int rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, const voi
     const T *g = (const T *)dout, *x = (const T *)inp, *wp = (const T *)w;
 #define VR_LN_BWD(KK)                                                                                        \
     case KK:                                                                                                 \
-        *st = ln_bwd_launch<T, KK>(slices, s, d, part, g, x, wp, mean, rstd, N, C, rps, acc);                \
+        *st = ln_bwd_launch<T, KK>(slices, s, d, part, part_sum, g, x, wp, mean, rstd, N, C, rps, acc);      \
         if (*st) return 1;                                                                                   \
         break
     switch (K) {
@@ -317,10 +339,10 @@ int vr__ln_rows_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *
     return VR_CU_DISPATCH(dt, rows_fwd_t, ctx, out, mean, rstd, res, inp, inp2, w, b, N, C, st);
 }
 
-int vr__ln_rows_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, float *part, const void *dout,
-                    const void *inp, const void *w, const float *mean, const float *rstd, int N, int C,
-                    int slices, int rows_per_slice, int acc_dinp, vr_status *st)
+int vr__ln_rows_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, float *part, float *part_sum,
+                    const void *dout, const void *inp, const void *w, const float *mean, const float *rstd, int N,
+                    int C, int slices, int rows_per_slice, int acc_dinp, vr_status *st)
 {
-    return VR_CU_DISPATCH(dt, rows_bwd_t, ctx, dinp, part, dout, inp, w, mean, rstd, N, C, slices, rows_per_slice,
-                          acc_dinp, st);
+    return VR_CU_DISPATCH(dt, rows_bwd_t, ctx, dinp, part, part_sum, dout, inp, w, mean, rstd, N, C, slices,
+                          rows_per_slice, acc_dinp, st);
 }
