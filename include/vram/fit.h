@@ -49,7 +49,7 @@ extern "C" {
 VR_API_BEGIN
 
 #define VR_FIT_MAX_BATCH (1 << 20) /* the search stops here (reported as capped) */
-#define VR_FIT_MAX_ROWS 288        /* 3 recompute policies × 3 state formats × 8 precision, master and
+#define VR_FIT_MAX_ROWS 384        /* 4 recompute policies × 3 state formats × 8 precision, master and
                                     * placement choices (bf16: fp32 master on the device or the host, split on
                                     * the device, or none; fp32, fp16: on the device or the host) × 4 ZeRO
                                     * stages */
@@ -122,7 +122,7 @@ typedef struct vr_fit_options {
     int global_batch;          /* rows per optimizer step = micro × accum; 0: the largest micro-batch
                                 * that fits, with the step config's accum */
     unsigned precisions;       /* bit (1u << vr_precision) per precision to try; 0: fp32 and bf16 */
-    unsigned recomputes;       /* bit (1u << vr_recompute) per policy; 0: none, selective, block */
+    unsigned recomputes;       /* bit (1u << vr_recompute) per policy; 0: none, act, selective, block */
     unsigned optim_states;     /* bit (1u << vr_optim_state) per state format; 0: all three when the optimizer
                                 * has state (fp32 only otherwise) */
     unsigned masters;          /* bit 0: fp32 master, bit 1: none, bit 2: split (bf16 only, not offloaded); 0: all */

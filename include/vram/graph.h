@@ -237,7 +237,9 @@ typedef struct vr_node {
 
 typedef enum vr_precision { VR_PREC_FP32, VR_PREC_BF16, VR_PREC_FP16 } vr_precision;
 typedef enum vr_optim { VR_OPTIM_NONE, VR_OPTIM_SGD, VR_OPTIM_MOMENTUM, VR_OPTIM_ADAM, VR_OPTIM_ADAMW } vr_optim;
-typedef enum vr_recompute { VR_RECOMPUTE_NONE, VR_RECOMPUTE_BLOCK, VR_RECOMPUTE_SELECTIVE } vr_recompute;
+/* Activation checkpointing (src/graph/recompute.c): none; block (only each block's input kept); selective (the
+ * outputs of GELU / SwiGLU and of the norms re-run in the backward); act (those of GELU / SwiGLU only). */
+typedef enum vr_recompute { VR_RECOMPUTE_NONE, VR_RECOMPUTE_BLOCK, VR_RECOMPUTE_SELECTIVE, VR_RECOMPUTE_ACT } vr_recompute;
 /* How optimizer state is stored: fp32; bf16 with stochastic rounding; 8-bit block-wise (vram/optim_state.h). */
 typedef enum vr_optim_state { VR_OSTATE_FP32, VR_OSTATE_BF16, VR_OSTATE_8BIT } vr_optim_state;
 /* Where the fp32 master and the optimizer state live: on the device, or in pinned host memory with the

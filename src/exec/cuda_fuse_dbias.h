@@ -9,8 +9,8 @@
 #include "kernels/cuda/kernels_cuda.h"
 
 typedef struct vr_cuda_fuse_dbias {
-    int *to;             /* [n_nodes] layernorm_bwd node i: the matmul_bwd node whose bias gradient it also
-                          * writes (-1: none); NULL: no pair (or fusion off) */
+    int *to;             /* [n_nodes] layernorm_bwd node i: the matmul_bwd node j > i whose bias gradient it
+                          * also writes (-1: none); NULL: no pair (or fusion off) */
     unsigned char *done; /* [n_nodes] matmul_bwd node j: its bias gradient was written this pass */
     int pairs;           /* pairs found (less those that fell back) */
 } vr_cuda_fuse_dbias;

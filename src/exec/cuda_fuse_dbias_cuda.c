@@ -8,16 +8,16 @@
  * column-sum kernel (a read of dout: 8.6 us on GPT-2 medium's 8192 x 1024, for 5.3 us more in the layernorm's;
  * 10.5 against 3.2 on 124M's 16384 x 768).
  *
- * A pair: layernorm_bwd node i with dinp, scratch and dw or db; node i + 1 a matmul_bwd reading that dinp as
- * dout (the same tensor) and wanting a bias gradient of its dtype, whose planned bytes are apart from node
- * i's outputs and scratch (it is bound only at node i + 1: before, its bytes may be those of a tensor that
- * dies at node i; an input is fine, the kernel writes the sum after reading them). The bias gradient is
- * written at node i, with node i + 1's accumulate flag (micro-batches). Planned memory, no poison, fusion on
- * (the other fusions' switch, vr_exec_config.unfused). Where the kernel does not take the shape, node i runs
- * alone and node i + 1 computes its bias as before, from then on. The sums run in another order than the
- * column-sum kernel's (fp32 either way), so the gradient can differ in its last bit. Block recompute puts
- * the recomputed block between the next block's ln1.bwd and fcproj.bwd: those pairs are not adjacent, and
- * not fused.
+ * A pair: layernorm_bwd node i with dinp, scratch and dw or db; node j, the next that refers to dinp's bytes,
+ * a matmul_bwd reading that dinp as dout (the same tensor) and wanting a bias gradient of its dtype, whose
+ * planned bytes are apart from node i's outputs and scratch and from everything the nodes between refer to
+ * (recompute's, e.g. the GELU re-run before fcproj.bwd): it is bound only at node j, and before that its bytes
+ * may be those of a tensor that dies on the way; node i's inputs may be there, the kernel writes the sum
+ * after reading them. The bias gradient is written at node i, with node j's accumulate flag (micro-batches).
+ * Planned memory, no poison, fusion on (the other fusions' switch, vr_exec_config.unfused). Where the kernel
+ * does not take the shape, node i runs alone and node j computes its bias as before, from then on. The sums
+ * run in another order than the column-sum kernel's (fp32 either way), so the gradient can differ in its
+ * last bit.
  */
 #include <stdlib.h>
 
@@ -25,24 +25,58 @@
 #include "exec/cuda_fuse.h"
 #include "exec/cuda_fuse_dbias.h"
 
+static int storage(const vr_exec *e, int t) { return vr_graph_storage(e->g, t); }
+
+/* Node n refers to storage s (an input, an output or its scratch). */
+static bool refers(const vr_exec *e, const vr_node *n, int s)
+{
+    for (int k = 0; k < VR_NODE_MAX_IN; k++)
+        if (n->in[k] >= 0 && storage(e, n->in[k]) == s)
+            return true;
+    for (int k = 0; k < VR_NODE_MAX_OUT; k++)
+        if (n->out[k] >= 0 && storage(e, n->out[k]) == s)
+            return true;
+    return n->scratch >= 0 && storage(e, n->scratch) == s;
+}
+
+/* Every tensor node n refers to (its inputs too when ins) is on bytes apart from tensor t's. */
+static bool apart(const vr_exec *e, const vr_node *n, int t, bool ins)
+{
+    for (int k = 0; ins && k < VR_NODE_MAX_IN; k++)
+        if (n->in[k] >= 0 && !vr__cuda_arena_disjoint(e, n->in[k], t))
+            return false;
+    for (int k = 0; k < VR_NODE_MAX_OUT; k++)
+        if (n->out[k] >= 0 && !vr__cuda_arena_disjoint(e, n->out[k], t))
+            return false;
+    return n->scratch < 0 || vr__cuda_arena_disjoint(e, n->scratch, t);
+}
+
 /* The matmul_bwd node whose bias gradient layernorm_bwd node i can write, -1. */
 static int partner(const vr_exec *e, int i)
 {
     const vr_graph *g = e->g;
-    const vr_node *n = &g->nodes[i], *m = &g->nodes[i + 1];
+    const vr_node *n = &g->nodes[i];
     if (n->op != VR_OP_LAYERNORM_BWD || n->host || n->out[0] < 0 || n->scratch < 0 || (n->out[1] < 0 && n->out[2] < 0))
         return -1;
-    int dinp = n->out[0], db = m->out[2];
+    int dinp = n->out[0], j = i + 1;
+    while (j < e->opt_start && !refers(e, &g->nodes[j], storage(e, dinp)))
+        j++;
+    if (j == e->opt_start)
+        return -1;
+    const vr_node *m = &g->nodes[j];
+    int db = m->out[2];
     if (m->op != VR_OP_MATMUL_BWD || m->host || m->in[0] != dinp || db < 0 || m->phase != n->phase ||
         g->tensors[db].dtype != g->tensors[dinp].dtype)
         return -1;
-    /* db is bound at node i + 1: while node i runs, its bytes may be those of a tensor that dies at node i,
-     * one that node i refers to (any other live then is live at i + 1 too, so elsewhere). Its inputs may be
-     * there: vr_cuda_layernorm_bwd_sum writes dsum after it has read them; not its scratch or outputs */
-    for (int k = 0; k < VR_NODE_MAX_OUT; k++)
-        if (n->out[k] >= 0 && !vr__cuda_arena_disjoint(e, n->out[k], db))
+    /* db is bound at node j: until then its planned bytes may be those of a tensor that dies between, one that
+     * node i or a node before j refers to. Node i's inputs may be there (vr_cuda_layernorm_bwd_sum writes dsum
+     * after it has read them), not its outputs or scratch, nor anything a node between refers to. */
+    if (!apart(e, n, db, false))
+        return -1;
+    for (int k = i + 1; k < j; k++)
+        if (!apart(e, &g->nodes[k], db, true))
             return -1;
-    return vr__cuda_arena_disjoint(e, n->scratch, db) ? i + 1 : -1;
+    return j;
 }
 
 vr_status vr__cuda_fuse_dbias_init(vr_cuda_fuse_dbias *f, const vr_exec *e)

@@ -12,7 +12,7 @@ bool vr_step_config_split_master_ok(const vr_step_config *s)
 vr_status vr_step_config_check(const vr_step_config *s)
 {
     if ((unsigned)s->precision > VR_PREC_FP16 || (unsigned)s->optim > VR_OPTIM_ADAMW ||
-        (unsigned)s->recompute > VR_RECOMPUTE_SELECTIVE)
+        (unsigned)s->recompute > VR_RECOMPUTE_ACT)
         return vr_error(VR_ERR_INVALID, "step config: bad precision, optimizer or recompute value");
     if ((unsigned)s->optim_state > VR_OSTATE_8BIT)
         return vr_error(VR_ERR_INVALID, "step config: bad optim_state value %d", (int)s->optim_state);

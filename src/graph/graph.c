@@ -41,7 +41,7 @@ const char *vr_phase_name(vr_phase p)
 
 static const char *prec_names[] = {"fp32", "bf16", "fp16"};
 static const char *optim_names[] = {"none", "sgd", "momentum", "adam", "adamw"};
-static const char *recompute_names[] = {"none", "block", "selective"};
+static const char *recompute_names[] = {"none", "block", "selective", "act"};
 static const char *ostate_names[] = {"fp32", "bf16", "8bit"};
 static const char *offload_names[] = {"none", "optim"};
 static const char *attention_names[] = {"auto", "vram", "cudnn"};
@@ -51,7 +51,7 @@ _Static_assert(VR_ATTENTION_AUTO == VR_SCRATCH_ATTN_AUTO && VR_ATTENTION_VRAM ==
 
 const char *vr_precision_name(vr_precision p) { return (unsigned)p < 3 ? prec_names[p] : "?"; }
 const char *vr_optim_name(vr_optim o) { return (unsigned)o < 5 ? optim_names[o] : "?"; }
-const char *vr_recompute_name(vr_recompute r) { return (unsigned)r < 3 ? recompute_names[r] : "?"; }
+const char *vr_recompute_name(vr_recompute r) { return (unsigned)r < 4 ? recompute_names[r] : "?"; }
 const char *vr_optim_state_name(vr_optim_state o) { return (unsigned)o < 3 ? ostate_names[o] : "?"; }
 const char *vr_master_name(bool no_master, bool split_master)
 {
@@ -95,7 +95,7 @@ vr_status vr_optim_parse(const char *s, const char *what, vr_optim *out)
 vr_status vr_recompute_parse(const char *s, const char *what, vr_recompute *out)
 {
     int v = 0;
-    vr_status st = parse_name(s, what, recompute_names, 3, &v);
+    vr_status st = parse_name(s, what, recompute_names, 4, &v);
     *out = (vr_recompute)v;
     return st;
 }

@@ -11,6 +11,9 @@
  *              and LayerNorm's / RMSNorm's normalised output: its input and
  *              statistics are saved for its own backward) are dropped, and re-run just
  *              before the first backward node that reads them.
+ *   act        selective's for the activation functions only (GELU, SwiGLU): the
+ *              widest of those outputs (4C a row in GPT-2's MLP against the norms' C)
+ *              for one elementwise pass each, the norms kept.
  * A recompute node writes fresh tensors (named "<name>@re"): it never overwrites
  * a saved one, so a saved tensor's lifetime is exactly its readers'. */
 #include <stdlib.h>
@@ -71,9 +74,10 @@ vr_recomp *vr_recomp_new(vr_graph *g, vr_recompute policy, const bool *bwd_neede
                 continue;
             if (policy == VR_RECOMPUTE_BLOCK)
                 r->dropped[t] = f->layer >= 0 && !read_outside(g, t, f->layer);
-            else if (policy == VR_RECOMPUTE_SELECTIVE)
-                r->dropped[t] = k == 0 && (f->op == VR_OP_GELU || f->op == VR_OP_LAYERNORM ||
-                                           f->op == VR_OP_RMSNORM || f->op == VR_OP_SWIGLU);
+            else if (policy == VR_RECOMPUTE_SELECTIVE || policy == VR_RECOMPUTE_ACT)
+                r->dropped[t] = k == 0 && (f->op == VR_OP_GELU || f->op == VR_OP_SWIGLU ||
+                                           (policy == VR_RECOMPUTE_SELECTIVE &&
+                                            (f->op == VR_OP_LAYERNORM || f->op == VR_OP_RMSNORM)));
         }
     }
     return r;

@@ -208,7 +208,8 @@ vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const
     if (!opt->precisions)
         opt->precisions = 1u << VR_PREC_FP32 | 1u << VR_PREC_BF16;
     if (!opt->recomputes)
-        opt->recomputes = 1u << VR_RECOMPUTE_NONE | 1u << VR_RECOMPUTE_SELECTIVE | 1u << VR_RECOMPUTE_BLOCK;
+        opt->recomputes = 1u << VR_RECOMPUTE_NONE | 1u << VR_RECOMPUTE_ACT | 1u << VR_RECOMPUTE_SELECTIVE |
+                          1u << VR_RECOMPUTE_BLOCK;
     if (!s->train) /* no backward: nothing to recompute */
         opt->recomputes = 1u << VR_RECOMPUTE_NONE;
     const vr_fit_cost_model zero = {0};
@@ -229,9 +230,10 @@ vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const
         opt->offloads = 1u;
     if (!opt->zeros)
         opt->zeros = s->world > 1 && s->train && s->optim != VR_OPTIM_NONE ? 15u : 1u << (s->world > 0 ? s->zero : 0);
-    static const vr_recompute order[3] = {VR_RECOMPUTE_NONE, VR_RECOMPUTE_SELECTIVE, VR_RECOMPUTE_BLOCK};
-    for (int c = 0; c < 3 * 3 * 3 * 3 * 2 * 4; c++) { /* nm: 0 fp32 master, 1 none, 2 split */
-        int p = c / 216, r = c / 72 % 3, os = c / 24 % 3, nm = c / 8 % 3, off = c / 4 % 2, z = c % 4;
+    static const vr_recompute order[4] = {VR_RECOMPUTE_NONE, VR_RECOMPUTE_ACT, VR_RECOMPUTE_SELECTIVE,
+                                          VR_RECOMPUTE_BLOCK};
+    for (int c = 0; c < 3 * 4 * 3 * 3 * 2 * 4; c++) { /* nm: 0 fp32 master, 1 none, 2 split */
+        int p = c / 288, r = c / 72 % 4, os = c / 24 % 3, nm = c / 8 % 3, off = c / 4 % 2, z = c % 4;
         if (!(opt->precisions & 1u << p) || !(opt->recomputes & 1u << order[r]) || !(opt->optim_states & 1u << os) ||
             !(opt->masters & 1u << nm) || (nm && p != VR_PREC_BF16) || !(opt->offloads & 1u << off) || (nm && off) ||
             !(opt->zeros & 1u << z))

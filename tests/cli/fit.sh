@@ -30,19 +30,20 @@ d = json.load(open(sys.argv[1]))
 cap = d["device"]["step_capacity"]
 assert cap == d["capacity"] == 64 << 20, d["device"]
 rows = d["rows"]
-assert len(rows) == 6 and d["best"] == 0 and d["fits"] is True, (len(rows), d["best"])
+assert len(rows) == 8 and d["best"] == 0 and d["fits"] is True, (len(rows), d["best"])
 fit = [r for r in rows if r["fits"]]
 assert fit and all(r["need"] <= cap for r in fit)
 assert all(r["micro_batch"] * r["accum"] == 24 for r in fit), rows
 assert all(a["tokens_per_s"] >= b["tokens_per_s"] for a, b in zip(fit, fit[1:]))
 mb = d["max_batch"]
 assert mb["at"]["need"] <= cap < mb["next"]["need"] and mb["next"]["batch"] == mb["batch"] + 1, mb
-# the cost model: same precision, block recompute costs more FLOPs than none
+# the cost model: same precision and micro-batch, more recompute costs more time: none < act < selective < block
 by = {(r["precision"], r["recompute"]): r for r in rows}
 for p in ("fp32", "bf16"):
-    n, b = by[(p, "none")], by[(p, "block")]
-    if n["fits"] and b["fits"] and n["micro_batch"] == b["micro_batch"]:
-        assert b["flops"] > n["flops"], (b, n)
+    ladder = [by[(p, k)] for k in ("none", "act", "selective", "block")]
+    for n, b in zip(ladder, ladder[1:]):
+        if n["fits"] and b["fits"] and n["micro_batch"] == b["micro_batch"]:
+            assert b["step_seconds"] > n["step_seconds"] and b["bytes"] > n["bytes"], (b, n)
 print("json ok:", [(r["precision"], r["recompute"], r["micro_batch"], r["accum"]) for r in fit])
 PY
 "$vram" fit --preset tiny --capacity 4MiB --recompute block --precision bf16 --optim-state 8bit --master none --offload none --json |

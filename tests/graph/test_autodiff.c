@@ -314,6 +314,38 @@ static void selective_recompute(void **state)
     vr_graph_free(g);
 }
 
+/* act: the GELU outputs alone are re-run (one per block), the backward reads no stored one; the layernorms'
+ * outputs stay stored. */
+static void act_recompute(void **state)
+{
+    (void)state;
+    vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .recompute = VR_RECOMPUTE_ACT};
+    vr_graph *g = gpt("small", 2, s);
+    check_dataflow(g);
+    int re = 0, ln_read = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const vr_node *n = &g->nodes[i];
+        if (n->phase == VR_PHASE_RECOMPUTE) {
+            re++;
+            assert_int_equal(n->op, VR_OP_GELU);
+        }
+        if (n->phase != VR_PHASE_BACKWARD)
+            continue;
+        for (int k = 0; k < VR_NODE_MAX_IN; k++) {
+            int t = n->in[k];
+            if (t < 0 || g->tensors[t].producer < 0)
+                continue;
+            const vr_node *p = &g->nodes[g->tensors[t].producer];
+            if (p->phase == VR_PHASE_FORWARD && p->op == VR_OP_GELU && p->out[0] == t)
+                fail_msg("%s reads the stored %s", n->name, g->tensors[t].name);
+            ln_read += p->phase == VR_PHASE_FORWARD && p->op == VR_OP_LAYERNORM && p->out[0] == t;
+        }
+    }
+    assert_int_equal(re, g->model.gpt.L);
+    assert_int_equal(ln_read, 2 * g->model.gpt.L); /* qkv's and fch's matmul_bwd read ln1, ln2 as stored */
+    vr_graph_free(g);
+}
+
 static void accumulation_keeps_grads(void **state)
 {
     (void)state;
@@ -670,6 +702,7 @@ int main(void)
         cmocka_unit_test(no_grad_graph_saves_nothing),
         cmocka_unit_test(block_recompute),
         cmocka_unit_test(selective_recompute),
+        cmocka_unit_test(act_recompute),
         cmocka_unit_test(accumulation_keeps_grads),
         cmocka_unit_test(mlp_backward),
         cmocka_unit_test(mixed_precision),

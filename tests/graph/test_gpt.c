@@ -213,8 +213,8 @@ static void check_shapes(const vr_graph *g)
 static void shapes_of_every_op(void **state)
 {
     (void)state;
-    vr_recompute rc[] = {VR_RECOMPUTE_NONE, VR_RECOMPUTE_BLOCK, VR_RECOMPUTE_SELECTIVE};
-    for (int r = 0; r < 3; r++) {
+    vr_recompute rc[] = {VR_RECOMPUTE_NONE, VR_RECOMPUTE_BLOCK, VR_RECOMPUTE_SELECTIVE, VR_RECOMPUTE_ACT};
+    for (int r = 0; r < 4; r++) {
         vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .recompute = rc[r]};
         vr_graph *g = build("tiny", 3, 0, &s);
         assert_int_equal(g->n_forward, 1 + 10 * g->model.gpt.L + 2);

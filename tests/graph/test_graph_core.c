@@ -144,6 +144,8 @@ static void enum_parsers_name_the_flag(void **state)
     assert_int_equal(o, VR_OPTIM_ADAMW);
     assert_int_equal(vr_recompute_parse("selective", "--recompute", &r), VR_OK);
     assert_int_equal(r, VR_RECOMPUTE_SELECTIVE);
+    assert_int_equal(vr_recompute_parse("act", "--recompute", &r), VR_OK);
+    assert_int_equal(r, VR_RECOMPUTE_ACT);
     assert_int_equal(vr_precision_parse("bf16", "--precision", &p), VR_OK);
     assert_int_equal(p, VR_PREC_BF16);
     assert_int_equal(vr_optim_parse("lion", "--optim", &o), VR_ERR_INVALID);

@@ -171,9 +171,9 @@ static void test_no_fit(void **state)
     assert_false(b.next.fits);
 
     /* on a model this small, B = 1 without recompute can be smaller still (the re-run
-     * block's temporaries against a few saved activations): go below all three */
+     * block's temporaries against a few saved activations): go below all four */
     uint64_t least = smallest;
-    for (int rc = VR_RECOMPUTE_NONE; rc <= VR_RECOMPUTE_SELECTIVE; rc++) {
+    for (int rc = VR_RECOMPUTE_NONE; rc <= VR_RECOMPUTE_ACT; rc++) {
         vr_step_config t = adamw;
         t.recompute = (vr_recompute)rc;
         uint64_t a = arena_at(&m, &t, 1);
@@ -183,7 +183,7 @@ static void test_no_fit(void **state)
                         .offloads = 1u};
     vr_fit_result *r = calloc(1, sizeof *r);
     assert_int_equal(vr_fit_search(&m, &adamw, &o, r), VR_OK);
-    assert_int_equal(r->n_rows, 3);
+    assert_int_equal(r->n_rows, 4);
     assert_int_equal(r->best, -1);
     for (int i = 0; i < r->n_rows; i++) {
         assert_false(r->rows[i].fits);
@@ -290,7 +290,7 @@ static void test_search_global_batch(void **state)
     vr_fit_options o = {.global_batch = 24, .capacity = arena_at(&m, &s4, 5), .optim_states = 1u, .masters = 1u, .offloads = 1u};
     vr_fit_result *r = calloc(1, sizeof *r);
     assert_int_equal(vr_fit_search(&m, &adamw, &o, r), VR_OK);
-    assert_int_equal(r->n_rows, 6);
+    assert_int_equal(r->n_rows, 8); /* fp32, bf16 x none, act, selective, block */
     assert_int_equal(r->best, 0);
     check_ranked(r);
     for (int i = 0; i < r->n_rows; i++) {
@@ -321,8 +321,8 @@ static void test_search_state_formats(void **state)
     vr_fit_options o = {.capacity = 4 * VR_PLAN_ALIGN * 4096};
     vr_fit_result *r = calloc(1, sizeof *r);
     assert_int_equal(vr_fit_search(&m, &adamw, &o, r), VR_OK);
-    /* on the device: fp32 3 recompute x 3 formats, bf16 x 3 masters; offloaded: fp32 and bf16 x 3 x 3 */
-    assert_int_equal(r->n_rows, 3 * 3 * 3 + 3 * 3 + 2 * 3 * 3);
+    /* on the device: fp32 4 recompute x 3 formats, bf16 x 3 masters; offloaded: fp32 and bf16 x 4 x 3 */
+    assert_int_equal(r->n_rows, 4 * 3 * 3 + 4 * 3 + 2 * 4 * 3);
     check_ranked(r);
     int seen[3] = {0}, no_master = 0, split = 0, offloaded = 0;
     for (int i = 0; i < r->n_rows; i++) {
@@ -345,12 +345,12 @@ static void test_search_state_formats(void **state)
         if (w->micro)
             assert_true(arena_at(&m, &s, w->micro) == w->point.need);
     }
-    assert_int_equal(seen[0], 18);
-    assert_int_equal(seen[1], 18);
-    assert_int_equal(seen[2], 18);
-    assert_int_equal(offloaded, 18);
-    assert_int_equal(no_master, 9);
-    assert_int_equal(split, 9);
+    assert_int_equal(seen[0], 24);
+    assert_int_equal(seen[1], 24);
+    assert_int_equal(seen[2], 24);
+    assert_int_equal(offloaded, 24);
+    assert_int_equal(no_master, 12);
+    assert_int_equal(split, 12);
     assert_true(r->best >= 0);
     const vr_fit_row *b = &r->rows[r->best];
     assert_true(b->tokens_per_s >= (1.0 - VR_FIT_SAME_SPEED) * r->rows[0].tokens_per_s);
@@ -365,13 +365,13 @@ static void test_search_state_formats(void **state)
     sgd.optim = VR_OPTIM_SGD;
     vr_fit_options o2 = {.capacity = o.capacity, .precisions = 1u << VR_PREC_FP32};
     assert_int_equal(vr_fit_search(&m, &sgd, &o2, r), VR_OK);
-    assert_int_equal(r->n_rows, 6);
+    assert_int_equal(r->n_rows, 8);
     for (int i = 0; i < r->n_rows; i++)
         assert_int_equal(r->rows[i].optim_state, VR_OSTATE_FP32);
     vr_fit_options o3 = {.capacity = o.capacity, .precisions = 1u << VR_PREC_BF16, .optim_states = 1u << VR_OSTATE_8BIT,
                          .masters = 2u}; /* no master: on the device only */
     assert_int_equal(vr_fit_search(&m, &adamw, &o3, r), VR_OK);
-    assert_int_equal(r->n_rows, 3);
+    assert_int_equal(r->n_rows, 4); /* a row per recompute policy */
     for (int i = 0; i < r->n_rows; i++)
         assert_true(r->rows[i].optim_state == VR_OSTATE_8BIT && r->rows[i].no_master);
     free(r);
@@ -385,7 +385,7 @@ static void test_search_json(void **state)
     vr_fit_options o = {.capacity = 4 * VR_PLAN_ALIGN * 4096, .optim_states = 1u, .masters = 1u, .offloads = 1u};
     vr_fit_result *r = calloc(1, sizeof *r);
     assert_int_equal(vr_fit_search(&m, &adamw, &o, r), VR_OK);
-    assert_int_equal(r->n_rows, 6);
+    assert_int_equal(r->n_rows, 8);
     check_ranked(r);
     for (int i = 0; i < r->n_rows; i++) {
         const vr_fit_row *w = &r->rows[i];

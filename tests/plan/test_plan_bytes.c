@@ -77,16 +77,22 @@ static void activations_by_policy(void **state)
     built sel = plan_gpt("small", B_, 0, s, NULL);
     assert_int_equal(vr_plan_live(sel.p, n0, VR_ROLE_ACT), acts_none(d) - d.L * 6 * BTC4);
 
+    s.recompute = VR_RECOMPUTE_ACT; /* gelu (4 BTC) is not kept */
+    built act = plan_gpt("small", B_, 0, s, NULL);
+    assert_int_equal(vr_plan_live(act.p, n0, VR_ROLE_ACT), acts_none(d) - d.L * 4 * BTC4);
+
     s.recompute = VR_RECOMPUTE_BLOCK; /* only the residual stream x_0..x_L and lnf's statistics */
     built blk = plan_gpt("small", B_, 0, s, NULL);
     assert_int_equal(vr_plan_live(blk.p, n0, VR_ROLE_ACT), (d.L + 1) * BTC4 + 2 * BT4);
 
-    print_message("  small B=%d peak: none %llu, selective %llu, block %llu\n", B_, (unsigned long long)none.p->peak,
-                  (unsigned long long)sel.p->peak, (unsigned long long)blk.p->peak);
-    assert_true(blk.p->peak < sel.p->peak && sel.p->peak < none.p->peak);
+    print_message("  small B=%d peak: none %llu, act %llu, selective %llu, block %llu\n", B_,
+                  (unsigned long long)none.p->peak, (unsigned long long)act.p->peak, (unsigned long long)sel.p->peak,
+                  (unsigned long long)blk.p->peak);
+    assert_true(blk.p->peak < sel.p->peak && sel.p->peak < act.p->peak && act.p->peak < none.p->peak);
     assert_true(blk.p->max_live[VR_ROLE_ACT] < sel.p->max_live[VR_ROLE_ACT]);
     built_free(&none);
     built_free(&sel);
+    built_free(&act);
     built_free(&blk);
 }
 
