@@ -38,6 +38,10 @@ def main():
                     help="first steps left out of the step times (their total is reported apart): PyTorch's and "
                          "stitch's first steps make their device allocations (stitch settles by the 7th on ResNet-50)")
     ap.add_argument("--batch", type=int, default=0, help="the workload's batch (0: its default)")
+    ap.add_argument("--lockstep", nargs=3, metavar=("ROLE", "A2B", "B2A"), default=None,
+                    help="run in turn with another process on the same GPU (bench/torch_alloc/lockstep.sh): ROLE a or "
+                         "b, the two FIFOs; each step (its batch too) runs while the other process waits for its turn, "
+                         "so the two modes' steps are timed side by side, seconds apart, not runs minutes apart")
     ap.add_argument("--fraction", type=float, default=0.0,
                     help="cap the process's device memory at this fraction of the GPU (a smaller GPU): "
                          "torch.cuda.set_per_process_memory_fraction natively, vram_torch.enable(fraction=) under vram")
@@ -66,8 +70,11 @@ def main():
     torch.manual_seed(1234)
     batch, step = {"gpt2": gpt2, "bert": bert, "resnet50": resnet50}[a.workload](torch, a.batch)
     losses, times, hosts, costs = [], [], [], []
+    turn = Turn(*a.lockstep) if a.lockstep else None
     c0 = vt.allocator_costs() if vt else {}
     for i in range(a.steps):
+        if turn:
+            turn.wait(i)
         host = batch()   # the host's data, as a loader would have it ready: not the allocator's time
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -82,6 +89,10 @@ def main():
             costs.append({(k[:-3] + "_ms" if k.endswith("_ns") else k): (round(v / 1e6, 3) if k.endswith("_ns") else v)
                           for k, v in d.items() if v})
             c0 = c1
+        if turn:
+            turn.done()
+    if turn:
+        turn.close()
     w = min(a.warmup, a.steps - 1)
     if vt:
         st = vt.memory_stats()
@@ -96,6 +107,34 @@ def main():
            "device": torch.cuda.get_device_name(0)}
     print(json.dumps(out))
     return 0
+
+
+class Turn:
+    """Steps in turn with the other process of a lockstep pair: a runs first; each side waits for the other's byte
+    before a step (a: from its second step on, and once more at the end so that b's last byte has a reader) and
+    writes one after it. The FIFOs are opened in the same order on both sides (a2b, then b2a), so neither open
+    blocks the other forever."""
+
+    def __init__(self, role, a2b, b2a):
+        if role not in ("a", "b"):
+            raise SystemExit("workload.py: --lockstep ROLE must be a or b, not %r" % role)
+        self.a = role == "a"
+        first = open(a2b, "wb" if self.a else "rb", buffering=0)
+        second = open(b2a, "rb" if self.a else "wb", buffering=0)
+        self.out, self.inp = (first, second) if self.a else (second, first)
+
+    def wait(self, i):
+        if (not self.a or i > 0) and len(self.inp.read(1)) != 1:
+            raise SystemExit("workload.py: the other lockstep process ended early")
+
+    def done(self):
+        self.out.write(b"t")
+
+    def close(self):
+        if self.a:
+            self.inp.read(1)
+        self.out.close()
+        self.inp.close()
 
 
 def gpt2(torch, batch=0):
