@@ -30,6 +30,8 @@ typedef struct vr_cuda_fuse {
     int fwd, bwd;        /* pairs fused: forward (and recompute), backward */
 } vr_cuda_fuse;
 
+/* Node n refers to storage tensor s: as an input, an output or its scratch. */
+bool vr__cuda_node_refers(const vr_exec *e, const vr_node *n, int s);
 /* Tensors a and b are on bytes apart in the planned arena (false in dynamic memory or on the host). */
 bool vr__cuda_arena_disjoint(const vr_exec *e, int a, int b);
 /* Tensor t's address in the planned arena, bound or not (a tensor before its node, or one that died, whose

@@ -23,6 +23,17 @@ enum {
 static int storage(const vr_exec *e, int t) { return vr_graph_storage(e->g, t); }
 static int base(const vr_exec *e, int t) { return e->plan->tensors[storage(e, t)].base; }
 
+bool vr__cuda_node_refers(const vr_exec *e, const vr_node *n, int s)
+{
+    for (int k = 0; k < VR_NODE_MAX_IN; k++)
+        if (n->in[k] >= 0 && storage(e, n->in[k]) == s)
+            return true;
+    for (int k = 0; k < VR_NODE_MAX_OUT; k++)
+        if (n->out[k] >= 0 && storage(e, n->out[k]) == s)
+            return true;
+    return n->scratch >= 0 && storage(e, n->scratch) == s;
+}
+
 bool vr__cuda_arena_disjoint(const vr_exec *e, int a, int b)
 {
     const vr_plan_tensor *x = &e->plan->tensors[base(e, a)], *y = &e->plan->tensors[base(e, b)];
@@ -98,19 +109,9 @@ static bool pair_bwd(const vr_exec *e, const int *last, int i)
     if (C % 8 || !one_float_dtype(e, ids, 5) || !apart(e, dpre, reads, 3) || !kept(e, last, dout, i, dpre) ||
         !kept(e, last, w, i, dpre) || e->plan->tensors[sp].persistent || g->tensors[sp].output)
         return false;
-    for (int j = 0; j < g->n_nodes; j++) { /* d_post: no other reader or writer */
-        const vr_node *n = &g->nodes[j];
-        if (j == i || j == i + 1)
-            continue;
-        for (int k = 0; k < VR_NODE_MAX_IN; k++)
-            if (n->in[k] >= 0 && storage(e, n->in[k]) == sp)
-                return false;
-        for (int k = 0; k < VR_NODE_MAX_OUT; k++)
-            if (n->out[k] >= 0 && storage(e, n->out[k]) == sp)
-                return false;
-        if (n->scratch >= 0 && storage(e, n->scratch) == sp)
+    for (int j = 0; j < g->n_nodes; j++) /* d_post: no other reader or writer */
+        if (j != i && j != i + 1 && vr__cuda_node_refers(e, &g->nodes[j], sp))
             return false;
-    }
     return true;
 }
 

@@ -25,20 +25,6 @@
 #include "exec/cuda_fuse.h"
 #include "exec/cuda_fuse_dbias.h"
 
-static int storage(const vr_exec *e, int t) { return vr_graph_storage(e->g, t); }
-
-/* Node n refers to storage s (an input, an output or its scratch). */
-static bool refers(const vr_exec *e, const vr_node *n, int s)
-{
-    for (int k = 0; k < VR_NODE_MAX_IN; k++)
-        if (n->in[k] >= 0 && storage(e, n->in[k]) == s)
-            return true;
-    for (int k = 0; k < VR_NODE_MAX_OUT; k++)
-        if (n->out[k] >= 0 && storage(e, n->out[k]) == s)
-            return true;
-    return n->scratch >= 0 && storage(e, n->scratch) == s;
-}
-
 /* Every tensor node n refers to (its inputs too when ins) is on bytes apart from tensor t's. */
 static bool apart(const vr_exec *e, const vr_node *n, int t, bool ins)
 {
@@ -59,7 +45,7 @@ static int partner(const vr_exec *e, int i)
     if (n->op != VR_OP_LAYERNORM_BWD || n->host || n->out[0] < 0 || n->scratch < 0 || (n->out[1] < 0 && n->out[2] < 0))
         return -1;
     int dinp = n->out[0], j = i + 1;
-    while (j < e->opt_start && !refers(e, &g->nodes[j], storage(e, dinp)))
+    while (j < e->opt_start && !vr__cuda_node_refers(e, &g->nodes[j], vr_graph_storage(g, dinp)))
         j++;
     if (j == e->opt_start)
         return -1;

@@ -286,62 +286,54 @@ static void block_recompute(void **state)
     vr_graph_free(g);
 }
 
+/* The recompute nodes of selective (ln: layernorm too) or act (gelu only): of those ops alone, and no backward node
+ * reads a stored output of them. Returns how many; *ln_read: the backward's reads of stored layernorm outputs. */
+static int recomputed(const vr_graph *g, bool ln, int *ln_read)
+{
+    int re = 0;
+    *ln_read = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const vr_node *n = &g->nodes[i];
+        if (n->phase == VR_PHASE_RECOMPUTE) {
+            re++;
+            assert_true(n->op == VR_OP_GELU || (ln && n->op == VR_OP_LAYERNORM));
+        }
+        if (n->phase != VR_PHASE_BACKWARD)
+            continue;
+        for (int k = 0; k < VR_NODE_MAX_IN; k++) {
+            int t = n->in[k];
+            if (t < 0 || g->tensors[t].producer < 0)
+                continue;
+            const vr_node *p = &g->nodes[g->tensors[t].producer];
+            bool stored = p->phase == VR_PHASE_FORWARD && p->out[0] == t;
+            if (stored && (p->op == VR_OP_GELU || (ln && p->op == VR_OP_LAYERNORM)))
+                fail_msg("%s reads the stored %s", n->name, g->tensors[t].name);
+            *ln_read += stored && p->op == VR_OP_LAYERNORM;
+        }
+    }
+    return re;
+}
+
 static void selective_recompute(void **state)
 {
     (void)state;
     vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .recompute = VR_RECOMPUTE_SELECTIVE};
     vr_graph *g = gpt("small", 2, s);
     check_dataflow(g);
-    int re = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const vr_node *n = &g->nodes[i];
-        if (n->phase == VR_PHASE_RECOMPUTE) {
-            re++;
-            assert_true(n->op == VR_OP_GELU || n->op == VR_OP_LAYERNORM);
-        }
-        if (n->phase != VR_PHASE_BACKWARD)
-            continue;
-        for (int k = 0; k < VR_NODE_MAX_IN; k++) {
-            int t = n->in[k];
-            if (t < 0 || g->tensors[t].producer < 0)
-                continue;
-            const vr_node *p = &g->nodes[g->tensors[t].producer];
-            if (p->phase == VR_PHASE_FORWARD && (p->op == VR_OP_GELU || p->op == VR_OP_LAYERNORM) && p->out[0] == t)
-                fail_msg("%s reads the stored %s", n->name, g->tensors[t].name);
-        }
-    }
-    assert_int_equal(re, 3 * g->model.gpt.L); /* ln1, ln2, gelu per block (lnf's output is not needed) */
+    int ln_read;
+    assert_int_equal(recomputed(g, true, &ln_read), 3 * g->model.gpt.L); /* ln1, ln2, gelu per block (not lnf's) */
     vr_graph_free(g);
 }
 
-/* act: the GELU outputs alone are re-run (one per block), the backward reads no stored one; the layernorms'
- * outputs stay stored. */
+/* act: the GELU outputs alone are re-run (one per block); the layernorms' outputs stay stored. */
 static void act_recompute(void **state)
 {
     (void)state;
     vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .recompute = VR_RECOMPUTE_ACT};
     vr_graph *g = gpt("small", 2, s);
     check_dataflow(g);
-    int re = 0, ln_read = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const vr_node *n = &g->nodes[i];
-        if (n->phase == VR_PHASE_RECOMPUTE) {
-            re++;
-            assert_int_equal(n->op, VR_OP_GELU);
-        }
-        if (n->phase != VR_PHASE_BACKWARD)
-            continue;
-        for (int k = 0; k < VR_NODE_MAX_IN; k++) {
-            int t = n->in[k];
-            if (t < 0 || g->tensors[t].producer < 0)
-                continue;
-            const vr_node *p = &g->nodes[g->tensors[t].producer];
-            if (p->phase == VR_PHASE_FORWARD && p->op == VR_OP_GELU && p->out[0] == t)
-                fail_msg("%s reads the stored %s", n->name, g->tensors[t].name);
-            ln_read += p->phase == VR_PHASE_FORWARD && p->op == VR_OP_LAYERNORM && p->out[0] == t;
-        }
-    }
-    assert_int_equal(re, g->model.gpt.L);
+    int ln_read;
+    assert_int_equal(recomputed(g, false, &ln_read), g->model.gpt.L);
     assert_int_equal(ln_read, 2 * g->model.gpt.L); /* qkv's and fch's matmul_bwd read ln1, ln2 as stored */
     vr_graph_free(g);
 }
