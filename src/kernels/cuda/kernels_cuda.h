@@ -281,8 +281,9 @@ vr_status vr_cuda_layernorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *
 size_t vr_cuda_layernorm_bwd_scratch_bytes(int N, int C);
 /* The same, and dsum(C) (=|+= by acc_dsum) = the column sums of dinp as written: the bias gradient of the
  * Linear whose output's gradient dinp is (a residual stream), in the same pass. VR_ERR_UNSUPPORTED (no error
- * set, nothing queued) where that pass does not apply: dinp or both dw and db NULL, or a row too wide or not
- * 16-byte aligned for the bandwidth kernel; dsum NULL: vr_cuda_layernorm_bwd. Same scratch. dsum may be on
+ * set, nothing queued) where that pass does not apply: dinp or both dw and db NULL, a row too wide or not
+ * 16-byte aligned for the bandwidth kernel, or a GPU without the shared memory its sums take (192 KiB at 1024
+ * 16-bit columns); dsum NULL: vr_cuda_layernorm_bwd. Same scratch. dsum may be on
  * the bytes of dout, inp, w, mean or rstd (it is written by a second kernel, after they are read), not on
  * dinp's, dw's, db's or the scratch's. */
 vr_status vr_cuda_layernorm_bwd_sum(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw, void *db,

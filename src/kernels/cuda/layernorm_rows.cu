@@ -275,18 +275,27 @@ static int rows_fwd_t(const vr_cuda_ctx *ctx, void *out, float *mean, float *rst
     return 1;
 }
 
-/* One backward launch: its shared memory (above the 48 KiB default: allowed once per kernel). */
+/* One backward launch: its shared memory (above the 48 KiB default: allowed once per kernel). The sums of dinp
+ * need more (192 KiB at 1024 16-bit columns): where the GPU does not have it (an A100 has 163 KiB), the launch
+ * with them is VR_ERR_UNSUPPORTED, nothing queued, and the caller does without. */
 template <typename T, int K, bool SUM>
 static vr_status ln_bwd_launch_t(int slices, cudaStream_t s, T *d, float *part, float *psum, const T *g, const T *x,
                                  const T *wp, const float *mean, const float *rstd, int N, int C, int rps, int acc)
 {
     typedef ln_bwd_geom<T, K, SUM> G;
-    static bool opted; /* set once per kernel (a race sets it twice, harmlessly) */
-    if (G::SMEM > (48u << 10) && !opted) {
-        VR_CU_TRY(vr_cu_status(cudaFuncSetAttribute(k_ln_rows_bwd<T, K, SUM>,
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM),
-                               "layernorm_bwd", "cudaFuncSetAttribute"));
-        opted = true;
+    static int opted; /* once per kernel, 1: allowed, -1: refused (a race asks twice, harmlessly) */
+    if (G::SMEM > (48u << 10) && opted <= 0) {
+        if (opted < 0)
+            return VR_ERR_UNSUPPORTED;
+        cudaError_t e = cudaFuncSetAttribute(k_ln_rows_bwd<T, K, SUM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)G::SMEM);
+        if (e != cudaSuccess && SUM) {
+            cudaGetLastError();
+            opted = -1;
+            return VR_ERR_UNSUPPORTED;
+        }
+        VR_CU_TRY(vr_cu_status(e, "layernorm_bwd", "cudaFuncSetAttribute"));
+        opted = 1;
     }
     k_ln_rows_bwd<T, K, SUM><<<slices, VR_LN_BWD_WARPS * 32, G::SMEM, s>>>(d, part, psum, g, x, wp, mean, rstd, N, C,
                                                                            rps, acc);
