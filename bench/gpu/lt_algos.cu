@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cstdio>
 #include <vector>
+#include "lt_time.h"
 #define CK(x) do { auto r_ = (x); if ((int)r_) { printf("%s:%d error %d\n", __FILE__, __LINE__, (int)r_); return 1; } } while (0)
 
 static float g_beta = 0;
@@ -33,21 +34,12 @@ static int run(cublasLtHandle_t lt, const Shape &s, void *A, void *B, void *D, v
     CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
     cublasLtMatmulHeuristicResult_t h[16]; int got = 0;
     CK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 16, h, &got));
-    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-    float alpha = 1, beta = g_beta, first = 0, best = 1e9; int bi = -1;
+    float alpha = 1, beta = g_beta, first, best; int bi;
     double flop = 2.0 * s.m * s.n * s.k;
-    for (int i = 0; i < got; i++) {
-        for (int w = 0; w < 3; w++)
-            cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &h[i].algo, ws, wsb, st);
-        cudaEventRecord(e0, st);
-        for (int r = 0; r < 20; r++)
-            cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &h[i].algo, ws, wsb, st);
-        cudaEventRecord(e1, st);
-        if (cudaEventSynchronize(e1) != cudaSuccess) { cudaGetLastError(); continue; }
-        float ms; cudaEventElapsedTime(&ms, e0, e1); ms /= 20;
-        if (i == 0) first = ms;
-        if (ms < best) best = ms, bi = i;
-    }
+    auto call = [&](int i) {
+        cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &h[i].algo, ws, wsb, st);
+    };
+    lt_time_candidates(got, st, call, [](int) {}, &first, &best, &bi);
     printf("%-22s m %5d n %5d k %5d: heuristic 0 %.4f ms (%.0f TFLOP/s), best #%d of %d %.4f ms (%.0f TFLOP/s) %.1f%%\n",
            s.name, s.m, s.n, s.k, first, flop / first / 1e9, bi, got, best, flop / best / 1e9, 100 * (first - best) / first);
     cublasLtMatmulPreferenceDestroy(pref); cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <vector>
+#include "lt_time.h"
 #define CK(x) do { auto r_ = (x); if ((int)r_) { printf("%s:%d error %d\n", __FILE__, __LINE__, (int)r_); return 1; } } while (0)
 
 // dpre^T(H, N) = w^T(H, C) dout^T(C, N), then the GELU gradient at pre (aux, ld H); bgrad: + column sums into bias.
@@ -39,29 +40,20 @@ static int run(cublasLtHandle_t lt, int N, int C, bool bgrad, void *w, void *dou
     CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
     cublasLtMatmulHeuristicResult_t h[8]; int got = 0;
     CK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 8, h, &got));
-    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-    float alpha = 1, beta = 0, first = 0, best = 1e9; int bi = -1;
+    float alpha = 1, beta = 0, first, best; int bi;
     std::vector<uint16_t> b1(H), b2(H);
     bool same = true;
-    for (int i = 0; i < got; i++) {
-        for (int w_ = 0; w_ < 3; w_++)
-            cublasLtMatmul(lt, desc, &alpha, w, la, dout, lb, &beta, dpre, ld, dpre, ld, &h[i].algo, ws, wsb, st);
-        cudaEventRecord(e0, st);
-        for (int r = 0; r < 20; r++)
-            cublasLtMatmul(lt, desc, &alpha, w, la, dout, lb, &beta, dpre, ld, dpre, ld, &h[i].algo, ws, wsb, st);
-        cudaEventRecord(e1, st);
-        if (cudaEventSynchronize(e1) != cudaSuccess) { cudaGetLastError(); continue; }
-        float ms; cudaEventElapsedTime(&ms, e0, e1); ms /= 20;
-        if (i == 0) first = ms;
-        if (ms < best) best = ms, bi = i;
-        if (bgrad) { // two more runs of this algorithm: the same sums?
-            cublasLtMatmul(lt, desc, &alpha, w, la, dout, lb, &beta, dpre, ld, dpre, ld, &h[i].algo, ws, wsb, st);
-            cudaMemcpy(b1.data(), bias, 2 * H, cudaMemcpyDeviceToHost);
-            cublasLtMatmul(lt, desc, &alpha, w, la, dout, lb, &beta, dpre, ld, dpre, ld, &h[i].algo, ws, wsb, st);
-            cudaMemcpy(b2.data(), bias, 2 * H, cudaMemcpyDeviceToHost);
-            same = same && !memcmp(b1.data(), b2.data(), 2 * H);
-        }
-    }
+    auto call = [&](int i) {
+        cublasLtMatmul(lt, desc, &alpha, w, la, dout, lb, &beta, dpre, ld, dpre, ld, &h[i].algo, ws, wsb, st);
+    };
+    lt_time_candidates(got, st, call, [&](int i) {
+        if (!bgrad) return; // two more runs of this algorithm: the same sums?
+        call(i);
+        cudaMemcpy(b1.data(), bias, 2 * H, cudaMemcpyDeviceToHost);
+        call(i);
+        cudaMemcpy(b2.data(), bias, 2 * H, cudaMemcpyDeviceToHost);
+        same = same && !memcmp(b1.data(), b2.data(), 2 * H);
+    }, &first, &best, &bi);
     double flop = 2.0 * m * n * k;
     printf("N %5d C %4d %-12s heuristic 0 %.4f ms (%.0f TFLOP/s), best #%d of %d %.4f ms%s\n", N, C,
            bgrad ? "DGELU_BGRAD" : "DGELU", first, flop / first / 1e9, bi, got, best,
