@@ -228,6 +228,21 @@ __device__ __forceinline__ void opt_elem_split(__nv_bfloat16 *param, uint16_t *l
     opt_split_store((uint16_t *)param, lo, i, p);
 }
 
+/* A block's walk over elements [lo, hi) of a chunk: four consecutive elements at a time (e4(i)) where `wide` (the
+ * arrays aligned for it), the rest one by one (e1(i)). VR_CUDA_MT_CHUNK is a multiple of 4: so is every lo. */
+template <class E4, class E1>
+__device__ __forceinline__ void chunk_walk(size_t lo, size_t hi, bool wide, E4 e4, E1 e1)
+{
+    size_t mid = lo;
+    if (wide) {
+        mid = lo + ((hi - lo) & ~(size_t)3);
+        for (size_t i = lo + 4 * (size_t)threadIdx.x; i < mid; i += 4 * 256)
+            e4(i);
+    }
+    for (size_t i = mid + threadIdx.x; i < hi; i += 256)
+        e1(i);
+}
+
 /* Elements [lo, hi) of a split-master tensor: bf16 params only (the executor gives no other a split master). */
 template <int KIND, typename TG>
 __device__ __forceinline__ void chunk_split(__nv_bfloat16 *param, const vr_cuda_mt_tensor &t, size_t lo, size_t hi,
@@ -235,14 +250,9 @@ __device__ __forceinline__ void chunk_split(__nv_bfloat16 *param, const vr_cuda_
 {
     uint16_t *low = (uint16_t *)t.master;
     const TG *grad = (const TG *)t.grad;
-    size_t mid = lo;
-    if (al4(param) && al4(low) && al4(grad) && (KIND == OPT_SGD || al4(t.m)) && (KIND < OPT_ADAM || al4(t.v))) {
-        mid = lo + ((hi - lo) & ~(size_t)3);
-        for (size_t i = lo + 4 * (size_t)threadIdx.x; i < mid; i += 4 * 256)
-            opt_elem4_split<KIND>(param, low, grad, t.m, t.v, i, a, wd, gs);
-    }
-    for (size_t i = mid + threadIdx.x; i < hi; i += 256)
-        opt_elem_split<KIND>(param, low, grad, t.m, t.v, i, a, wd, gs);
+    bool wide = al4(param) && al4(low) && al4(grad) && (KIND == OPT_SGD || al4(t.m)) && (KIND < OPT_ADAM || al4(t.v));
+    chunk_walk(lo, hi, wide, [&](size_t i) { opt_elem4_split<KIND>(param, low, grad, t.m, t.v, i, a, wd, gs); },
+               [&](size_t i) { opt_elem_split<KIND>(param, low, grad, t.m, t.v, i, a, wd, gs); });
 }
 template <int KIND, typename TG, typename TP>
 __device__ __forceinline__ void chunk_split(TP *, const vr_cuda_mt_tensor &, size_t, size_t, const opt_args &, float,
@@ -274,15 +284,10 @@ __global__ void __launch_bounds__(256, 4) k_mt_opt(const vr_cuda_mt_tensor *tab,
     TP *param = (TP *)t.param;
     const TG *grad = (const TG *)t.grad;
     float *master = t.master, *m = t.m, *v = t.v;
-    size_t mid = lo; /* VR_CUDA_MT_CHUNK is a multiple of 4: lo is, for every chunk */
-    if (al4(param) && al4(grad) && (!master || al4(master)) && (KIND == OPT_SGD || al4(m)) &&
-        (KIND < OPT_ADAM || al4(v))) {
-        mid = lo + ((hi - lo) & ~(size_t)3);
-        for (size_t i = lo + 4 * (size_t)threadIdx.x; i < mid; i += 4 * 256)
-            opt_elem4<KIND>(param, master, grad, m, v, i, a, wd, gs);
-    }
-    for (size_t i = mid + threadIdx.x; i < hi; i += 256)
-        opt_elem<KIND>(param, master, grad, m, v, i, a, wd, gs);
+    bool wide = al4(param) && al4(grad) && (!master || al4(master)) && (KIND == OPT_SGD || al4(m)) &&
+                (KIND < OPT_ADAM || al4(v));
+    chunk_walk(lo, hi, wide, [&](size_t i) { opt_elem4<KIND>(param, master, grad, m, v, i, a, wd, gs); },
+               [&](size_t i) { opt_elem<KIND>(param, master, grad, m, v, i, a, wd, gs); });
 }
 
 template <int KIND, typename TP>
