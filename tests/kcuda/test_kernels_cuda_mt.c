@@ -188,30 +188,49 @@ static void run_config(vr_cuda_ctx *ctx, int kind, vr_cuda_dtype pdt, vr_cuda_dt
     cudaFree(hp);
 }
 
+/* Each test's state: a CUDA context (legacy stream, no workspace), NULL without a GPU (the test skips). */
+static int ctx_setup(void **state)
+{
+    *state = NULL;
+    if (!gpu_present())
+        return 0;
+    vr_cuda_ctx *ctx = malloc(sizeof *ctx);
+    if (!ctx || vr_cuda_ctx_init(ctx, NULL, NULL, 0) != VR_OK) {
+        free(ctx);
+        return -1;
+    }
+    *state = ctx;
+    return 0;
+}
+
+static int ctx_teardown(void **state)
+{
+    if (*state) {
+        vr_cuda_ctx_destroy(*state);
+        free(*state);
+    }
+    return 0;
+}
+
 static void mt_optim_equals_single(void **state)
 {
-    (void)state;
-    if (!gpu_present())
+    vr_cuda_ctx *ctx = *state;
+    if (!ctx)
         skip();
-    vr_cuda_ctx ctx;
-    OK(vr_cuda_ctx_init(&ctx, NULL, NULL, 0));
     for (int kind = VR_CUDA_MT_SGD; kind <= VR_CUDA_MT_ADAMW; kind++) {
-        run_config(&ctx, kind, VR_CUDA_BF16, VR_CUDA_BF16, false);
-        run_config(&ctx, kind, VR_CUDA_F32, VR_CUDA_F32, false);
+        run_config(ctx, kind, VR_CUDA_BF16, VR_CUDA_BF16, false);
+        run_config(ctx, kind, VR_CUDA_F32, VR_CUDA_F32, false);
     }
-    run_config(&ctx, VR_CUDA_MT_ADAMW, VR_CUDA_BF16, VR_CUDA_F32, false);
-    run_config(&ctx, VR_CUDA_MT_ADAMW, VR_CUDA_BF16, VR_CUDA_BF16, true);
-    run_config(&ctx, VR_CUDA_MT_MOMENTUM, VR_CUDA_BF16, VR_CUDA_BF16, true);
-    vr_cuda_ctx_destroy(&ctx);
+    run_config(ctx, VR_CUDA_MT_ADAMW, VR_CUDA_BF16, VR_CUDA_F32, false);
+    run_config(ctx, VR_CUDA_MT_ADAMW, VR_CUDA_BF16, VR_CUDA_BF16, true);
+    run_config(ctx, VR_CUDA_MT_MOMENTUM, VR_CUDA_BF16, VR_CUDA_BF16, true);
 }
 
 static void mt_sumsq_equals_single(void **state)
 {
-    (void)state;
-    if (!gpu_present())
+    vr_cuda_ctx *ctx = *state;
+    if (!ctx)
         skip();
-    vr_cuda_ctx ctx;
-    OK(vr_cuda_ctx_init(&ctx, NULL, NULL, 0));
     for (int d = 0; d < 2; d++) {
         vr_cuda_dtype dt = d ? VR_CUDA_BF16 : VR_CUDA_F32;
         size_t es = vr_cuda_dtype_size(dt);
@@ -232,7 +251,7 @@ static void mt_sumsq_equals_single(void **state)
             void *x = dev_copy(d ? (void *)h : (void *)f, n * es);
             tab[t].grad = x;
             tab[t].n = (int64_t)n;
-            OK(vr_cuda_sumsq(&ctx, dt, acc, x, n, t > 0));
+            OK(vr_cuda_sumsq(ctx, dt, acc, x, n, t > 0));
             free(f);
             free(h);
         }
@@ -240,10 +259,10 @@ static void mt_sumsq_equals_single(void **state)
         vr_cuda_mt_tensor *dtab = dev_copy(tab, sizeof tab);
         float r[2][3], ref[3];
         for (int k = 0; k < 2; k++) { /* out[0] normsq, out[1] scale, out[2] norm */
-            OK(vr_cuda_mt_sumsq(&ctx, dt, dtab, NT, chunks, partials, &out[0], &out[1], &out[2], NULL, 0.05f, 1.0f, 1.0f));
+            OK(vr_cuda_mt_sumsq(ctx, dt, dtab, NT, chunks, partials, &out[0], &out[1], &out[2], NULL, 0.05f, 1.0f, 1.0f));
             CU(cudaMemcpy(r[k], out, 12, cudaMemcpyDeviceToHost));
         }
-        OK(vr_cuda_clip_scale(&ctx, &acc[1], &acc[2], NULL, &acc[0], 0.05f, 1.0f, 1.0f));
+        OK(vr_cuda_clip_scale(ctx, &acc[1], &acc[2], NULL, &acc[0], 0.05f, 1.0f, 1.0f));
         CU(cudaMemcpy(ref, acc, 12, cudaMemcpyDeviceToHost));
         double rel = fabs((double)r[0][0] - ref[0]) / ref[0];
         printf("mt sumsq %s: %.9g (per tensor %.9g, rel %.2g), norm %.9g (%.9g), clip %.9g (%.9g), rerun %s\n",
@@ -260,7 +279,6 @@ static void mt_sumsq_equals_single(void **state)
         cudaFree(out);
         cudaFree(partials);
     }
-    vr_cuda_ctx_destroy(&ctx);
 }
 
 /* kind over the table: full fp32 master (mt kernel) against split master through the mt kernel (state 0) or the
@@ -348,24 +366,21 @@ static void split_config(vr_cuda_ctx *ctx, int kind, bool state_kernel)
 
 static void split_master_equals_full(void **state)
 {
-    (void)state;
-    if (!gpu_present())
+    vr_cuda_ctx *ctx = *state;
+    if (!ctx)
         skip();
-    vr_cuda_ctx ctx;
-    OK(vr_cuda_ctx_init(&ctx, NULL, NULL, 0));
     for (int kind = VR_CUDA_MT_SGD; kind <= VR_CUDA_MT_ADAMW; kind++)
-        split_config(&ctx, kind, false);
-    split_config(&ctx, VR_CUDA_MT_ADAMW, true);
-    split_config(&ctx, VR_CUDA_MT_MOMENTUM, true);
-    vr_cuda_ctx_destroy(&ctx);
+        split_config(ctx, kind, false);
+    split_config(ctx, VR_CUDA_MT_ADAMW, true);
+    split_config(ctx, VR_CUDA_MT_MOMENTUM, true);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(mt_optim_equals_single),
-        cmocka_unit_test(mt_sumsq_equals_single),
-        cmocka_unit_test(split_master_equals_full),
+        cmocka_unit_test_setup_teardown(mt_optim_equals_single, ctx_setup, ctx_teardown),
+        cmocka_unit_test_setup_teardown(mt_sumsq_equals_single, ctx_setup, ctx_teardown),
+        cmocka_unit_test_setup_teardown(split_master_equals_full, ctx_setup, ctx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
