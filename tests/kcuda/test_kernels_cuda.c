@@ -955,6 +955,42 @@ static void test_layernorm_bench(void **state)
     bench_layernorm_shape(8192, 1024); /* GPT-2 medium, B=8 */
 }
 
+/* VRAM_KCUDA_BENCH=1: the bias gradient's column sums alone (matmul_bwd with only dbias), microseconds per call and
+ * GB/s of the dout read, for the products whose bias gradients still come from them: GPT-2 124M's (16384 rows) and
+ * medium's (8192) qkv (3C) and fch (4C) columns, and the projections' (C). */
+static void test_colsum_bench(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    const char *b = getenv("VRAM_KCUDA_BENCH");
+    if (!b || !*b || !strcmp(b, "0")) skip();
+    static const int shapes[][2] = {{16384, 768}, {16384, 2304}, {16384, 3072}, {8192, 1024}, {8192, 3072}, {8192, 4096}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int N = shapes[k][0], OC = shapes[k][1];
+        size_t n = (size_t)N * OC;
+        float *h = hrand(n, -1, 1);
+        void *dout = up(VR_CUDA_BF16, h, n), *db = dnan(VR_CUDA_BF16, OC);
+        cudaEvent_t e0, e1;
+        CU(cudaEventCreate(&e0));
+        CU(cudaEventCreate(&e1));
+        float ms = 0.0f;
+        for (int pass = 0; pass < 2; pass++) { /* the first warms up */
+            CU(cudaEventRecord(e0, 0));
+            for (int r = 0; r < 50; r++)
+                OK(vr_cuda_matmul_bwd(&ctx, VR_CUDA_BF16, NULL, NULL, db, dout, NULL, NULL, N, OC, OC, 0, 0));
+            CU(cudaEventRecord(e1, 0));
+            CU(cudaEventSynchronize(e1));
+            CU(cudaEventElapsedTime(&ms, e0, e1));
+        }
+        double us = 1000.0 * ms / 50;
+        print_message("    column sums %5d x %4d bf16: %6.1f us, %5.0f GB/s\n", N, OC, us, 2.0 * n / us / 1e3);
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        free(h);
+        cudaFree(dout), cudaFree(db);
+    }
+}
+
 /* ------------------------------------------------------------------ attention */
 
 /* Attention with NH query heads over NKV kv heads of size hs: qkv (B,T,(NH+2NKV)hs). NKV == NH goes
@@ -1400,7 +1436,7 @@ int main(void)
         cmocka_unit_test(test_elementwise),  cmocka_unit_test(test_convert),
         cmocka_unit_test(test_reductions),   cmocka_unit_test(test_loss_scaling),
         cmocka_unit_test(test_embedding),    cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_layernorm_bench), cmocka_unit_test(test_attention), cmocka_unit_test(test_llama_ops),
+        cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_layernorm_bench), cmocka_unit_test(test_colsum_bench), cmocka_unit_test(test_attention), cmocka_unit_test(test_llama_ops),
         cmocka_unit_test(test_classifier),   cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_optimizers),   cmocka_unit_test(test_bad_arguments),
     };

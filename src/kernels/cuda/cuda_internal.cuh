@@ -178,17 +178,31 @@ vr_status vr_cu_lt_matmul(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, con
 vr_status vr_cu_colsum(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dbias, const void *dout, int N,
                        int OC, int acc, const char *op);
 
-/* out(C) (=|+=) the sum over k = 0..n-1, in that order, of part(n,C) fp32: the second pass of column sums
- * taken over fixed slices of rows (the bias gradient, matmul.cu; RMSNorm's weight gradient, llama.cu).
- * One thread per column; launch (C + 255) / 256 blocks of 256. */
+/* out(C) (=|+=) the sum over k = 0..n-1 of part(n,C) fp32: the second pass of column sums taken over fixed
+ * slices of rows (the bias gradient, matmul.cu; RMSNorm's weight gradient, llama.cu). A block per 32 columns,
+ * 16 lanes a column: lane y adds k = y, y + 16, ... in order (their loads in flight side by side), then the
+ * lanes' sums are added in lane order: a fixed order, deterministic. Launch with vr_cu_sum_partials. */
+#define VR_SUM_PARTIALS_Y 16
 template <typename T>
 __global__ void vr_k_sum_partials(T *out, const float *part, int n, int C, int acc)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float sh[VR_SUM_PARTIALS_Y][33];
+    int x = threadIdx.x, y = threadIdx.y, c = blockIdx.x * 32 + x;
     float t = 0.0f;
-    for (int k = 0; k < n; k++) t += part[(size_t)k * C + c];
+    if (c < C)
+        for (int k = y; k < n; k += VR_SUM_PARTIALS_Y) t += part[(size_t)k * C + c];
+    sh[y][x] = t;
+    __syncthreads();
+    if (y || c >= C) return;
+    t = 0.0f;
+    for (int k = 0; k < VR_SUM_PARTIALS_Y; k++) t += sh[k][x];
     out[c] = vr_fromf<T>(acc ? vr_tof(out[c]) + t : t);
+}
+
+template <typename T>
+static inline void vr_cu_sum_partials(cudaStream_t s, T *out, const float *part, int n, int C, int acc)
+{
+    vr_k_sum_partials<T><<<(C + 31) / 32, dim3(32, VR_SUM_PARTIALS_Y), 0, s>>>(out, part, n, C, acc);
 }
 
 #endif

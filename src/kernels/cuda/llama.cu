@@ -215,7 +215,7 @@ static vr_status rms_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, const v
                                                           N, C, rps);
             VR_CU_LAUNCHED(ctx, "rmsnorm_bwd");
         }
-        vr_k_sum_partials<<<(C + 255) / 256, 256, 0, s>>>((T *)dw, (const float *)scratch, slices, C, acc_dw);
+        vr_cu_sum_partials(s, (T *)dw, (const float *)scratch, slices, C, acc_dw);
         VR_CU_LAUNCHED(ctx, "rmsnorm_bwd");
     }
     return VR_OK;

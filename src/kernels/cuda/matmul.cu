@@ -258,33 +258,55 @@ __global__ void k_colsum(T *dbias, const T *dout, int N, int OC, int acc)
 }
 
 /* Column sums in two passes, for every shape with a workspace: pass 1, a grid of column tiles (256 columns:
- * 32 lanes x 8 adjacent columns) by row chunks, each block summing its chunk's rows into fp32 partials in
- * the workspace's reserved tail; pass 2 adds a column's partials in chunk order. The chunking depends on
- * N and OC only, so the sums are the same run to run; enough blocks to fill the GPU where one block per
- * 64 columns (k_colsum: 12 blocks at OC 768) leaves most of it idle. */
+ * 32 lanes x 8 adjacent columns) by row chunks, each block (32 row groups: 1,024 threads) summing its chunk's
+ * rows into fp32 partials in the workspace's reserved tail, each thread four rows' loads at a time; pass 2 adds
+ * a column's partials (vr_cu_sum_partials). The chunking depends on N and OC only, so the sums are the same run
+ * to run; enough blocks to fill the GPU where one block per 64 columns (k_colsum: 12 blocks at OC 768) leaves
+ * most of it idle. */
 #define CS_COLS 256
-#define CS_ROWG 8
+#define CS_ROWG 32
+
+/* e[0..8) = the 8 elements at p (16 bytes of bf16/fp16, 32 of fp32), as fp32 */
+template <typename T>
+__device__ __forceinline__ void cs_load8(const T *p, float e[8])
+{
+    if (sizeof(T) == 2) {
+        uint4 u = *(const uint4 *)p;
+        const T *h = (const T *)&u;
+#pragma unroll
+        for (int j = 0; j < 8; j++) e[j] = vr_tof(h[j]);
+    } else {
+        float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+        e[0] = a.x, e[1] = a.y, e[2] = a.z, e[3] = a.w, e[4] = b.x, e[5] = b.y, e[6] = b.z, e[7] = b.w;
+    }
+}
 
 template <typename T>
-__global__ void k_colsum_part(float *part, const T *dout, int N, int OC, int rows_per_chunk, int vec)
+__global__ void __launch_bounds__(32 * CS_ROWG) k_colsum_part(float *part, const T *dout, int N, int OC,
+                                                             int rows_per_chunk, int vec)
 {
     __shared__ float sh[CS_ROWG][CS_COLS + 1];
     int lane = threadIdx.x, rg = threadIdx.y;
     int c0 = blockIdx.x * CS_COLS + lane * 8;
     int r0 = blockIdx.y * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (vec && c0 + 8 <= OC) { /* 8 elements in 16 bytes (bf16/fp16) or 32 (fp32) */
-        for (int r = r0 + rg; r < r1; r += CS_ROWG) {
-            const T *p = dout + (size_t)r * OC + c0;
-            if (sizeof(T) == 2) {
-                uint4 u = *(const uint4 *)p;
-                const T *e = (const T *)&u;
+    if (vec && c0 + 8 <= OC) { /* rows r, r + G, r + 2G, r + 3G loaded together, then added in that order */
+        const T *p = dout + c0;
+        int r = r0 + rg;
+        for (; r + 3 * CS_ROWG < r1; r += 4 * CS_ROWG) {
+            float e[4][8];
 #pragma unroll
-                for (int j = 0; j < 8; j++) s[j] += vr_tof(e[j]);
-            } else {
-                float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
-                s[0] += a.x, s[1] += a.y, s[2] += a.z, s[3] += a.w, s[4] += b.x, s[5] += b.y, s[6] += b.z, s[7] += b.w;
-            }
+            for (int q = 0; q < 4; q++) cs_load8(p + (size_t)(r + q * CS_ROWG) * OC, e[q]);
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) s[j] += e[q][j];
+        }
+        for (; r < r1; r += CS_ROWG) {
+            float e[8];
+            cs_load8(p + (size_t)r * OC, e);
+#pragma unroll
+            for (int j = 0; j < 8; j++) s[j] += e[j];
         }
     } else {
         for (int r = r0 + rg; r < r1; r += CS_ROWG)
@@ -309,7 +331,7 @@ static vr_status colsum_t(const vr_cuda_ctx *ctx, void *dbias, const void *dout,
     float *part = (float *)lt_reserve(ctx);
     int tiles = (OC + CS_COLS - 1) / CS_COLS;
     int cap = part ? (int)(VR_LT_RESERVE / sizeof(float) / (size_t)OC) : 0;   /* chunks the reserve holds */
-    int want = (2 * (ctx->sm_count > 0 ? ctx->sm_count : 132) + tiles - 1) / tiles;                        /* ~2 blocks per SM */
+    int want = (2 * (ctx->sm_count > 0 ? ctx->sm_count : 132) + tiles - 1) / tiles; /* ~2 blocks per SM (2 waves) */
     int nchunk = min(min(cap, want), (N + CS_ROWG - 1) / CS_ROWG);
     if (nchunk < 2) { /* one block per 64 columns over all rows */
         dim3 block(32, 32);
@@ -322,7 +344,7 @@ static vr_status colsum_t(const vr_cuda_ctx *ctx, void *dbias, const void *dout,
     k_colsum_part<T><<<dim3(tiles, nchunk), dim3(32, CS_ROWG), 0, VR_STREAM(ctx)>>>(part, (const T *)dout, N, OC,
                                                                                     rows, vec);
     VR_CU_TRY(vr_cu_launched(ctx, op));
-    vr_k_sum_partials<T><<<(OC + 255) / 256, 256, 0, VR_STREAM(ctx)>>>((T *)dbias, part, nchunk, OC, acc);
+    vr_cu_sum_partials(VR_STREAM(ctx), (T *)dbias, part, nchunk, OC, acc);
     return vr_cu_launched(ctx, op);
 }
 
