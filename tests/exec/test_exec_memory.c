@@ -164,6 +164,8 @@ static void gpt_recompute(void **st)
     both_modes("gpt block", &m, &s);
     s.recompute = VR_RECOMPUTE_SELECTIVE;
     both_modes("gpt selective", &m, &s);
+    s.recompute = VR_RECOMPUTE_ACT;
+    both_modes("gpt act", &m, &s);
 }
 
 static void gpt_accum_clip(void **st)
