@@ -71,23 +71,20 @@ vr_status vr__cuda_fuse_dbias_init(vr_cuda_fuse_dbias *f, const vr_exec *e)
     f->to = NULL;
     f->done = NULL;
     f->pairs = 0;
-    if (e->cfg.unfused || e->cfg.memory != VR_MEMORY_PLANNED || e->cfg.poison)
+    if (e->cfg.unfused || e->cfg.memory != VR_MEMORY_PLANNED || e->cfg.poison || g->n_nodes < 2)
         return VR_OK;
-    for (int i = 0; i + 1 < e->opt_start; i++)
-        if (partner(e, i) >= 0) {
-            if (!f->to && (!(f->to = malloc(sizeof(int) * (size_t)g->n_nodes)) ||
-                           !(f->done = calloc((size_t)g->n_nodes, 1)))) {
-                vr__cuda_fuse_dbias_free(f);
-                return vr_error(VR_ERR_OOM, "exec: out of host memory");
-            }
-            break;
-        }
-    if (!f->to)
-        return VR_OK;
+    f->to = malloc(sizeof(int) * (size_t)g->n_nodes);
+    f->done = calloc((size_t)g->n_nodes, 1);
+    if (!f->to || !f->done) {
+        vr__cuda_fuse_dbias_free(f);
+        return vr_error(VR_ERR_OOM, "exec: out of host memory");
+    }
     for (int i = 0; i < g->n_nodes; i++) {
         f->to[i] = i + 1 < e->opt_start ? partner(e, i) : -1;
         f->pairs += f->to[i] >= 0;
     }
+    if (!f->pairs) /* nothing to do at any node */
+        vr__cuda_fuse_dbias_free(f);
     return VR_OK;
 }
 
