@@ -333,6 +333,7 @@ typedef struct step_opts {
     vr_recompute recompute;
     bool split;         /* bf16: a split master (vr_step_config.split_master) */
     bool tie_free;      /* no initial weight halfway between two bf16 values (its last bit flipped) */
+    int accum;          /* micro-batches a step (0: 1) */
 } step_opts;
 
 static void graph_steps_opts(bool graph, step_opts so, int steps, double *loss, double *norm, float **params,
@@ -344,6 +345,7 @@ static void graph_steps_opts(bool graph, step_opts so, int steps, double *loss, 
                         .grad_clip = 1.0f, .kernels = VR_KERNELS_CUDA, .workspace_bytes = (uint64_t)4 << 20};
     s.recompute = so.recompute;
     s.split_master = so.split;
+    s.accum = so.accum > 1 ? so.accum : 1;
     if (so.deterministic)
         s.attention = VR_ATTENTION_VRAM;
     assert_int_equal(vr_graph_build(&m, &s, &o->g), VR_OK);
@@ -367,21 +369,27 @@ static void graph_steps_opts(bool graph, step_opts so, int steps, double *loss, 
     assert_int_equal(vr_exec_write(e, o->g->params, p, (uint64_t)o->g->n_params * 4), VR_OK);
     vr_optim_hparams h = vr_optim_hparams_default(VR_OPTIM_ADAMW);
     for (int k = 0; k < steps; k++) {
-        void *inputs;
-        int32_t *targets;
-        et_batch(o->g, 7 + k, &inputs, &targets);
-        vr_exec_batch b = {inputs, targets};
+        vr_exec_batch b[4];
+        assert_true(s.accum <= 4);
+        for (int mb = 0; mb < s.accum; mb++) { /* the first micro-batch of step k is the batch of a run without */
+            void *inputs;
+            int32_t *targets;
+            et_batch(o->g, 7 + k + 1000 * (uint64_t)mb, &inputs, &targets);
+            b[mb] = (vr_exec_batch){inputs, targets};
+        }
         h.lr = 1e-3f / (float)(k + 1);
         h.step = k + 1;
         if (k == 4)
             h.weight_decay = 0.05f;
         vr_exec_result r;
-        if (vr_exec_step(e, &b, &h, &r) != VR_OK)
+        if (vr_exec_step(e, b, &h, &r) != VR_OK)
             fail_msg("%s", vr_last_error());
         loss[k] = r.loss;
         norm[k] = r.grad_norm;
-        free(inputs);
-        free(targets);
+        for (int mb = 0; mb < s.accum; mb++) {
+            free((void *)b[mb].inputs);
+            free((void *)b[mb].targets);
+        }
         if (graph && k >= 1)
             assert_true(e->graph && e->graph_captured);
     }
@@ -458,7 +466,7 @@ static void cuda_graph_equals_nodes(void **state)
 
 /* Fused (the default) against unfused, both with deterministic kernels (vram's attention, its v1
  * backward), over several steps: bf16 and fp32 node by node, bf16 under a CUDA graph and with block
- * recompute (the recompute phase's pairs too). The add + layernorm kernel writes the bytes of the add
+ * recompute (the recompute phase's pairs too), fp32 with 2 micro-batches a step (gradients added to). The add + layernorm kernel writes the bytes of the add
  * and the layernorm (test_kernels_cuda checks that bit for bit), so with that fusion alone the steps are
  * equal bit for bit (printed); other executor fusions that vr_exec_config.unfused also turns off (Linear +
  * GELU; the Linear bias gradients summed by the layernorm_bwd before them) round differently, so the
@@ -470,23 +478,25 @@ static void fused_equals_unfused(void **state)
     (void)state;
     NEED_GPU();
     enum { K = 4 };
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < 5; v++) {
         bool graph = v == 2;
-        vr_precision prec = v == 1 ? VR_PREC_FP32 : VR_PREC_BF16;
+        vr_precision prec = v == 1 || v == 4 ? VR_PREC_FP32 : VR_PREC_BF16;
         bool fp32 = prec == VR_PREC_FP32;
         vr_recompute rc = v == 3 ? VR_RECOMPUTE_BLOCK : VR_RECOMPUTE_NONE;
+        int accum = v == 4 ? 2 : 1; /* the bias gradients added to by the second micro-batch's layernorm_bwd */
         int fa0 = -1, fa1 = -1, fb0 = -1, fb1 = -1;
         step_pair r;
         pair_run(&r, graph,
                  (step_opts){.prec = prec, .fp32 = fp32, .fused_adds = graph ? NULL : &fa0, .fused_bias = &fb0,
-                             .deterministic = true, .recompute = rc},
+                             .deterministic = true, .recompute = rc, .accum = accum},
                  graph,
                  (step_opts){.unfused = true, .prec = prec, .fp32 = fp32, .fused_adds = graph ? NULL : &fa1,
-                             .fused_bias = &fb1, .deterministic = true, .recompute = rc},
+                             .fused_bias = &fb1, .deterministic = true, .recompute = rc, .accum = accum},
                  K);
-        printf("fusion (%s%s%s): %d steps, loss %.6f..%.6f, fused vs unfused |loss| %.3g |norm| %.3g params %.3g;"
+        printf("fusion (%s%s%s%s): %d steps, loss %.6f..%.6f, fused vs unfused |loss| %.3g |norm| %.3g params %.3g;"
                " adds without work: fused %d, unfused %d; bias gradients in layernorm_bwd: fused %d, unfused %d\n",
-               fp32 ? "fp32" : "bf16", graph ? ", cuda graph" : "", rc ? ", block recompute" : "", K, r.l0[0],
+               fp32 ? "fp32" : "bf16", graph ? ", cuda graph" : "", rc ? ", block recompute" : "",
+               accum > 1 ? ", 2 micro-batches" : "", K, r.l0[0],
                r.l0[K - 1], r.dl, r.dn, (double)r.dp, fa0, fa1, fb0, fb1);
         assert_true(r.dl < (fp32 ? 1e-5 : 1e-2) && r.dp < (fp32 ? 1e-4f : 1e-2f));
         /* attproj's after ln2.bwd, fcproj's after the next ln1.bwd or lnf.bwd: two a layer; under block
