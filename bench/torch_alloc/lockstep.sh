@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Step time of vram's allocator against PyTorch's own with the lent machine's drift taken out, on the GPU machine,
 # from the repository root:
-#     bash bench/torch_alloc/lockstep.sh            # WORKLOADS (gpt2 bert resnet50), MODE (vram_stitch), STEPS (40)
+#     bash bench/torch_alloc/lockstep.sh            # WORKLOADS (gpt2 bert resnet50), MODE (vram_stitch), STEPS (40),
+#                                                   # BATCH (each workload's default; e.g. larger, to be GPU-bound)
 # For each workload, two processes on the one GPU, native and MODE, run bench/torch_alloc/workload.py in turn, a step
 # each (workload.py --lockstep: each step, its batch too, runs while the other process waits on a FIFO), so that
 # the two modes' steps are timed seconds apart under the same host and GPU speed; then again with MODE first.
@@ -32,9 +33,9 @@ for w in ${WORKLOADS:-gpt2 bert resnet50}; do
     set -- $order
     rm -f "$OUT/a2b" "$OUT/b2a"; mkfifo "$OUT/a2b" "$OUT/b2a"
     fa="$OUT/$w.$1.first.json"; fb="$OUT/$w.$2.second.json"
-    timeout 300 python3 bench/torch_alloc/workload.py $w $1 --lockstep a "$OUT/a2b" "$OUT/b2a" > "$fa" 2> "$fa.log" &
+    timeout 300 python3 bench/torch_alloc/workload.py $w $1 --batch "${BATCH:-0}" --lockstep a "$OUT/a2b" "$OUT/b2a" > "$fa" 2> "$fa.log" &
     pa=$!
-    timeout 300 python3 bench/torch_alloc/workload.py $w $2 --lockstep b "$OUT/a2b" "$OUT/b2a" > "$fb" 2> "$fb.log"
+    timeout 300 python3 bench/torch_alloc/workload.py $w $2 --batch "${BATCH:-0}" --lockstep b "$OUT/a2b" "$OUT/b2a" > "$fb" 2> "$fb.log"
     rb=$?; wait $pa; ra=$?
     if [ $ra -eq 3 ] || [ $rb -eq 3 ]; then echo "-- $w: skipped (torchvision not importable)"; break; fi
     if [ $ra -ne 0 ] || [ $rb -ne 0 ]; then

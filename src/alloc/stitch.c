@@ -41,10 +41,15 @@
  *   evicted: no device call), a request of the lent size finds the lent block by capacity and takes it as it
  *   is. A step of a new sequence length (BERT with a new length every step: every size new) so runs on the
  *   mappings of earlier, longer steps instead of mapping new ones (10,000 -> 1,500 driver calls per step of
- *   bench/alloc's bert_varlen with P = 100). It is off by default because a few lengths in turn
- *   (gpt2_bf16_varlen_b16, varying_steps_reach_few_device_calls) and fixed shapes then make 2-8x more calls
- *   and reach 1.004-1.014 reserved/allocated: a lent mapping is missing when its own size comes next, and that
- *   request takes another's (bench/alloc/README.md).
+ *   bench/alloc's bert_varlen with P = 100). A lent mapping is missing when its own size comes next, and that
+ *   request then takes another's, and so on; so a mapping is *kept* for its own size, never lent, while that
+ *   size was asked within the last ST_LEND_KEEP (2,048) large requests or the period's (a size of the step
+ *   comes back next step), and nothing is lent while the large requests repeat with a period of LEND_STEADY
+ *   (128) requests or more (a training loop's steady state): with 8 MiB granules a warm pass of
+ *   gpt2_bf16_varlen_b16 (a few lengths in turn) went from 841 to 4 driver calls, gpt2_bf16_b32's from 196 to
+ *   66 (68 without lending), ResNet-50's from 123 to 18, while bert_varlen's new lengths take 408 a step
+ *   (183 when every mapping could be lent; 1,555 without lending) (bench/alloc/README.md). Lending is off by
+ *   default (vram's executor repeats its sizes); libvram_torch turns it on.
  * - When every such mapping has units under live blocks, the idle mapping of the size (or up to twice it:
  *   the block is its prefix) with the fewest such granules is *patched* if they are few (at most 1/8 of
  *   its granules): they are replaced in its range by free granules (cached blocks evicted for them, oldest
@@ -101,6 +106,7 @@
 #define PATCH_DIV_LEND 2          /* ... with lending on, at most half (2 calls a granule, vs 1 a granule new) */
 #define PATCH_MIN 8               /* ... and it has at least this many */
 #define PATCH_LARGER 2            /* mappings up to twice the request are patched for it */
+#define LEND_STEADY 128           /* no lending while the large requests repeat with a period this long */
 #define SMALL_SCAN 16             /* idle small-pool mappings looked at per small grow */
 
 static st_state *S(const vr_alloc *a) { return a->pstate; }
@@ -533,6 +539,10 @@ static size_t live_granules(st_state *s, const smap *m, size_t u, size_t *idx, s
     return n;
 }
 
+/* Whether m is kept for requests of its own size, not lent: one was served lately (ST_LEND_KEEP large requests,
+ * or the period). */
+static bool kept(const st_state *s, const smap *m) { return st_period_asked_within(s, m->bsize, ST_LEND_KEEP); }
+
 /* The largest capacity (units) of a mapping lent to a request of u units: P% more. */
 static size_t lend_cap(const st_state *s, size_t u) { return u + u * s->borrow / 100; }
 
@@ -594,10 +604,9 @@ static void epoch_free(vr_alloc *a, smap *m, vr_stream stream)
  * of their granules replaced. With lending: idle or cached ones (this stream's) by capacity, at most 1 in
  * PATCH_DIV_LEND, only those whose queued work has completed (no host wait); one with no granule under a live
  * block is taken as it is (lent when of another size). */
-static vr_block *patch(vr_alloc *a, vra_request *req, size_t u)
+static vr_block *patch(vr_alloc *a, vra_request *req, size_t u, bool lend)
 {
     st_state *s = S(a);
-    bool lend = s->borrow != 0;
     st_iter it = st_cand_from(s, lend ? ST_BY_CAP : ST_BY_SIZE, u);
     size_t div = lend ? PATCH_DIV_LEND : PATCH_DIV;
     smap *best = NULL, *m;
@@ -606,7 +615,7 @@ static vr_block *patch(vr_alloc *a, vra_request *req, size_t u)
     for (size_t i = 0; i < 4 * CAND_SCAN && (m = st_cand_next(&it, PATCH_LARGER * u)); i++) {
         size_t ng = prefix_pieces(s, m, u, NULL);
         if (u > m->cap || ng < PATCH_MIN || (m->user && (!lend || m->user->seg->stream != req->stream)) ||
-            self_overlap(s, m, u))
+            (lend && m->bsize != u && kept(s, m)) || self_overlap(s, m, u))
             continue;
         struct sepoch *ev = lend ? event_after_free(s, m) : NULL;
         if (lend && !ev)
@@ -707,18 +716,19 @@ static vr_block *find_free(vr_alloc *a, vra_request *req)
             if ((m->key == s->key) == !pass && (b = take(a, req, m, u, false)))
                 return b;
     }
-    if (s->borrow) {
+    bool lend = s->borrow != 0 && st_period_now(s) < LEND_STEADY;
+    if (lend) {
         st_iter it = st_cand_from(s, ST_BY_CAP, u);
         smap *m;
         for (size_t k = 0; k < CAND_SCAN && (m = st_cand_next(&it, lend_cap(s, u)));) {
-            if (m->bsize == u) /* looked at above */
+            if (m->bsize == u || kept(s, m)) /* looked at above; kept for its own size */
                 continue;
             k++;
             if ((b = take(a, req, m, u, true)))
                 return b;
         }
     }
-    return patch(a, req, u);
+    return patch(a, req, u, lend);
 }
 
 static bool should_split(const vr_alloc *a, const vr_block *b, size_t size)

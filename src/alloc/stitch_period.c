@@ -14,8 +14,12 @@
  * lag is the period once its run covers it (a whole period repeated) and at least ST_RUN_MIN requests;
  * of several, the one with the longest run (a step's lag outlasts the lag between a model's repeated
  * blocks, which breaks at the end of their stack). A workload whose sizes change every step (BERT with a
- * new sequence length) has no period, and nothing changes for it. */
+ * new sequence length) has no period, and nothing changes for it.
+ *
+ * It also remembers when each large size was last asked (up to 8,192 sizes; more and it starts over), so that
+ * lending (stitch.c) leaves alone the mappings of sizes still in use: asked within a window or the period. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "alloc/stitch_space.h"
 
@@ -24,8 +28,16 @@
 #define ST_RUN_MIN 16     /* a period repeats at least this many requests in a row */
 #define ST_LAGS 8         /* lags tracked */
 #define GRAM_SLOTS (2 * ST_RING)
+#define ST_SIZES 16384    /* slots of the sizes asked (emptied when half full) */
+
+/* A size asked (a large request's units, + 1: 0 is an empty slot) and when it was last asked (p->t). */
+struct st_size {
+    uint64_t u1, asked;
+};
 
 struct st_period {
+    struct st_size sizes[ST_SIZES]; /* open addressing by mix(0, u) */
+    size_t nsizes;
     size_t u[ST_RING];            /* units of request t at t % ST_RING */
     smap *m[ST_RING];             /* the mapping that served it, NULL once unmapped */
     uint64_t t;                   /* large requests served so far */
@@ -67,6 +79,41 @@ static uint64_t period(const struct st_period *p)
     return best;
 }
 
+uint64_t st_period_now(const st_state *s) { return period(s->per); }
+
+/* The slot of size u: its own, or the empty one where it goes. */
+static struct st_size *size_slot(const struct st_period *p, size_t u)
+{
+    for (uint64_t h = mix(0, u);; h++) {
+        const struct st_size *e = &p->sizes[h & (ST_SIZES - 1)];
+        if (!e->u1 || e->u1 == (uint64_t)u + 1)
+            return (struct st_size *)e;
+    }
+}
+
+static void size_asked(struct st_period *p, size_t u)
+{
+    struct st_size *e = size_slot(p, u);
+    if (!e->u1 && p->nsizes >= ST_SIZES / 2) { /* this many sizes: the oldest are forgotten with the rest */
+        memset(p->sizes, 0, sizeof p->sizes);
+        p->nsizes = 0;
+        e = size_slot(p, u);
+    }
+    if (!e->u1) {
+        e->u1 = (uint64_t)u + 1;
+        p->nsizes++;
+    }
+    e->asked = p->t;
+}
+
+bool st_period_asked_within(const st_state *s, size_t u, uint64_t within)
+{
+    const struct st_period *p = s->per;
+    const struct st_size *e = size_slot(p, u);
+    uint64_t L = period(p);
+    return e->u1 && p->t - e->asked < (L > within ? L : within);
+}
+
 smap *st_period_predict(const st_state *s, size_t u)
 {
     const struct st_period *p = s->per;
@@ -97,6 +144,7 @@ static void track(struct st_period *p, uint64_t lag)
 void st_period_learn(st_state *s, size_t u, smap *m)
 {
     struct st_period *p = s->per;
+    size_asked(p, u);
     uint64_t t = p->t;
     for (int i = 0; i < ST_LAGS; i++) {
         uint64_t L = p->lag[i].lag;

@@ -9,6 +9,7 @@
 #define ST_UNIT VRA_MIN_BLOCK
 #define ST_EPOCHS 16              /* events kept of those recorded every ST_EPOCH_FREES large frees */
 #define ST_EPOCH_FREES 32
+#define ST_LEND_KEEP 2048         /* a mapping whose size was asked within this many large requests is not lent */
 #define ST_HIST 2                 /* large request sizes before a request in its key (4 or 1: more calls) */
 
 typedef struct sgran sgran;
@@ -285,6 +286,11 @@ void st_period_fini(st_state *s);
 /* The mapping that served the large request one period before this one (of u units), when the requests
  * repeat with a period and that one was of u units too; NULL otherwise. */
 smap *st_period_predict(const st_state *s, size_t u);
+/* The period of the large requests now, in requests (0: none). */
+uint64_t st_period_now(const st_state *s);
+/* Whether a request of u units was served within the last `within` large requests, or the period's when
+ * that is longer (the sizes of the last 8,192 remembered). */
+bool st_period_asked_within(const st_state *s, size_t u, uint64_t within);
 /* Request served: u units on m. */
 void st_period_learn(st_state *s, size_t u, smap *m);
 /* m is unmapped: forgotten. */
