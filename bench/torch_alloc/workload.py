@@ -54,7 +54,8 @@ def main():
         lend = os.environ.get("STITCH_LEND")   # percent; unset: the library's default
         gran = os.environ.get("STITCH_GRANULE")  # MiB; unset: the library's default
         vt.enable(policy=a.mode[len("vram_"):], fraction=a.fraction or None,
-                  stitch_lend=int(lend) if lend else None, stitch_granule=int(gran) << 20 if gran else None)
+                  stitch_lend=int(lend) if lend else None, stitch_granule=int(gran) << 20 if gran else None,
+                  timing=not a.lockstep)   # lockstep times steps: no clock reads inside the allocator there
     elif a.fraction:
         torch.cuda.set_per_process_memory_fraction(a.fraction)
     if a.workload == "resnet50":

@@ -36,7 +36,7 @@ def _require():
 
 
 def enable(policy="stitch", fraction=None, lib=None, history=0, patch_torch=True, stitch_lend=None,
-           stitch_granule=None):
+           stitch_granule=None, timing=False):
     """Makes vram's allocator PyTorch's CUDA allocator. Must run before PyTorch allocates CUDA memory
     (before CUDA is initialised). policy: "stitch", "pytorch" or "expandable"; fraction: cap reserved
     memory at this fraction of each GPU; history: allocator events kept for snapshot() (0 = off);
@@ -45,6 +45,8 @@ def enable(policy="stitch", fraction=None, lib=None, history=0, patch_torch=True
     stitch_granule: policy stitch's physical allocations, in bytes (rounded up to a multiple of 2 MiB; None: the
     library's default, 8 MiB; 0: 2 MiB): the driver's cuMemSetAccess and cuMemUnmap cost ~20-30 us per allocation in a range, so larger
     ones make new mappings cheaper (bench/alloc/vmm_cost.c) and stitching coarser;
+    timing: measure the host time inside every malloc and free (allocator_costs' malloc_ns, free_ns; two clock
+    reads a call);
     patch_torch: torch.cuda.memory_stats / memory_allocated / max_memory_reserved / reset_peak_memory_stats
     / memory_snapshot / _snapshot / _dump_snapshot / _record_memory_history then read vram's figures
     (PyTorch raises "not supported" for them under a pluggable allocator), and CUDA graph capture is
@@ -61,6 +63,7 @@ def enable(policy="stitch", fraction=None, lib=None, history=0, patch_torch=True
         L.vram_torch_set_stitch_lend(int(stitch_lend))
     if stitch_granule is not None:
         L.vram_torch_set_stitch_granule(int(stitch_granule))
+    L.vram_torch_set_timing(1 if timing else 0)
     if L.vram_torch_configure(policy.encode(), float(fraction or 0.0), int(history), None) != 0:
         raise ValueError(_lib.last_error(L))
     alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "vram_torch_malloc", "vram_torch_free")
@@ -117,7 +120,7 @@ def memory_stats_as_nested_dict(device=None):
 
 def allocator_costs(device=None):
     """What vram's allocator has cost so far on a device (not a PyTorch statistic): malloc_calls, free_calls,
-    the host nanoseconds inside them (malloc_ns, free_ns) and the driver calls it made (map, unmap,
+    the host nanoseconds inside them (malloc_ns, free_ns: 0 unless enable(timing=True)) and the driver calls it made (map, unmap,
     set_access, device_sync, event_sync, ...). {} while nothing is allocated there."""
     L = _require()
     text = _lib.take_string(L, L.vram_torch_costs_json(_device(device)))

@@ -61,6 +61,7 @@ def load(path):
         "vram_torch_costs_json": (ctypes.c_void_p, [ctypes.c_int]),
         "vram_torch_set_stitch_lend": (None, [ctypes.c_uint]),
         "vram_torch_set_stitch_granule": (None, [ctypes.c_size_t]),
+        "vram_torch_set_timing": (None, [ctypes.c_int]),
         "vram_torch_snapshot_json": (ctypes.c_void_p, [ctypes.c_int]),
         "vram_torch_summary": (ctypes.c_void_p, [ctypes.c_int]),
         "vram_torch_free_string": (None, [ctypes.c_void_p]),

@@ -99,12 +99,25 @@ vr_status vr__cuda_count(int *count)
     return VR_OK;
 }
 
+/* The device that was current on this thread before vr__cuda_use first made another current (-1: none since
+ * vr__cuda_take_switched_from). */
+static _Thread_local int switched_from = -1;
+
+int vr__cuda_take_switched_from(void)
+{
+    int d = switched_from;
+    switched_from = -1;
+    return d;
+}
+
 vr_status vr__cuda_use(int index)
 {
     int cur = -1;
     cudaError_t e = cudaGetDevice(&cur);
     if (e == cudaSuccess && cur == index)
         return VR_OK;
+    if (e == cudaSuccess && switched_from < 0)
+        switched_from = cur;
     e = cudaSetDevice(index);
     if (e != cudaSuccess) {
         char b[200];

@@ -40,6 +40,9 @@ vr_status vr__cuda_count(int *count);
 
 /* Makes device `index` current on this thread (cudaSetDevice when it is not). */
 vr_status vr__cuda_use(int index);
+/* The device that was current on this thread before vr__cuda_use first switched away from it since the last
+ * call, or -1 when it has not (libvram_torch gives PyTorch its current device back without asking for it). */
+int vr__cuda_take_switched_from(void);
 
 /* Creates the primary context of device `index` (cudaSetDevice + cudaFree(0)),
  * measuring its cost with NVML the first time (see vr_cuda_context_cost). */

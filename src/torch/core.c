@@ -29,6 +29,9 @@ static unsigned g_lend = 100;
  * mean step time; 8 MiB granules: -1% at reserved/allocated 1.020 (native 1.287); GPT-2 1.011 -> 1.034
  * (bench/torch_alloc/README.md) */
 static size_t g_granule = (size_t)8 << 20;
+/* vram_torch_set_timing: the host time inside malloc and free (two clock reads a call, ~90 ns on the lent
+ * machines, bench/torch_alloc/entry_cost.c) is measured only when asked for */
+static atomic_bool g_timing;
 static double g_fraction;
 static size_t g_history;
 static char g_spec[64] = "cuda:%d";
@@ -74,6 +77,8 @@ void vram_torch_set_stitch_lend(unsigned pct)
     g_lend = pct;
     pthread_mutex_unlock(&vt_lock);
 }
+
+void vram_torch_set_timing(int on) { atomic_store(&g_timing, on != 0); }
 
 void vram_torch_set_stitch_granule(size_t bytes)
 {
@@ -181,12 +186,14 @@ void *vram_torch_try_malloc(ssize_t size, int device, void *stream)
             tl_err[0] = 0;
         return NULL;
     }
-    int prev = vram_torch__guard_enter();
+    vram_torch__guard_enter();
     void *p = NULL;
     vr_alloc *a = get_or_create(device);
     if (!a)
         goto out;
-    if (vt_slots[device].is_cuda && vram_torch__capturing(stream)) {
+    /* the legacy default stream (NULL) cannot capture, so the common case asks the runtime nothing (~115 ns a
+     * call; its use during another stream's global capture is an error CUDA reports itself) */
+    if (stream && vt_slots[device].is_cuda && vram_torch__capturing(stream)) {
         vt_fail("vram_torch: allocation of %lld bytes on GPU %d during CUDA graph capture: vram_torch does not "
                 "support CUDA graphs (PyTorch keeps a graph's memory in a private pool that a pluggable allocator "
                 "cannot provide); capture graphs with PyTorch's own allocator (run without vram_torch)",
@@ -204,9 +211,11 @@ void *vram_torch_try_malloc(ssize_t size, int device, void *stream)
         pthread_mutex_unlock(&vt_lock);
         goto out;
     }
-    uint64_t t0 = now_ns();
+    bool timed = atomic_load_explicit(&g_timing, memory_order_relaxed);
+    uint64_t t0 = timed ? now_ns() : 0;
     vr_status st = vr_alloc_malloc(a, (size_t)size, (vr_stream)(uintptr_t)stream, &p);
-    atomic_fetch_add_explicit(&vt_slots[device].ns_malloc, now_ns() - t0, memory_order_relaxed);
+    if (timed)
+        atomic_fetch_add_explicit(&vt_slots[device].ns_malloc, now_ns() - t0, memory_order_relaxed);
     atomic_fetch_add_explicit(&vt_slots[device].n_malloc, 1, memory_order_relaxed);
     if (st == VR_ERR_OOM) {
         vt_fail("CUDA out of memory. vram_torch (policy %s) on GPU %d: %s", vr_alloc_policy(a), device,
@@ -219,8 +228,7 @@ void *vram_torch_try_malloc(ssize_t size, int device, void *stream)
                 vr_last_error());
     }
 out:
-    if (prev != device)
-        vram_torch__guard_leave(prev);
+    vram_torch__guard_leave();
     return p;
 }
 
@@ -235,14 +243,15 @@ void vram_torch_free(void *ptr, ssize_t size, int device, void *stream)
         fprintf(stderr, "vram_torch: free of %p on GPU %d, which has no vram allocator; ignored\n", ptr, device);
         return;
     }
-    int prev = vram_torch__guard_enter();
-    uint64_t t0 = now_ns();
+    vram_torch__guard_enter();
+    bool timed = atomic_load_explicit(&g_timing, memory_order_relaxed);
+    uint64_t t0 = timed ? now_ns() : 0;
     if (vr_alloc_free(a, ptr) != VR_OK)
         fprintf(stderr, "vram_torch: %s\n", vr_last_error());
-    atomic_fetch_add_explicit(&vt_slots[device].ns_free, now_ns() - t0, memory_order_relaxed);
+    if (timed)
+        atomic_fetch_add_explicit(&vt_slots[device].ns_free, now_ns() - t0, memory_order_relaxed);
     atomic_fetch_add_explicit(&vt_slots[device].n_free, 1, memory_order_relaxed);
-    if (prev != device)
-        vram_torch__guard_leave(prev);
+    vram_torch__guard_leave();
 }
 
 void vram_torch_init(int device_count) { (void)device_count; }
@@ -279,13 +288,13 @@ void *vram_torch_base_alloc(void *ptr, size_t *size)
 
 void vram_torch_empty_cache(void)
 {
-    int prev = vram_torch__guard_enter();
+    vram_torch__guard_enter();
     for (int d = 0; d < VRAM_TORCH_MAX_DEVICES; d++) {
         vr_alloc *a = vt_get(d);
         if (a)
             vr_alloc_empty_cache(a);
     }
-    vram_torch__guard_leave(prev);
+    vram_torch__guard_leave();
 }
 
 void vram_torch_memory_fraction(double fraction, int device)

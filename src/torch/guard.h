@@ -5,10 +5,10 @@
 
 #include <stdbool.h>
 
-/* The calling thread's current CUDA device (-1 when unknown), to hand back to vram_torch__guard_leave. */
-int vram_torch__guard_enter(void);
-/* Makes prev current again if the device layer switched away from it. */
-void vram_torch__guard_leave(int prev);
+/* Around a call into vram: the device current on this thread at enter is current again after leave when the
+ * device layer switched away from it in between (no runtime call otherwise). */
+void vram_torch__guard_enter(void);
+void vram_torch__guard_leave(void);
 /* True when `stream` (a cudaStream_t) is capturing a CUDA graph. */
 bool vram_torch__capturing(void *stream);
 

@@ -1,28 +1,19 @@
 /* The CUDA runtime's current device kept across vram's calls, and the graph-capture query. PyTorch
  * relies on the current device it set; vram's device layer makes its own device current (cudaSetDevice)
- * and leaves it so. Failures (no driver, as in CI) read as "unknown" and "not capturing". */
+ * and leaves it so, remembering the one it switched away from (vr__cuda_take_switched_from): asking the
+ * runtime for the current device on every call cost ~60 ns (bench/torch_alloc/entry_cost.c). A failed
+ * capture query (no driver, as in CI) reads as "not capturing". */
 #include <cuda_runtime_api.h>
 
+#include "device/cuda_impl.h"
 #include "torch/guard.h"
 
-int vram_torch__guard_enter(void)
-{
-    int d = -1;
-    if (cudaGetDevice(&d) != cudaSuccess) {
-        cudaGetLastError();
-        return -1;
-    }
-    return d;
-}
+void vram_torch__guard_enter(void) { (void)vr__cuda_take_switched_from(); }
 
-void vram_torch__guard_leave(int prev)
+void vram_torch__guard_leave(void)
 {
-    int d = -1;
-    if (prev < 0)
-        return;
-    if (cudaGetDevice(&d) == cudaSuccess && d == prev)
-        return;
-    if (cudaSetDevice(prev) != cudaSuccess)
+    int prev = vr__cuda_take_switched_from();
+    if (prev >= 0 && cudaSetDevice(prev) != cudaSuccess)
         cudaGetLastError();
 }
 

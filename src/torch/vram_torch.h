@@ -86,6 +86,10 @@ VRAM_TORCH_API void vram_torch_set_stitch_lend(unsigned pct);
  * vr_alloc_config.stitch_granule). */
 VRAM_TORCH_API void vram_torch_set_stitch_granule(size_t bytes);
 
+/* Whether malloc and free measure the host time inside them (vram_torch_costs_json's malloc_ns, free_ns;
+ * off by default: two clock reads a call). */
+VRAM_TORCH_API void vram_torch_set_timing(int on);
+
 /* Statistics of a device as JSON, vr_alloc_stats' field names (= PyTorch's: "allocation",
  * "allocated_bytes", ... each [all, small, large] of {current, peak, allocated, freed}; the counters);
  * a device without an allocator gives zeros. Free with vram_torch_free_string. */

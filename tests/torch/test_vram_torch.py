@@ -256,6 +256,7 @@ class Library(unittest.TestCase):
             from vram_torch import _lib, _stats, _snapshot
             L = _lib.load(os.environ["VRAM_TORCH_TEST_LIB"])
             L.vram_torch_set_stitch_lend(100)
+            L.vram_torch_set_timing(1)
             assert L.vram_torch_configure(b"stitch", 0.0, 1000, b"meta:1GiB") == 0, _lib.last_error(L)
             s = 0x5000
             ps = [L.vram_torch_try_malloc(n, 0, s) for n in (1000, 3 << 20, 5 << 20)]
@@ -271,6 +272,10 @@ class Library(unittest.TestCase):
             print(sorted({seg["device"] for seg in snap["segments"]}), len(snap["device_traces"][1]) > 0)
             c0 = json.loads(_lib.take_string(L, L.vram_torch_costs_json(0)))
             print(c0["malloc_calls"], c0["free_calls"], c0["malloc_ns"] > 0, c0["map"] >= 1, c0["phys_create"] >= 1)
+            L.vram_torch_set_timing(0)  # not measured: counted only
+            L.vram_torch_free(L.vram_torch_try_malloc(2 << 20, 0, s), 2 << 20, 0, s)
+            c1 = json.loads(_lib.take_string(L, L.vram_torch_costs_json(0)))
+            print(c1["malloc_calls"] - c0["malloc_calls"], c1["malloc_ns"] == c0["malloc_ns"], c1["free_ns"] == c0["free_ns"])
             pickle.dump(snap, open(os.environ["OUTP"], "wb"))
             L.vram_torch_empty_cache()
             print(L.vram_torch_check(0), L.vram_torch_check(1))
@@ -279,9 +284,10 @@ class Library(unittest.TestCase):
             outp = os.path.join(d, "snap.pickle")
             env = dict(os.environ, PYDIR=PYDIR, OUTP=outp)
             r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-            # costs of GPU 0: 4 mallocs (3 + the refused one), 1 free, host time inside them, granules mapped
-            self.assertEqual(r.stdout.split("\n")[:5], ["True 3", "True True", "[0, 1] True", "4 1 True True True", "0 0"],
-                             r.stderr)
+            # costs of GPU 0: 4 mallocs (3 + the refused one), 1 free, host time inside them, granules mapped; then
+            # with timing off one more malloc counted and no time added
+            self.assertEqual(r.stdout.split("\n")[:6], ["True 3", "True True", "[0, 1] True", "4 1 True True True",
+                                                         "1 True True", "0 0"], r.stderr)
             conv = load_converter()
             rows, peak_a, _, _, _ = conv.convert(outp, conv.load(outp), 0)
             self.assertGreaterEqual(peak_a, 1000 + (3 << 20) + (5 << 20))
