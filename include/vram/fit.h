@@ -136,6 +136,7 @@ typedef struct vr_fit_options {
 typedef struct vr_fit_row {
     vr_precision precision;
     vr_recompute recompute;
+    int recompute_layers;      /* the best row: recompute in the first N blocks only, the fewest that fit (0: all) */
     vr_optim_state optim_state;
     bool no_master;
     bool split_master;

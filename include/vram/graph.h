@@ -328,6 +328,9 @@ typedef struct vr_step_config {
                                * otherwise each lives from its producer to its optimizer node */
     vr_optim optim;           /* VR_OPTIM_NONE: backward only */
     vr_recompute recompute;
+    int recompute_layers;     /* recompute act, selective or block in the first N blocks only (0: every block):
+                               * each block recomputed saves its share of the activations for its share of the
+                               * recompute */
     vr_precision precision;   /* bf16/fp16: params, grads, acts in 16 bits, fp32 master + optim */
     vr_optim_state optim_state; /* how Adam/momentum state is stored (fp32 default); needs a stateful optim */
     bool no_master;           /* bf16: no fp32 master copy (weights updated with stochastic rounding) */

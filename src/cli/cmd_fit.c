@@ -281,6 +281,7 @@ static void print_roles(const vr_model_config *model, const vr_step_config *s0, 
     m.B = w->micro;
     s.precision = w->precision;
     s.recompute = w->recompute;
+    s.recompute_layers = w->recompute_layers;
     s.optim_state = w->optim_state;
     s.no_master = w->no_master;
     s.split_master = w->split_master;
@@ -358,9 +359,13 @@ static int report(const opts *o, const target *t, uint64_t step_cap, const vr_st
             char zs[48] = "";
             if (s->world > 1)
                 snprintf(zs, sizeof zs, ", ZeRO %d over %d ranks", best->zero, s->world);
-            printf("\nbest      %s, recompute %s, %s optimizer state%s%s%s, micro-batch %d x accum %d: need %s, "
+            char rl[48] = "";
+            if (best->recompute_layers)
+                snprintf(rl, sizeof rl, " in the first %d block%s (--recompute-layers %d)", best->recompute_layers,
+                         best->recompute_layers == 1 ? "" : "s", best->recompute_layers);
+            printf("\nbest      %s, recompute %s%s, %s optimizer state%s%s%s, micro-batch %d x accum %d: need %s, "
                    "est. %.2f ms/step, %.0f tokens/s\n", vr_precision_name(best->precision),
-                   vr_recompute_name(best->recompute), vr_optim_state_name(best->optim_state),
+                   vr_recompute_name(best->recompute), rl, vr_optim_state_name(best->optim_state),
                    best->no_master ? ", no master weights" : best->split_master ? ", split master" : "",
                    best->offload ? ", master and state offloaded to the host" : "", zs,
                    best->micro, best->accum, vr_format_size(best->point.need, a, sizeof a),

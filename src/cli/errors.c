@@ -46,6 +46,7 @@ static const vr_cli_field_flag field_flags[] = {
     {"vr_step_config.accum", "--accum"},
     {"vr_step_config.optim", "--optim"},
     {"vr_step_config.recompute", "--recompute"},
+    {"vr_step_config.recompute_layers", "--recompute-layers"},
     {"vr_step_config.precision", "--precision"},
     {"vr_step_config.optim_state", "--optim-state"},
     {"vr_step_config.no_master", "--master none"}, /* a bool: true is --master none */

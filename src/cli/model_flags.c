@@ -164,6 +164,7 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     if (o->recompute && vr_recompute_parse(o->recompute, "--recompute", &s->recompute))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
+    s->recompute_layers = (int)o->recompute_layers;
     if (o->precision && vr_precision_parse(o->precision, "--precision", &s->precision))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     if (o->optim_state && vr_optim_state_parse(o->optim_state, "--optim-state", &s->optim_state))
@@ -256,6 +257,8 @@ void vr_model_flags_add(vr_flagset *fs, vr_model_flags *f, const vr_model_defaul
          .help = vr_flags_text(fs, "(%s)", vr_optim_name(d->optim))},
         {"--recompute", VR_FLAG_CHOICE, &f->recompute, NULL,
          .choices = enum_choices(fs, recompute_name, buf, sizeof buf), .help = "activation checkpointing (none)"},
+        {"--recompute-layers", VR_FLAG_INT, &f->recompute_layers, "N", .lo = 1, .hi = most,
+         .help = "--recompute's policy in the first N blocks only (every block)"},
         {"--freeze", VR_FLAG_STRING, &f->freeze, "GLOBS",
          .help = "comma-separated globs over parameter names ('h.*.attn*,wte')"},
         {"--precision", VR_FLAG_CHOICE, &f->precision, NULL,

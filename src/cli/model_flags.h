@@ -1,7 +1,7 @@
 /* vram command: the model and step flags shared by the commands that build a step graph (plan, train, fit,
  * report), as one fragment of their flag tables (flags.h): --model --preset --hf --layers --channels --heads
  * --vocab --padded-vocab --max-seq --kv-heads --head-dim --intermediate --rope-theta --rms-eps --tied
- * --untied --qkv-bias --sizes --act --batch --seq --accum --optim --recompute --freeze --precision
+ * --untied --qkv-bias --sizes --act --batch --seq --accum --optim --recompute --recompute-layers --freeze --precision
  * --optim-state --master --offload --attention --clip --gpus --zero and --eval. */
 #ifndef VRAM_CLI_MODEL_FLAGS_H
 #define VRAM_CLI_MODEL_FLAGS_H
@@ -26,6 +26,7 @@ typedef struct vr_model_flags {
     bool qkv_bias;   /* llama: --qkv-bias */
     long long gpus;  /* --gpus N: data-parallel ranks (0: not given) */
     long long zero;  /* --zero S */
+    long long recompute_layers;  /* --recompute-layers N (0: not given) */
     bool zero_given;
 } vr_model_flags;
 

@@ -427,7 +427,7 @@ vr_status vr_graph_backward(vr_graph *g, const vr_step_config *s)
         return vr_graph_fail(g, VR_ERR_OOM, "autodiff: out of host memory"), g->err;
     }
     mark_needed(&a);
-    a.rc = vr_recomp_new(g, s->recompute, a.bwd_needed, a.needs_grad);
+    a.rc = vr_recomp_new(g, s->recompute, s->recompute_layers, a.bwd_needed, a.needs_grad);
     for (int n = g->loss_node; n >= 0 && !g->err; n--) {
         vr_op op = g->nodes[n].op;
         if (op == VR_OP_CLASSIFIER) {

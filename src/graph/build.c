@@ -14,6 +14,10 @@ vr_status vr_step_config_check(const vr_step_config *s)
     if ((unsigned)s->precision > VR_PREC_FP16 || (unsigned)s->optim > VR_OPTIM_ADAMW ||
         (unsigned)s->recompute > VR_RECOMPUTE_ACT)
         return vr_error(VR_ERR_INVALID, "step config: bad precision, optimizer or recompute value");
+    if (s->recompute_layers < 0 || (s->recompute_layers && s->recompute == VR_RECOMPUTE_NONE))
+        return vr_error(VR_ERR_INVALID, "vr_step_config.recompute_layers: %d %s", s->recompute_layers,
+                        s->recompute_layers < 0 ? "is negative"
+                                                : "needs a recompute policy (act, selective or block) to limit");
     if ((unsigned)s->optim_state > VR_OSTATE_8BIT)
         return vr_error(VR_ERR_INVALID, "step config: bad optim_state value %d", (int)s->optim_state);
     if (s->train && s->optim_state != VR_OSTATE_FP32 && s->optim != VR_OPTIM_MOMENTUM && s->optim != VR_OPTIM_ADAM &&

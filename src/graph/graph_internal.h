@@ -24,7 +24,7 @@ void vr_graph_attach_scratch(vr_graph *g, int node);
 
 /* Recomputation (recompute.c), used by autodiff.c. */
 typedef struct vr_recomp vr_recomp;
-vr_recomp *vr_recomp_new(vr_graph *g, vr_recompute policy, const bool *bwd_needed, const bool *needs_grad);
+vr_recomp *vr_recomp_new(vr_graph *g, vr_recompute policy, int layers, const bool *bwd_needed, const bool *needs_grad);
 void vr_recomp_free(vr_recomp *r);
 /* The tensor a backward node should read for forward tensor t: t itself when
  * saved, else its recomputed copy (emitting the recompute nodes now). */

@@ -14,6 +14,8 @@
  *   act        selective's for the activation functions only (GELU, SwiGLU): the
  *              widest of those outputs (4C a row in GPT-2's MLP against the norms' C)
  *              for one elementwise pass each, the norms kept.
+ * With a number of layers N (vr_step_config.recompute_layers), the policy applies to blocks 0..N-1 only, the
+ * other blocks keeping everything: memory and recompute time in between, block by block.
  * A recompute node writes fresh tensors (named "<name>@re"): it never overwrites
  * a saved one, so a saved tensor's lifetime is exactly its readers'. */
 #include <stdlib.h>
@@ -43,7 +45,7 @@ static bool read_outside(const vr_graph *g, int t, int layer)
     return false;
 }
 
-vr_recomp *vr_recomp_new(vr_graph *g, vr_recompute policy, const bool *bwd_needed, const bool *needs_grad)
+vr_recomp *vr_recomp_new(vr_graph *g, vr_recompute policy, int layers, const bool *bwd_needed, const bool *needs_grad)
 {
     vr_recomp *r = calloc(1, sizeof *r);
     int n0 = g->n_tensors;
@@ -64,10 +66,22 @@ vr_recomp *vr_recomp_new(vr_graph *g, vr_recompute policy, const bool *bwd_neede
     r->block = -1;
     for (int i = 0; i < n0; i++)
         r->copy[i] = -1;
+    int blocks = 0;
+    for (int n = 0; n < g->n_forward; n++)
+        if (g->nodes[n].layer + 1 > blocks)
+            blocks = g->nodes[n].layer + 1;
+    if (layers > blocks) {
+        vr_recomp_free(r);
+        vr_graph_fail(g, VR_ERR_INVALID, "vr_step_config.recompute_layers: %d, but the model has %d block%s", layers,
+                      blocks, blocks == 1 ? "" : "s");
+        return NULL;
+    }
     for (int n = 0; n < g->n_forward; n++) {
         const vr_node *f = &g->nodes[n];
         if (f->op == VR_OP_CLASSIFIER || f->op == VR_OP_SOFTMAX_XENT)
             continue; /* the loss is never re-run */
+        if (layers && !(f->layer >= 0 && f->layer < layers))
+            continue; /* outside the blocks recomputed */
         for (int k = 0; k < VR_NODE_MAX_OUT; k++) {
             int t = f->out[k];
             if (t < 0 || g->tensors[t].role != VR_ROLE_ACT || g->tensors[t].output)

@@ -185,6 +185,49 @@ static vr_status search_row(const vr_model_config *m, vr_step_config s, const vr
     return VR_OK;
 }
 
+/* The best row recomputes (act, selective, block) at its batching: the fewest first blocks recomputed that still fit
+ * (a binary search over N, memory falling as N grows), when fewer than all: the same batch with less recompute. */
+static vr_status fewest_blocks(const vr_model_config *m, vr_step_config s, const vr_fit_options *o, vr_fit_row *row,
+                               int *plans)
+{
+    int L = m->kind == VR_MODEL_GPT ? m->gpt.L : m->kind == VR_MODEL_LLAMA ? m->llama.L : 0;
+    if (!row->fits || row->recompute == VR_RECOMPUTE_NONE || L < 2)
+        return VR_OK;
+    s.precision = row->precision;
+    s.recompute = row->recompute;
+    s.optim_state = row->optim_state;
+    s.no_master = row->no_master;
+    s.split_master = row->split_master;
+    s.offload = row->offload;
+    s.zero = s.world > 0 ? row->zero : 0;
+    s.accum = row->accum;
+    int lo = 0, hi = L; /* N = hi fits (every block), N = lo does not (none: the row above it) */
+    vr_fit_point pt, best = row->point;
+    vr_fit_cost cost = row->cost;
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        s.recompute_layers = mid;
+        vr_fit_cost c;
+        vr_status st = probe(m, &s, row->micro, o->capacity, &pt, &o->cost, &c, plans, NULL);
+        if (st)
+            return st;
+        if (pt.fits && (!o->host_capacity || pt.host <= o->host_capacity)) {
+            hi = mid;
+            best = pt;
+            cost = c;
+        } else {
+            lo = mid;
+        }
+    }
+    if (hi < L) {
+        row->recompute_layers = hi;
+        row->point = best;
+        row->cost = cost;
+        row->tokens_per_s = cost.seconds > 0 ? (double)row->tokens / cost.seconds : 0;
+    }
+    return VR_OK;
+}
+
 /* Ranking: fitting rows first, by tokens/s (then smaller need); the rest by need. */
 static bool before(const vr_fit_row *a, const vr_fit_row *b)
 {
@@ -275,5 +318,10 @@ vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const
     for (int i = 0; i < out->n_rows; i++)
         if (out->rows[i].point.need < out->smallest_need)
             out->smallest_need = out->rows[i].point.need;
+    if (out->best >= 0) {
+        vr_status st = fewest_blocks(m, *s, opt, &out->rows[out->best], &out->plans);
+        if (st)
+            return st;
+    }
     return VR_OK;
 }

@@ -40,12 +40,14 @@ void vr_fit_print(const vr_fit_result *r, FILE *f)
     if (ranks)
         fprintf(f, "\n%d ranks: each row's need is its largest rank's arena; collectives at %.4g GB/s; micro-batch and "
                 "tokens per rank", r->step.world, o->cost.comm_gbs);
-    fprintf(f, "\n\n%4s  %-9s %-9s %-5s %-6s %-7s%s %13s %12s %11s %11s %11s %-4s %11s %14s %10s\n", "rank",
+    fprintf(f, "\n\n%4s  %-9s %-12s %-5s %-6s %-7s%s %13s %12s %11s %11s %11s %-4s %11s %14s %10s\n", "rank",
             "precision", "recompute", "state", "master", "offload", ranks ? " zero" : "", "micro x accum",
             "tokens/step", "peak", "need", "host", "fits", "FLOP/step", "est. step", "tokens/s");
     for (int i = 0; i < r->n_rows; i++) {
         const vr_fit_row *w = &r->rows[i];
-        char mb[32], pk[32], nd[32], hs[32] = "-", tm[32] = "-", tps[32] = "-", tf[32] = "-", tok[32] = "-";
+        char mb[32], pk[32], nd[32], hs[32] = "-", tm[32] = "-", tps[32] = "-", tf[32] = "-", tok[32] = "-", rc[32];
+        snprintf(rc, sizeof rc, w->recompute_layers ? "%s:%d" : "%s", vr_recompute_name(w->recompute),
+                 w->recompute_layers); /* act:18: the first 18 blocks */
         if (w->point.host)
             vr_format_size(w->point.host, hs, sizeof hs);
         if (w->micro)
@@ -61,8 +63,8 @@ void vr_fit_print(const vr_fit_result *r, FILE *f)
         char z[16] = "";
         if (ranks)
             snprintf(z, sizeof z, " %4d", w->zero);
-        fprintf(f, "%3d%c  %-9s %-9s %-5s %-6s %-7s%s %13s %12s %11s %11s %11s %-4s %11s %14s %10s\n", i + 1,
-                i == r->best ? '*' : ' ', vr_precision_name(w->precision), vr_recompute_name(w->recompute),
+        fprintf(f, "%3d%c  %-9s %-12s %-5s %-6s %-7s%s %13s %12s %11s %11s %11s %-4s %11s %14s %10s\n", i + 1,
+                i == r->best ? '*' : ' ', vr_precision_name(w->precision), rc,
                 vr_optim_state_name(w->optim_state), w->precision == VR_PREC_FP32 ? "-" : vr_master_name(w->no_master, w->split_master),
                 vr_offload_name(w->offload), z, mb, tok, vr_format_size(w->point.peak, pk, sizeof pk),
                 vr_format_size(w->point.need, nd, sizeof nd), hs, w->fits ? "yes" : "no", tf, tm, tps);
@@ -109,6 +111,7 @@ void *vr_fit_json(const vr_fit_result *r)
         cJSON_AddItemToArray(rows, j);
         cJSON_AddStringToObject(j, "precision", vr_precision_name(w->precision));
         cJSON_AddStringToObject(j, "recompute", vr_recompute_name(w->recompute));
+        cJSON_AddNumberToObject(j, "recompute_layers", w->recompute_layers); /* 0: every block */
         cJSON_AddStringToObject(j, "optim_state", vr_optim_state_name(w->optim_state));
         cJSON_AddStringToObject(j, "master",
                                 w->precision == VR_PREC_FP32 ? "-" : vr_master_name(w->no_master, w->split_master));

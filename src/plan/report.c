@@ -38,6 +38,10 @@ static void step_text(const vr_graph *g, char *buf, size_t cap)
     if (s->train && n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, ", accum %d, optimizer %s, recompute %s", s->accum < 1 ? 1 : s->accum,
                       vr_optim_name(s->optim), vr_recompute_name(s->recompute));
+    if (s->train && s->recompute_layers == 1 && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, " in block 0");
+    else if (s->train && s->recompute_layers > 1 && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, " in blocks 0-%d", s->recompute_layers - 1);
     if (n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, ", %s", vr_precision_name(s->precision));
     if (s->train && s->optim_state != VR_OSTATE_FP32 && n > 0 && (size_t)n < cap)
@@ -154,6 +158,7 @@ char *vr_plan_json(const vr_plan *p, bool timeline)
     cJSON_AddNumberToObject(step, "accum", g->step.accum < 1 ? 1 : g->step.accum);
     cJSON_AddStringToObject(step, "optim", vr_optim_name(g->step.optim));
     cJSON_AddStringToObject(step, "recompute", vr_recompute_name(g->step.recompute));
+    cJSON_AddNumberToObject(step, "recompute_layers", g->step.recompute_layers); /* 0: every block */
     cJSON_AddStringToObject(step, "precision", vr_precision_name(g->step.precision));
     cJSON_AddStringToObject(step, "optim_state", vr_optim_state_name(g->step.optim_state));
     cJSON_AddStringToObject(step, "master", vr_master_name(g->step.no_master, g->step.split_master));

@@ -30,9 +30,9 @@ static int settings(const vr_train_config *c, char *buf, size_t cap)
         for (int i = 0; i < m->mlp.n_sizes && i < VR_MLP_MAX_SIZES; i++)
             n += snprintf(buf + n, cap - (size_t)n, " %d", m->mlp.sizes[i]);
     n += snprintf(buf + n, cap - (size_t)n,
-                  " step %d %d %d %d %d %d %d %d %d %a [%s] world %d zero %d ws %llu hp %a %a %a %a %a %a %a %d"
+                  " step %d %d %d %d %d %d %d %d %d %d %a [%s] world %d zero %d ws %llu hp %a %a %a %a %a %a %a %d"
                   " sched %d %lld %a %lld seed %llu data %s %d %d mem %d %s %d init %s resume %d scale %a %d attn %d split %d",
-                  (int)s->precision, (int)s->optim, (int)s->recompute, s->accum, (int)s->optim_state, s->no_master,
+                  (int)s->precision, (int)s->optim, (int)s->recompute, s->recompute_layers, s->accum, (int)s->optim_state, s->no_master,
                   (int)s->offload, (int)m->mlp.act, s->train, s->grad_clip, s->freeze ? s->freeze : "", s->world,
                   s->zero, (unsigned long long)s->workspace_bytes, (double)h->lr, (double)h->beta1, (double)h->beta2,
                   (double)h->eps, (double)h->weight_decay, (double)h->momentum, (double)h->dampening, h->nesterov,

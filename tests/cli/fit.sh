@@ -48,6 +48,13 @@ print("json ok:", [(r["precision"], r["recompute"], r["micro_batch"], r["accum"]
 PY
 "$vram" fit --preset tiny --capacity 4MiB --recompute block --precision bf16 --optim-state 8bit --master none --offload none --json |
   python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["rows"]; assert len(r)==1 and r[0]["recompute"]=="block" and r[0]["precision"]=="bf16" and r[0]["optim_state"]=="8bit" and r[0]["master"]=="none", r'
+# the best row recomputes only as many first blocks as it needs: N fits (vram plan agrees), N - 1 does not
+"$vram" fit --preset gpt2-medium --capacity 10GiB --global-batch 8 --precision bf16 --optim-state fp32 --master split \
+  --offload none --json >"$tmp/fl.json"
+n=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); b=d["rows"][d["best"]]; assert b["recompute"]=="act" and 0 < b["recompute_layers"] < 24, b; print(b["recompute_layers"])' "$tmp/fl.json")
+plan() { "$vram" plan --preset gpt2-medium --batch 8 --precision bf16 --recompute act --recompute-layers "$1" --capacity 10GiB | tail -1; }
+plan "$n" | grep -q "fits" && ! plan "$n" | grep -q "DOES NOT FIT" || { echo "act:$n does not fit"; exit 1; }
+[ "$n" -eq 1 ] || plan $((n - 1)) | grep -q "DOES NOT FIT" || { echo "act:$((n - 1)) fits too"; exit 1; }
 "$vram" fit --model mlp --preset mnist --optim sgd --capacity 64MiB --json | python3 -c 'import json,sys; json.load(sys.stdin)'
 "$vram" fit --preset tiny --capacity 128MiB --device cuda --context 32MiB --tflops bf16=300,fp32=100 --json |
   python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["device"]["step_capacity"] == 96 << 20 and d["cost_model"]["tflops"]["bf16"] == 300'

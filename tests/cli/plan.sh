@@ -72,6 +72,9 @@ bad --model --model rnn
 bad --preset --preset gpt5
 bad --optim --optim lion
 bad --recompute --recompute some
+bad --recompute-layers --recompute-layers 0 --recompute act
+bad --recompute-layers --recompute-layers 2
+bad --recompute-layers --recompute-layers 99 --recompute act
 bad --precision --precision fp8
 bad --memory --memory lots
 bad --device --device tpu

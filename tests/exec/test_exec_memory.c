@@ -166,6 +166,10 @@ static void gpt_recompute(void **st)
     both_modes("gpt selective", &m, &s);
     s.recompute = VR_RECOMPUTE_ACT;
     both_modes("gpt act", &m, &s);
+    s.recompute_layers = 1; /* block 0 recomputed, block 1 keeping everything */
+    both_modes("gpt act, first block", &m, &s);
+    s.recompute = VR_RECOMPUTE_BLOCK;
+    both_modes("gpt block, first block", &m, &s);
 }
 
 static void gpt_accum_clip(void **st)

@@ -338,6 +338,51 @@ static void act_recompute(void **state)
     vr_graph_free(g);
 }
 
+/* recompute_layers N: each policy's recompute nodes in blocks 0..N-1 only, as many per block as without the limit,
+ * the other blocks' saved tensors read as stored; N over the model's blocks, negative, or without a policy: refused. */
+static void recompute_in_first_blocks(void **state)
+{
+    (void)state;
+    const vr_recompute pol[3] = {VR_RECOMPUTE_ACT, VR_RECOMPUTE_SELECTIVE, VR_RECOMPUTE_BLOCK};
+    for (int p = 0; p < 3; p++) {
+        vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .recompute = pol[p]};
+        vr_graph *all = gpt("small", 2, s);
+        int L = all->model.gpt.L, per_block[16] = {0};
+        assert_true(L >= 2 && L <= 16);
+        for (int i = 0; i < all->n_nodes; i++)
+            if (all->nodes[i].phase == VR_PHASE_RECOMPUTE)
+                per_block[all->nodes[i].layer]++;
+        vr_graph_free(all);
+        for (int N = 1; N < L; N++) {
+            s.recompute_layers = N;
+            vr_graph *g = gpt("small", 2, s);
+            check_dataflow(g);
+            int got[16] = {0};
+            for (int i = 0; i < g->n_nodes; i++)
+                if (g->nodes[i].phase == VR_PHASE_RECOMPUTE)
+                    got[g->nodes[i].layer]++;
+            for (int l = 0; l < L; l++)
+                assert_int_equal(got[l], l < N ? per_block[l] : 0);
+            vr_graph_free(g);
+        }
+    }
+    vr_model_config m = {.kind = VR_MODEL_GPT, .B = 2};
+    assert_int_equal(vr_gpt_preset("small", &m.gpt, &m.T), VR_OK);
+    const struct { vr_recompute rc; int n; const char *msg; } bad[3] = {
+        {VR_RECOMPUTE_ACT, m.gpt.L + 1, "but the model has"},
+        {VR_RECOMPUTE_ACT, -1, "is negative"},
+        {VR_RECOMPUTE_NONE, 1, "needs a recompute policy"}};
+    for (int i = 0; i < 3; i++) {
+        vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .recompute = bad[i].rc,
+                            .recompute_layers = bad[i].n};
+        vr_graph *g = NULL;
+        assert_int_equal(vr_graph_build(&m, &s, &g), VR_ERR_INVALID);
+        assert_null(g);
+        assert_non_null(strstr(vr_last_error(), "vr_step_config.recompute_layers"));
+        assert_non_null(strstr(vr_last_error(), bad[i].msg));
+    }
+}
+
 static void accumulation_keeps_grads(void **state)
 {
     (void)state;
@@ -695,6 +740,7 @@ int main(void)
         cmocka_unit_test(block_recompute),
         cmocka_unit_test(selective_recompute),
         cmocka_unit_test(act_recompute),
+        cmocka_unit_test(recompute_in_first_blocks),
         cmocka_unit_test(accumulation_keeps_grads),
         cmocka_unit_test(mlp_backward),
         cmocka_unit_test(mixed_precision),
