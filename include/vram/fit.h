@@ -167,9 +167,14 @@ typedef struct vr_fit_result {
  * (with o->global_batch: the largest divisor of it that fits, accum = G / micro;
  * under the cost model a larger micro-batch is never slower, the FLOPs being the
  * same), its plan and its cost; ranked, fastest first. A configuration that fits
- * nowhere is a row with fits = false, not an error. */
+ * nowhere is a row with fits = false, not an error. The best row, when it recomputes, does so in the fewest
+ * first blocks that still fit (its recompute_layers). */
 vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const vr_fit_options *o,
                         vr_fit_result *out);
+
+/* s with row w's choices: precision, recompute (and its blocks), optimizer state, master, offload, accumulation,
+ * ZeRO stage (with ranks). */
+void vr_fit_row_step(const vr_fit_row *w, vr_step_config *s);
 
 /* The ranked table: config, micro × accum, peak, need, fits, est. step time, est. tokens/s. */
 void vr_fit_print(const vr_fit_result *r, FILE *f);

@@ -279,15 +279,7 @@ static void print_roles(const vr_model_config *model, const vr_step_config *s0, 
     vr_model_config m = *model;
     vr_step_config s = *s0;
     m.B = w->micro;
-    s.precision = w->precision;
-    s.recompute = w->recompute;
-    s.recompute_layers = w->recompute_layers;
-    s.optim_state = w->optim_state;
-    s.no_master = w->no_master;
-    s.split_master = w->split_master;
-    s.offload = w->offload;
-    s.accum = w->accum;
-    s.zero = s.world > 0 ? w->zero : 0;
+    vr_fit_row_step(w, &s);
     vr_graph *g = NULL;
     vr_plan *p = NULL;
     char a[32], b[32];

@@ -185,6 +185,19 @@ static vr_status search_row(const vr_model_config *m, vr_step_config s, const vr
     return VR_OK;
 }
 
+void vr_fit_row_step(const vr_fit_row *w, vr_step_config *s)
+{
+    s->precision = w->precision;
+    s->recompute = w->recompute;
+    s->recompute_layers = w->recompute_layers;
+    s->optim_state = w->optim_state;
+    s->no_master = w->no_master;
+    s->split_master = w->split_master;
+    s->offload = w->offload;
+    s->accum = w->accum;
+    s->zero = s->world > 0 ? w->zero : 0;
+}
+
 /* The best row recomputes (act, selective, block) at its batching: the fewest first blocks recomputed that still fit
  * (a binary search over N, memory falling as N grows), when fewer than all: the same batch with less recompute. */
 static vr_status fewest_blocks(const vr_model_config *m, vr_step_config s, const vr_fit_options *o, vr_fit_row *row,
@@ -193,14 +206,7 @@ static vr_status fewest_blocks(const vr_model_config *m, vr_step_config s, const
     int L = m->kind == VR_MODEL_GPT ? m->gpt.L : m->kind == VR_MODEL_LLAMA ? m->llama.L : 0;
     if (!row->fits || row->recompute == VR_RECOMPUTE_NONE || L < 2)
         return VR_OK;
-    s.precision = row->precision;
-    s.recompute = row->recompute;
-    s.optim_state = row->optim_state;
-    s.no_master = row->no_master;
-    s.split_master = row->split_master;
-    s.offload = row->offload;
-    s.zero = s.world > 0 ? row->zero : 0;
-    s.accum = row->accum;
+    vr_fit_row_step(row, &s);
     int lo = 0, hi = L; /* N = hi fits (every block), N = lo does not (none: the row above it) */
     vr_fit_point pt, best = row->point;
     vr_fit_cost cost = row->cost;
