@@ -22,27 +22,27 @@ import statistics
 import sys
 import time
 
-import torch
-
-from percall import allocator
-
 
 def load(path):
     """[(is_alloc, addr, size)] from a shared trace: its alloc and free_completed events."""
     ev = []
     with gzip.open(path, "rt") as f:
-        for line in f:
+        for no, line in enumerate(f, 1):
             if line.startswith("#") or line.startswith("action,"):
                 continue
-            act, addr, size, _ = line.rstrip("\n").split(",")
+            try:
+                act, addr, size, _ = line.rstrip("\n").split(",")
+                addr, size = int(addr), int(size)
+            except ValueError:
+                raise ValueError(f"line {no}: not action,addr,size,stream") from None
             if act == "alloc":
-                ev.append((True, int(addr), int(size)))
+                ev.append((True, addr, size))
             elif act == "free_completed":
-                ev.append((False, int(addr), int(size)))
+                ev.append((False, addr, size))
     return ev
 
 
-def replay(ev, stream):
+def replay(torch, ev, stream):
     """One pass; the blocks still live at its end freed after the clock stops. Returns seconds."""
     live = {}
     alloc, delete = torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete
@@ -66,13 +66,19 @@ def main():
     passes = int(sys.argv[sys.argv.index("--passes") + 1]) if "--passes" in sys.argv else 5
     if passes < 2:
         sys.exit("hostcost.py: --passes must be 2 or more (the first is not timed)")
-    mode = allocator("hostcost.py")
-    ev = load(sys.argv[2])
+    try:
+        ev = load(sys.argv[2])
+    except (OSError, EOFError, ValueError, UnicodeDecodeError) as e:
+        sys.exit(f"hostcost.py: {sys.argv[2]}: {e}")
     if not ev:
         sys.exit(f"hostcost.py: {sys.argv[2]}: no alloc events")
+    import torch
+
+    from percall import allocator
+    mode = allocator("hostcost.py")
     torch.empty(1, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
-    times = [replay(ev, stream) for _ in range(passes)][1:]
+    times = [replay(torch, ev, stream) for _ in range(passes)][1:]
     torch.cuda.synchronize()
     n = len(ev)
     t = time.perf_counter()
