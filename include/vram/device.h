@@ -73,6 +73,9 @@ int vr_device_index(const vr_device *dev);
 
 /* Total, free and our own used bytes. */
 vr_status vr_device_mem_info(vr_device *dev, vr_device_mem *out);
+/* Our own used bytes alone (mem_info's used_by_us), from the device's books: no call to the driver, so cheap
+ * enough for every step and node. */
+uint64_t vr_device_used_by_us(vr_device *dev);
 
 /* One raw allocation from the device (a segment, in allocator terms).
  * Returns VR_ERR_OOM with a message when the device cannot provide it. */

@@ -51,6 +51,14 @@ static void host_memory(uint64_t *total, uint64_t *available)
     }
 }
 
+static uint64_t cpu_used(vr_device *dev)
+{
+    pthread_mutex_lock(&dev->lock);
+    uint64_t u = cpu(dev)->book.used;
+    pthread_mutex_unlock(&dev->lock);
+    return u;
+}
+
 static vr_status cpu_mem_info(vr_device *dev, vr_device_mem *out)
 {
     cpu_device *c = cpu(dev);
@@ -181,6 +189,7 @@ static void cpu_close(vr_device *dev)
 static const vr_device_ops cpu_ops = {
     .close = cpu_close,
     .mem_info = cpu_mem_info,
+    .used = cpu_used,
     .malloc = cpu_malloc,
     .free = cpu_free,
     .vm_granularity = vr__host_vm_granularity,

@@ -34,6 +34,14 @@ static void complain(vr_device *dev, const char *what, cudaError_t e)
     fprintf(stderr, "vram: device %s: %s: %s\n", dev->name, what, vr__cuda_err(e, b, sizeof b));
 }
 
+static uint64_t cuda_used(vr_device *dev)
+{
+    pthread_mutex_lock(&dev->lock);
+    uint64_t u = cud(dev)->used;
+    pthread_mutex_unlock(&dev->lock);
+    return u;
+}
+
 static vr_status cuda_mem_info(vr_device *dev, vr_device_mem *out)
 {
     vr_status st = vr__cuda_use(dev->index);
@@ -252,6 +260,7 @@ static void cuda_host_free(vr_device *dev, void *ptr)
 static const vr_device_ops cuda_ops = {
     .close = cuda_close,
     .mem_info = cuda_mem_info,
+    .used = cuda_used,
     .malloc = cuda_malloc,
     .free = cuda_free,
     .vm_granularity = vr__cuda_vm_granularity,

@@ -99,6 +99,7 @@ const char *vr_device_name(const vr_device *dev) { return dev->name; }
 int vr_device_index(const vr_device *dev) { return dev->index; }
 
 vr_status vr_device_mem_info(vr_device *dev, vr_device_mem *out) { return dev->ops->mem_info(dev, out); }
+uint64_t vr_device_used_by_us(vr_device *dev) { return dev->ops->used(dev); }
 
 vr_status vr_device_malloc(vr_device *dev, size_t bytes, void **ptr)
 {

@@ -14,6 +14,7 @@
 typedef struct vr_device_ops {
     void (*close)(vr_device *dev);
     vr_status (*mem_info)(vr_device *dev, vr_device_mem *out);
+    uint64_t (*used)(vr_device *dev); /* mem_info's used_by_us alone, without asking the device */
     vr_status (*malloc)(vr_device *dev, size_t bytes, void **ptr);
     void (*free)(vr_device *dev, void *ptr, size_t bytes);
 

@@ -45,6 +45,14 @@ static uintptr_t bump(meta_device *m, uint64_t bytes, uint64_t align)
     return at;
 }
 
+static uint64_t meta_used(vr_device *dev)
+{
+    pthread_mutex_lock(&dev->lock);
+    uint64_t u = meta(dev)->book.used;
+    pthread_mutex_unlock(&dev->lock);
+    return u;
+}
+
 static vr_status meta_mem_info(vr_device *dev, vr_device_mem *out)
 {
     const vr_host_book *b = &meta(dev)->book;
@@ -224,6 +232,7 @@ static void meta_close(vr_device *dev)
 static const vr_device_ops meta_ops = {
     .close = meta_close,
     .mem_info = meta_mem_info,
+    .used = meta_used,
     .malloc = meta_malloc,
     .free = meta_free,
     .vm_granularity = vr__host_vm_granularity,

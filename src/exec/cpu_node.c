@@ -386,6 +386,6 @@ static vr_status cpu_run_node(const vr_exec_args *a)
 
 const vr_exec_backend *vr__exec_backend_cpu(void)
 {
-    static const vr_exec_backend cpu = {.name = "cpu", .run_node = cpu_run_node, .cheap_mem_info = true};
+    static const vr_exec_backend cpu = {.name = "cpu", .run_node = cpu_run_node};
     return &cpu;
 }

@@ -327,9 +327,7 @@ vr_status vr_exec_create(const vr_plan *plan, vr_device *dev, const vr_exec_conf
         vr_exec_free(e);
         return st;
     }
-    vr_device_mem m;
-    if (vr_device_mem_info(dev, &m) == VR_OK)
-        e->mem.device_used = e->mem.device_peak = m.used_by_us;
+    e->mem.device_used = e->mem.device_peak = vr_device_used_by_us(dev);
     *out = e;
     return VR_OK;
 }
@@ -552,9 +550,7 @@ vr_status vr_exec_write(vr_exec *e, int t, const void *host, uint64_t bytes)
 
 void vr_exec_get_memory(vr_exec *e, vr_exec_memory *out)
 {
-    vr_device_mem m;
-    if (vr_device_mem_info(e->dev, &m) == VR_OK)
-        e->mem.device_used = m.used_by_us;
+    e->mem.device_used = vr_device_used_by_us(e->dev); /* the books, not the driver: every step reads it */
     if (e->alloc) {
         vr_alloc_stats s;
         vr_alloc_get_stats(e->alloc, &s);

@@ -63,12 +63,16 @@ typedef struct vr_exec_backend {
      * copies_done waits until every copy queued is done (the end of a step). */
     vr_status (*host_wait)(vr_exec *e, int copy);
     vr_status (*copies_done)(vr_exec *e);
+    /* Optional (NULL: vr_device_memcpy, the host waiting for each): a step's small transfers through pinned
+     * host memory. stage_in queues one of the step's inputs (slot 0 the tokens, 1 the targets) to the device
+     * ahead of the step's work, src reusable on return; read_losses waits for the device work queued so far
+     * and reads the losses (bytes), and on the step's last pass (last) the clipping result with them, which
+     * the clip_result after it returns without another wait. */
+    vr_status (*stage_in)(vr_exec *e, int slot, void *dst, const void *src, size_t bytes);
+    vr_status (*read_losses)(vr_exec *e, float *dst, size_t bytes, bool last);
     /* Optional: vr_exec_device_times, vr_exec_device_span. */
     bool (*device_times)(vr_exec *e);
     bool (*device_span)(vr_exec *e, int node, int pass, uint64_t *t0_ns, uint64_t *t1_ns, int *lane);
-    /* Device memory figures are cheap to read per node (host memory: yes; a GPU
-     * through NVML: no, so they are sampled during the first step only). */
-    bool cheap_mem_info;
 } vr_exec_backend;
 
 /* Fills a backend's arguments for node i as the step loop does (run.c): a backend that runs several
@@ -160,7 +164,7 @@ struct vr_exec {
     int64_t rows;                 /* elements of the losses tensor */
     vr_exec_memory mem;
     void *be_state;               /* the backend's (CUDA: its vr_cuda_ctx and clip scalars) */
-    int64_t steps_run;            /* steps completed (device figures sampled on the first only, unless cheap) */
+    int64_t steps_run;            /* steps completed */
     bool graph;                   /* CUDA graph mode on (cfg.cuda_graph and the backend can) */
     bool graph_asked;             /* cfg.cuda_graph as the caller gave it */
     char graph_off[512];          /* asked for but off: why, as it reads after "off" (vr_exec_cuda_graph_state) */

@@ -113,12 +113,9 @@ static void measure(vr_exec *e, int i)
         e->mem.peak_node = i;
         memcpy(e->mem.at_peak, l, sizeof e->mem.at_peak);
     }
-    vr_device_mem m;
-    if ((e->be->cheap_mem_info || e->steps_run == 0) && vr_device_mem_info(e->dev, &m) == VR_OK) {
-        e->mem.device_used = m.used_by_us;
-        if (m.used_by_us > e->mem.device_peak)
-            e->mem.device_peak = m.used_by_us;
-    }
+    e->mem.device_used = vr_device_used_by_us(e->dev);
+    if (e->mem.device_used > e->mem.device_peak)
+        e->mem.device_peak = e->mem.device_used;
 }
 
 static void *tensor_ptr(const vr_exec *e, int t) { return t >= 0 ? vr_exec_tensor_ptr(e, t) : NULL; }
@@ -167,15 +164,37 @@ static void release_leftovers(vr_exec *e)
             vr__exec_unbind(e, t);
 }
 
+/* One input of the step: staged by the backend where it can (the host does not wait), else written. */
+static vr_status upload_input(vr_exec *e, int slot, int t, const void *src)
+{
+    uint64_t bytes = vr_tensor_bytes(&e->g->tensors[t]);
+    void *p = vr_exec_tensor_ptr(e, t);
+    if (e->be->stage_in && p && !e->plan->tensors[vr_graph_storage(e->g, t)].host)
+        return e->be->stage_in(e, slot, p, src, bytes);
+    return vr_exec_write(e, t, src, bytes);
+}
+
 /* Copies the micro-batch into the bound input tensors. */
 static vr_status upload_inputs(vr_exec *e, const vr_exec_batch *b)
 {
     const vr_graph *g = e->g;
     if (!b || !b->inputs || !b->targets)
         return vr_error(VR_ERR_INVALID, "exec: a micro-batch without inputs or targets");
-    vr_status st = vr_exec_write(e, g->tokens, b->inputs, vr_tensor_bytes(&g->tensors[g->tokens]));
-    if (!st)
-        st = vr_exec_write(e, g->targets, b->targets, vr_tensor_bytes(&g->tensors[g->targets]));
+    vr_status st = upload_input(e, 0, g->tokens, b->inputs);
+    return st ? st : upload_input(e, 1, g->targets, b->targets);
+}
+
+/* The step's losses into e->losses, and their sum into *loss_sum. */
+static vr_status read_losses(vr_exec *e, bool last, double *loss_sum)
+{
+    const vr_graph *g = e->g;
+    uint64_t bytes = (uint64_t)e->rows * sizeof(float);
+    vr_status st = e->be->read_losses && vr_exec_tensor_ptr(e, g->losses) &&
+                           !e->plan->tensors[vr_graph_storage(g, g->losses)].host
+                       ? e->be->read_losses(e, e->losses, bytes, last)
+                       : vr_exec_read(e, g->losses, e->losses, bytes);
+    for (int64_t r = 0; r < e->rows && !st; r++)
+        *loss_sum += e->losses[r];
     return st;
 }
 
@@ -243,11 +262,8 @@ static vr_status run_pass(vr_exec *e, int end, int micro, const vr_exec_batch *b
         if (!st)
             st = e->be->replay(e);
     }
-    if (!st && g->losses >= 0) {
-        st = vr_exec_read(e, g->losses, e->losses, (uint64_t)e->rows * sizeof(float));
-        for (int64_t r = 0; r < e->rows && !st; r++)
-            *loss_sum += e->losses[r];
-    }
+    if (!st && g->losses >= 0)
+        st = read_losses(e, end == g->n_nodes, loss_sum);
     return st;
 }
 

@@ -14,14 +14,14 @@
 #include "train/progress_json.h"
 #include "vram/util.h"
 
-#define REDRAW_NS 100000000ull /* bar redraw interval: 100 ms */
+#define REDRAW_NS 100000000ull /* bar redraw interval, and JSON lines' flush interval: 100 ms */
 
 struct vr_progress {
     FILE *out;
     vr_progress_mode mode;
     int64_t total, every;
     double ema_ms;        /* smoothed step time, for the ETA */
-    uint64_t last_draw_ns;
+    uint64_t last_draw_ns; /* the bar's last redraw; JSON: the last flush */
     int bar_shown;        /* a bar line is on screen (not yet ended by '\n') */
     char line[512];       /* the last bar drawn, redrawn after notes */
 };
@@ -149,7 +149,14 @@ void vr_progress_step(vr_progress *p, const vr_step_report *s)
     case VR_PROGRESS_LINES:
         if (last || s->step % p->every == 0 || s->step == 1) print_line(p, s);
         break;
-    case VR_PROGRESS_JSON: vr_progress_json_step(p->out, p->total, s); break;
+    case VR_PROGRESS_JSON: { /* a record every step, flushed at most every 100 ms (and the last): a flush is a
+                              * system call, and the GPU waits for the host between steps */
+        uint64_t now = vr_now_ns();
+        bool flush = last || now - p->last_draw_ns >= REDRAW_NS;
+        vr_progress_json_step(p->out, p->total, s, flush);
+        if (flush) p->last_draw_ns = now;
+        break;
+    }
     default: break;
     }
 }
@@ -192,6 +199,7 @@ void vr_progress_note(vr_progress *p, const char *fmt, ...)
 void vr_progress_close(vr_progress *p)
 {
     if (!p) return;
+    fflush(p->out); /* JSON step records not flushed yet */
     if (p->mode == VR_PROGRESS_BAR && p->bar_shown) {
         fputc('\n', p->out);
         fflush(p->out);

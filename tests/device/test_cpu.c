@@ -41,10 +41,12 @@ static void allocates_aligned_writable_memory(void **state)
     for (int i = 0; i < 16; i++)
         want += ((uint64_t)(i + 1) * 1000 + 511) / 512 * 512;
     assert_true(m.used_by_us == want);
+    assert_true(vr_device_used_by_us(dev) == want); /* the books alone, as mem_info */
     for (int i = 0; i < 16; i++)
         vr_device_free(dev, p[i], (size_t)(i + 1) * 1000);
     assert_int_equal(vr_device_mem_info(dev, &m), VR_OK);
     assert_true(m.used_by_us == 0);
+    assert_true(vr_device_used_by_us(dev) == 0);
     vr_device_close(dev);
 }
 

@@ -99,6 +99,7 @@ static void allocates_and_counts_bytes(void **state)
 #endif
     assert_int_equal(vr_device_mem_info(dev, &m1), VR_OK);
     assert_true(m1.used_by_us == 256 * VR_MiB);
+    assert_true(vr_device_used_by_us(dev) == 256 * VR_MiB); /* the books alone, as mem_info */
     assert_true(m1.free <= m0.free - 256 * VR_MiB);
     assert_int_equal(vr_cuda_device_info(0, &after), VR_OK);
     if (before.have_nvml && after.used_by_process >= 0) {
@@ -108,6 +109,7 @@ static void allocates_and_counts_bytes(void **state)
     vr_device_free(dev, p, 256 * VR_MiB);
     assert_int_equal(vr_device_mem_info(dev, &m1), VR_OK);
     assert_true(m1.used_by_us == 0);
+    assert_true(vr_device_used_by_us(dev) == 0);
 
     void *q = (void *)1;
     assert_int_equal(vr_device_malloc(dev, (size_t)(m0.total + VR_GiB), &q), VR_ERR_OOM);

@@ -70,6 +70,7 @@ static void check_live(vr_device *dev, live *l, size_t n)
     vr_device_mem m;
     assert_int_equal(vr_device_mem_info(dev, &m), VR_OK);
     assert_true(m.used_by_us == sum);
+    assert_true(vr_device_used_by_us(dev) == sum); /* the books alone, as mem_info */
     assert_true(m.free == m.total - sum);
 }
 

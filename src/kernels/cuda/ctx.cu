@@ -92,6 +92,15 @@ extern "C" vr_status vr_cuda_upload(const vr_cuda_ctx *ctx, void *dst, const voi
     return VR_OK;
 }
 
+extern "C" vr_status vr_cuda_download(const vr_cuda_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    VR_CU_CTX_OK(ctx, "download");
+    if (!bytes) return VR_OK;
+    if (!dst || !src) return vr_cu_bad("download", "NULL pointer");
+    VR_CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, VR_STREAM(ctx)), "download");
+    return VR_OK;
+}
+
 extern "C" vr_status vr_cuda_capture_begin(const vr_cuda_ctx *ctx)
 {
     VR_CU_CTX_OK(ctx, "capture_begin");

@@ -101,8 +101,11 @@ vr_status vr_cuda_sync(const vr_cuda_ctx *ctx);
  * stream that the device layer's copies use). */
 vr_status vr_cuda_stream_create(void **stream);
 void vr_cuda_stream_destroy(void *stream);
-/* dst (device) = src (host), bytes, queued on ctx's stream (src may be reused on return). */
+/* dst (device) = src (host), bytes, queued on ctx's stream (src may be reused on return; from pinned
+ * memory the host does not wait for the copy, and src must then stay until it has run). */
 vr_status vr_cuda_upload(const vr_cuda_ctx *ctx, void *dst, const void *src, size_t bytes);
+/* dst (pinned host) = src (device), bytes, queued on ctx's stream: read dst after vr_cuda_sync. */
+vr_status vr_cuda_download(const vr_cuda_ctx *ctx, void *dst, const void *src, size_t bytes);
 /* Starts capturing the work queued on ctx's stream (which must not be the legacy stream) into a
  * graph: nothing queued until vr_cuda_capture_end runs. */
 vr_status vr_cuda_capture_begin(const vr_cuda_ctx *ctx);
@@ -246,8 +249,8 @@ vr_status vr_cuda_matmul_gelu_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void
                                   const void *inp, const void *w, const void *bias, int N, int C,
                                   int OC);
 /* dinp(N,C) = dout w; dw(OC,C) = dout^T inp; dbias(OC) = column sums of dout (fp32 sums). Any of
- * dinp, dw, dbias may be NULL. acc_dinp for dinp, acc_dparam for dw and dbias. dbias comes from the
- * BGRADB epilogue of the dw product when acc_dparam = 0, else from a column-sum kernel. */
+ * dinp, dw, dbias may be NULL. acc_dinp for dinp, acc_dparam for dw and dbias. dbias comes from a
+ * column-sum kernel (cuBLASLt's BGRADB epilogue made the dw product slower than the sums cost). */
 vr_status vr_cuda_matmul_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
                              void *dbias, const void *dout, const void *inp, const void *w, int N,
                              int C, int OC, int acc_dinp, int acc_dparam);
