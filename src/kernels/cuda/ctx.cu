@@ -83,22 +83,24 @@ extern "C" void vr_cuda_stream_destroy(void *stream)
     if (stream) cudaStreamDestroy((cudaStream_t)stream);
 }
 
+static vr_status copy_async(const vr_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            const char *op)
+{
+    VR_CU_CTX_OK(ctx, op);
+    if (!bytes) return VR_OK;
+    if (!dst || !src) return vr_cu_bad(op, "NULL pointer");
+    VR_CU_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, VR_STREAM(ctx)), op);
+    return VR_OK;
+}
+
 extern "C" vr_status vr_cuda_upload(const vr_cuda_ctx *ctx, void *dst, const void *src, size_t bytes)
 {
-    VR_CU_CTX_OK(ctx, "upload");
-    if (!bytes) return VR_OK;
-    if (!dst || !src) return vr_cu_bad("upload", "NULL pointer");
-    VR_CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, VR_STREAM(ctx)), "upload");
-    return VR_OK;
+    return copy_async(ctx, dst, src, bytes, cudaMemcpyHostToDevice, "upload");
 }
 
 extern "C" vr_status vr_cuda_download(const vr_cuda_ctx *ctx, void *dst, const void *src, size_t bytes)
 {
-    VR_CU_CTX_OK(ctx, "download");
-    if (!bytes) return VR_OK;
-    if (!dst || !src) return vr_cu_bad("download", "NULL pointer");
-    VR_CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, VR_STREAM(ctx)), "download");
-    return VR_OK;
+    return copy_async(ctx, dst, src, bytes, cudaMemcpyDeviceToHost, "download");
 }
 
 extern "C" vr_status vr_cuda_capture_begin(const vr_cuda_ctx *ctx)
