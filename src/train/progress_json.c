@@ -7,7 +7,6 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
-#include <string.h>
 
 static void emit(FILE *out, cJSON *o)
 {
@@ -21,9 +20,10 @@ static void emit(FILE *out, cJSON *o)
     cJSON_Delete(o);
 }
 
-/* A bounded line: text appended while it fits (a record is ~300 bytes of 1024). */
+/* A bounded line: text appended while it fits (a record is ~300 bytes; memory names longer than the rest
+ * leave it unwritten rather than cut). */
 typedef struct line {
-    char b[1024];
+    char b[4096];
     size_t n;
 } line;
 
@@ -36,6 +36,19 @@ static void put(line *l, const char *fmt, ...)
     int k = vsnprintf(l->b + l->n, sizeof l->b - l->n, fmt, ap);
     va_end(ap);
     l->n = k < 0 ? sizeof l->b : l->n + (size_t)k;
+}
+
+/* s as a JSON string: quotes, backslashes and control characters escaped */
+static void str(line *l, const char *s)
+{
+    put(l, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') put(l, "\\%c", c);
+        else if (c < 0x20) put(l, "\\u%04x", c);
+        else put(l, "%c", c);
+    }
+    put(l, "\"");
 }
 
 /* ,"key":value: %.17g reads back to the same double; NaN and infinities are null */
@@ -62,9 +75,11 @@ void vr_progress_json_step(FILE *out, int64_t total_steps, const vr_step_report 
     }
     if (s->nmem > 0) {
         put(&l, ",\"memory\":{");
-        for (int i = 0; i < s->nmem; i++) /* the names are the caller's identifiers: nothing to escape */
-            put(&l, "%s\"%s\":%llu", i ? "," : "", s->mem[i].name ? s->mem[i].name : "?",
-                (unsigned long long)s->mem[i].bytes);
+        for (int i = 0; i < s->nmem; i++) {
+            put(&l, "%s", i ? "," : "");
+            str(&l, s->mem[i].name ? s->mem[i].name : "?");
+            put(&l, ":%llu", (unsigned long long)s->mem[i].bytes);
+        }
         put(&l, "}");
     }
     put(&l, "}\n");

@@ -75,6 +75,37 @@ static void json_lines_parse(void **state)
     free(out);
 }
 
+/* Memory names are the caller's: written as JSON strings whatever they hold. */
+static void json_escapes_names(void **state)
+{
+    (void)state;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    vr_progress_opts o = {VR_PROGRESS_JSON, 1, 1};
+    vr_progress *p;
+    assert_int_equal(vr_progress_open(f, &o, &p), VR_OK);
+    const char *name = "a \"quoted\" \\ name\nwith a tab\t";
+    const vr_progress_mem mem[1] = {{name, 12345678901ull}};
+    vr_step_report r = {.step = 1, .loss = INFINITY, .lr = 1e-3, .ms = 0, .tokens = 8, .grad_norm = 2.5, .nmem = 1,
+                        .mem = mem};
+    vr_progress_step(p, &r);
+    vr_progress_close(p);
+    fclose(f);
+    cJSON *j = cJSON_Parse(buf);
+    if (!j) fail_msg("not JSON: %s", buf);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "loss")));
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "tokens_per_s")) == 0.0);
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "grad_norm")) == 2.5);
+    cJSON *m = cJSON_GetObjectItem(j, "memory");
+    assert_non_null(m);
+    assert_non_null(m->child);
+    assert_string_equal(m->child->string, name);
+    assert_true(cJSON_GetNumberValue(m->child) == 12345678901.0);
+    cJSON_Delete(j);
+    free(buf);
+}
+
 static void plain_lines(void **state)
 {
     (void)state;
@@ -126,6 +157,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(json_lines_parse),
+        cmocka_unit_test(json_escapes_names),
         cmocka_unit_test(plain_lines),
         cmocka_unit_test(bar),
         cmocka_unit_test(durations),
