@@ -197,11 +197,12 @@ static inline int vr_scratch_norm_slices(int64_t N)
     return vr_scratch_slices(N, VR_SCRATCH_NORM_ROWS_PER_SLICE, VR_SCRATCH_NORM_MAX_SLICES);
 }
 
-/* LayerNorm (vr_cuda_layernorm_bwd) runs a slice per multiprocessor (GPT-2 medium's 8,192 rows: 132 slices on
- * an H100 against 64 of 128 rows, 37 against 54 us by ncu), at least 16 rows each (a row per warp); the scratch
- * holds up to 256 slices x (dw | db) x C fp32, slice s's dw at s*2C, its db at s*2C + C, then for
- * vr_cuda_layernorm_bwd_sum (the next Linear's bias gradient, which the executor may fuse in) slices x C more:
- * slice s's column sums of dinp at slices*2C + s*C. */
+/* LayerNorm (vr_cuda_layernorm_bwd): the one-pass kernel's blocks each write a slice's partial sums (as many
+ * blocks as the multiprocessors hold at once, at most one per 16 rows and 256 in all: GPT-2 medium's 8,192 rows
+ * on an H100, 256 blocks of 8 warps), the generic kernels a slice per multiprocessor; the scratch holds up to 256
+ * slices x (dw | db) x C fp32, slice s's dw at s*2C, its db at s*2C + C, then for vr_cuda_layernorm_bwd_sum (the
+ * next Linear's bias gradient, which the executor may fuse in) slices x C more: slice s's column sums of dinp at
+ * slices*2C + s*C, slices being this maximum. */
 #define VR_SCRATCH_LN_ROWS_PER_SLICE 16
 #define VR_SCRATCH_LN_MAX_SLICES 256
 

@@ -6,7 +6,7 @@
  * stays in L1), fp32 statistics saved for backward.
  * Backward: dinp one warp per row: dinp = rstd (g - mean_c(g) - xhat mean_c(g xhat)), g = dout w.
  * dw = sum_n dout xhat and db = sum_n dout in two steps: blocks over (64 columns) x (a slice of
- * rows) write fp32 partial sums to scratch, then 16 threads per column add the slices in a fixed order
+ * rows) write fp32 partial sums to scratch, then 64 threads per column add the slices in a fixed order
  * (deterministic, no atomics; the final kernel serves the bandwidth kernels too); either of dw and db
  * may be NULL (a frozen weight or bias). */
 #include <math.h>
@@ -19,8 +19,8 @@
 static int ln_generic_only;
 extern "C" void vr__cuda_layernorm_generic(int on) { ln_generic_only = on; }
 
-/* Row slices of the partial sums: one per multiprocessor (a block of the bandwidth kernel fills one: a single
- * wave), fewer where the rows are few; the scratch they take: kernels/scratch.h (the plan's size too). */
+/* Row slices of the generic kernels' partial sums: one per multiprocessor, fewer where the rows are few; the
+ * scratch they take: kernels/scratch.h (the plan's size too). */
 static int ln_slices(const vr_cuda_ctx *ctx, int N)
 {
     int s = vr_scratch_ln_slices(N), sms = ctx->sm_count > 0 ? ctx->sm_count : 132;
@@ -228,16 +228,20 @@ __global__ void k_ln_bwd_partial(float *part, const T *dout, const T *inp, const
     }
 }
 
-/* Block (32, 16): 32 columns, 16 slice lanes; lane y adds slices y, y + 16, ... in order, then lane 0 adds
- * the 16 lanes' sums in order (a fixed order: deterministic; the slices' loads in flight side by side). */
-#define VR_LN_FINAL_Y 16
+/* Block (8, 64): 8 columns, 64 slice lanes; lane y adds slices y, y + 64, ... in order, then the lanes' sums
+ * meet in a fixed tree (a fixed order: deterministic; the slices' loads in flight side by side, and at 1024
+ * columns 128 blocks where 32 columns a block made 32). */
+#define VR_LN_FINAL_X 8
+#define VR_LN_FINAL_Y 64
 /* ds (NULL: none) the same way from the slices' column sums of dinp (psum, slice s's at s C), acc_ds. */
 template <typename T>
-__global__ void k_ln_bwd_final(T *dw, T *db, const float *part, int slices, int C, int acc, T *ds,
-                               const float *psum, int acc_ds)
+__global__ void __launch_bounds__(VR_LN_FINAL_X * VR_LN_FINAL_Y) k_ln_bwd_final(T *dw, T *db, const float *part,
+                                                                               int slices, int C, int acc, T *ds,
+                                                                               const float *psum, int acc_ds)
 {
-    __shared__ float sw[VR_LN_FINAL_Y][33], sb[VR_LN_FINAL_Y][33], ss[VR_LN_FINAL_Y][33];
-    int x = threadIdx.x, y = threadIdx.y, c = blockIdx.x * 32 + x;
+    __shared__ float sw[VR_LN_FINAL_Y][VR_LN_FINAL_X], sb[VR_LN_FINAL_Y][VR_LN_FINAL_X],
+        ss[VR_LN_FINAL_Y][VR_LN_FINAL_X];
+    int x = threadIdx.x, y = threadIdx.y, c = blockIdx.x * VR_LN_FINAL_X + x;
     float tw = 0.0f, tb = 0.0f, ts = 0.0f;
     if (c < C)
         for (int s = y; s < slices; s += VR_LN_FINAL_Y) {
@@ -248,14 +252,16 @@ __global__ void k_ln_bwd_final(T *dw, T *db, const float *part, int slices, int 
     sw[y][x] = tw;
     sb[y][x] = tb;
     ss[y][x] = ts;
-    __syncthreads();
-    if (y || c >= C) return;
-    tw = tb = ts = 0.0f;
-    for (int k = 0; k < VR_LN_FINAL_Y; k++) {
-        tw += sw[k][x];
-        tb += sb[k][x];
-        ts += ss[k][x];
+    for (int h = VR_LN_FINAL_Y / 2; h > 0; h >>= 1) {
+        __syncthreads();
+        if (y < h) {
+            sw[y][x] += sw[y + h][x];
+            sb[y][x] += sb[y + h][x];
+            ss[y][x] += ss[y + h][x];
+        }
     }
+    if (y || c >= C) return;
+    tw = sw[0][x], tb = sb[0][x], ts = ss[0][x];
     if (dw) dw[c] = vr_fromf<T>(acc ? vr_tof(dw[c]) + tw : tw);
     if (db) db[c] = vr_fromf<T>(acc ? vr_tof(db[c]) + tb : tb);
     if (ds) ds[c] = vr_fromf<T>(acc_ds ? vr_tof(ds[c]) + ts : ts);
@@ -265,8 +271,8 @@ template <typename T>
 static vr_status ln_bwd_final_t(const vr_cuda_ctx *ctx, void *dw, void *db, const float *part, int slices, int C,
                                 int acc, void *ds, const float *psum, int acc_ds)
 {
-    k_ln_bwd_final<<<(C + 31) / 32, dim3(32, VR_LN_FINAL_Y), 0, VR_STREAM(ctx)>>>((T *)dw, (T *)db, part, slices, C,
-                                                                                acc, (T *)ds, psum, acc_ds);
+    dim3 grid((C + VR_LN_FINAL_X - 1) / VR_LN_FINAL_X), block(VR_LN_FINAL_X, VR_LN_FINAL_Y);
+    k_ln_bwd_final<<<grid, block, 0, VR_STREAM(ctx)>>>((T *)dw, (T *)db, part, slices, C, acc, (T *)ds, psum, acc_ds);
     return vr_cu_launched(ctx, "layernorm_bwd");
 }
 
@@ -306,9 +312,7 @@ static vr_status ln_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, void *db
         } else {
             slices = 0;
         }
-        k_ln_bwd_final<<<(C + 31) / 32, dim3(32, VR_LN_FINAL_Y), 0, s>>>((T *)dw, (T *)db, (const float *)scratch,
-                                                                        slices, C, acc_dparam, (T *)NULL, NULL, 0);
-        VR_CU_LAUNCHED(ctx, "layernorm_bwd");
+        VR_CU_TRY(ln_bwd_final_t<T>(ctx, dw, db, (const float *)scratch, slices, C, acc_dparam, NULL, NULL, 0));
     }
     return VR_OK;
 }
@@ -332,10 +336,10 @@ extern "C" vr_status vr_cuda_layernorm_bwd_sum(const vr_cuda_ctx *ctx, vr_cuda_d
     if (dsum && (!dinp || !(dw || db) || N == 0 || ln_generic_only))
         return VR_ERR_UNSUPPORTED;
     if (!ln_generic_only && N > 0 && (dinp || dw || db)) {
-        int slices = ln_slices(ctx, N), rps = (N + slices - 1) / slices;
+        int slices = vr_scratch_ln_slices(N); /* the most the scratch holds; the kernel may take fewer */
         float *part = dw || db ? (float *)scratch : NULL, *psum = dsum ? part + (size_t)slices * 2 * C : NULL;
         vr_status st = VR_OK;
-        if (vr__ln_rows_bwd(ctx, dt, dinp, part, psum, dout, inp, w, mean, rstd, N, C, slices, rps, acc_dinp, &st)) {
+        if (vr__ln_rows_bwd(ctx, dt, dinp, part, psum, dout, inp, w, mean, rstd, N, C, &slices, acc_dinp, &st)) {
             if (st || !part) return st;
             return VR_CU_DISPATCH(dt, ln_bwd_final_t, ctx, dw, db, part, slices, C, acc_dparam, dsum, psum, acc_dsum);
         }

@@ -2,12 +2,10 @@
  *
  * A lane holds the K 16-byte vectors lane, lane + 32, ... of its row (V = 16 / sizeof(T) columns
  * each), so a row of C <= 32 K V columns is read from memory once; all arithmetic is fp32.
- * Forward: mean, then the variance about it from the registers (the weights come from L1/L2). With a second input the residual add runs first (x = inp + inp2, rounded to the
- * dtype as the add kernel does, and written out), so add + layernorm is one pass.
- * Backward: a block of 16 warps per row slice (kernels/scratch.h: slices of rows_per_slice rows); each warp
- * computes dinp of its rows and keeps its columns' sums of dout xhat and dout (in registers, or for wide rows
- * in its own region of shared memory); at the end the block adds the warps' sums in warp order (a fixed order,
- * no atomics) and writes the slice's fp32 partial sums, which layernorm.cu's final kernel adds in slice order. */
+ * Forward: mean, then the variance about it from the registers (the weights come from L1/L2). With a second
+ * input the residual add runs first (x = inp + inp2, rounded to the dtype as the add kernel does, and written
+ * out), so add + layernorm is one pass.
+ * Backward: tiles of rows, a row per warp, then the tile's column sums by the block's threads (below). */
 #include "kernels/cuda/cuda_internal.cuh"
 #include "kernels/cuda/layernorm_rows.cuh"
 
@@ -87,155 +85,150 @@ __device__ __forceinline__ void ln_prefetch_l2(const void *p)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-/* The backward's column sums, (dw | db) x K V 32 floats per warp, lane-minor so that a warp's accesses do not
- * conflict: column (lane + 32 k) V + j at (k V + j) 32 + lane. Narrow rows (K V <= 24 values per lane: GPT-2's
- * 768 bf16 columns) keep a warp's sums in registers and add them into one shared region at the end, warp after
- * warp; wider rows (GPT-2 medium's 1024 bf16 columns) spilled them (128 registers), so there each warp keeps its
- * own region of shared memory, added in warp order at the end (the same order: deterministic). 16 warps per
- * block either way (32 warps with the sums in shared memory ran slower at 768 columns: 63 against 48 us). */
-template <int K, int V>
-__device__ __forceinline__ int ln_sh(int k, int j, int lane) { return (k * V + j) * 32 + lane; }
+/* The backward in tiles of VR_LN_TILE rows, a block's warps a row each. Row pass: each warp computes its row's
+ * dinp from registers (one read of x, dout and the dinp it adds to) and leaves the row's x, dout and (SUM) dinp
+ * as written in shared memory, with its mean and rstd. Column pass: each thread adds four columns of the tile's
+ * rows, in row order, into its registers: dw += dout xhat, db += dout, (SUM) the column sums of dinp. A block
+ * takes tiles blockIdx.x, + gridDim.x, ...; at the end it writes its sums as slice blockIdx.x's fp32 partials,
+ * which layernorm.cu's final kernel adds in slice order: a fixed order, no atomics. (Before, each warp kept its
+ * own columns' sums: 192 KiB of shared memory a block at 1024 16-bit columns, one block of 16 warps a
+ * multiprocessor; H100, with the sums of dinp, adding into dinp: 8192 x 1024 bf16 42.8 -> 33.5-34.6 us,
+ * 16384 x 768 55.4 -> 46.0-47.5; `VRAM_KCUDA_BENCH=1 test_kernels_cuda`.) */
+#define VR_LN_TILE 8
 
-#define VR_LN_BWD_WARPS 16
-
-/* SUM: also the column sums of dinp as written (the bias gradient of the Linear whose output dinp is the
- * gradient of), in a region of S floats per warp after the others, added in warp order at the end. */
-template <typename T, int K, bool SUM>
-struct ln_bwd_geom {
-    static constexpr int V = vr_vec<T>::N, S = K * V * 32;
-    static constexpr bool SH = K * V > 24; /* the sums in shared memory */
-    static constexpr size_t BASE = (SH ? VR_LN_BWD_WARPS : 1) * 2 * (size_t)S; /* floats before the SUM regions */
-    static constexpr size_t SMEM = (BASE + (SUM ? VR_LN_BWD_WARPS * (size_t)S : 0)) * sizeof(float);
+template <typename T> struct alignas(4 * sizeof(T)) ln_q4 {
+    T v[4];
 };
 
-template <typename T, int K, bool SUM>
-__global__ void __launch_bounds__(VR_LN_BWD_WARPS * 32) k_ln_rows_bwd(T *dinp, float *part, float *part_sum,
-                                                                     const T *dout, const T *inp, const T *w,
-                                                                     const float *mean, const float *rstd, int N,
-                                                                     int C, int rows_per_slice, int acc)
+/* Shared memory of a block: mean and rstd of the tile's rows, then its x, dout and (SUM) dinp rows. */
+static size_t ln_tile_smem(size_t C, size_t es, bool sum)
 {
-    typedef ln_bwd_geom<T, K, SUM> G;
-    constexpr int V = G::V, S = G::S, RK = G::SH ? 1 : K, RV = G::SH ? 1 : V, DK = G::SH ? K : 1;
-    extern __shared__ float sh[];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int nv = C / V, r0 = blockIdx.x * rows_per_slice, r1 = min(N, r0 + rows_per_slice);
-    float aw[RK][RV], ab[RK][RV];                      /* narrow rows: the sums in registers */
-    float *sw = sh + (size_t)warp * 2 * S, *sb = sw + S; /* wide rows: this warp's region */
-    float *so = sh + G::BASE + (size_t)warp * S;         /* SUM: this warp's sums of dinp */
+    return 2 * VR_LN_TILE * sizeof(float) + (sum ? 3 : 2) * (size_t)VR_LN_TILE * C * es;
+}
+
+template <typename T, int K, bool SUM>
+__global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float *part, float *part_sum,
+                                                                 const T *dout, const T *inp, const T *w,
+                                                                 const float *mean, const float *rstd, int N,
+                                                                 int C, int acc)
+{
+    constexpr int V = vr_vec<T>::N, NT = VR_LN_TILE * 32, QB = (K * V * 8 + NT - 1) / NT; /* quads a thread */
+    extern __shared__ __align__(16) unsigned char ln_sm[];
+    float *st = (float *)ln_sm; /* mean, rstd of row q at 2q, 2q + 1 */
+    T *sx = (T *)(st + 2 * VR_LN_TILE), *sg = sx + (size_t)VR_LN_TILE * C, *so = sg + (size_t)VR_LN_TILE * C;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nv = C / V, nq = C / 4;
+    int tiles = (N + VR_LN_TILE - 1) / VR_LN_TILE;
+    float aw[QB][4], ab[QB][4], as[QB][4];
 #pragma unroll
-    for (int k = 0; k < K; k++)
+    for (int q = 0; q < QB; q++)
 #pragma unroll
-        for (int j = 0; j < V; j++) {
-            if (G::SH) sw[ln_sh<K, V>(k, j, lane)] = sb[ln_sh<K, V>(k, j, lane)] = 0.0f;
-            else aw[k % RK][j % RV] = ab[k % RK][j % RV] = 0.0f;
-            if (SUM) so[ln_sh<K, V>(k, j, lane)] = 0.0f;
-        }
+        for (int j = 0; j < 4; j++) aw[q][j] = ab[q][j] = as[q][j] = 0.0f;
     float inv_c = 1.0f / C;
-    for (int r = r0 + warp; r < r1; r += VR_LN_BWD_WARPS) {
-        size_t off = (size_t)r * C;
-        float m = mean[r], rs = rstd[r];
-        /* wide rows (sums in shared memory, registers to spare) read the gradient dinp adds to with the rest:
-         * one round trip to memory per row instead of two; narrow rows read it late (early, they spill) */
-        vr_vec<T> xv[K], gv[K], dv[G::SH ? K : 1];
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            int i = lane + 32 * k;
-            if (i < nv) {
-                xv[k] = vr_ld16(inp + off + i * V);
-                gv[k] = vr_ld16(dout + off + i * V);
-                if (G::SH && dinp && acc) dv[k % DK] = vr_ld16(dinp + off + i * V);
-            }
-        }
-        if (r + VR_LN_BWD_WARPS < r1) { /* the warp's next row on its way to L2 while this one computes */
-            size_t nx = off + (size_t)VR_LN_BWD_WARPS * C;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int r = t * VR_LN_TILE + warp;
+        if (r < N) {
+            size_t off = (size_t)r * C;
+            float m = mean[r], rs = rstd[r];
+            vr_vec<T> xv[K], gv[K], dv[K];
 #pragma unroll
             for (int k = 0; k < K; k++) {
                 int i = lane + 32 * k;
                 if (i < nv) {
-                    ln_prefetch_l2(inp + nx + i * V);
-                    ln_prefetch_l2(dout + nx + i * V);
+                    xv[k] = vr_ld16(inp + off + i * V);
+                    gv[k] = vr_ld16(dout + off + i * V);
+                    if (dinp && acc) dv[k] = vr_ld16(dinp + off + i * V);
                 }
             }
-        }
-        float sg = 0.0f, sgx = 0.0f;
+            if (r + gridDim.x * VR_LN_TILE < N) { /* the warp's next row on its way to L2 while this one computes */
+                size_t nx = off + (size_t)gridDim.x * VR_LN_TILE * C;
 #pragma unroll
-        for (int k = 0; k < K; k++) {
-            int i = lane + 32 * k;
-            if (i < nv) {
-                vr_vec<T> wv;
-                if (dinp) wv = vr_ld16_nc(w + i * V);
-#pragma unroll
-                for (int j = 0; j < V; j++) {
-                    float g = vr_tof(gv[k].v[j]), xh = (vr_tof(xv[k].v[j]) - m) * rs;
-                    if (dinp) {
-                        float wg = g * vr_tof(wv.v[j]);
-                        sg += wg;
-                        sgx += wg * xh;
-                    }
-                    if (part && G::SH) {
-                        sw[ln_sh<K, V>(k, j, lane)] += g * xh;
-                        sb[ln_sh<K, V>(k, j, lane)] += g;
-                    } else if (part) {
-                        aw[k % RK][j % RV] += g * xh;
-                        ab[k % RK][j % RV] += g;
+                for (int k = 0; k < K; k++) {
+                    int i = lane + 32 * k;
+                    if (i < nv) {
+                        ln_prefetch_l2(inp + nx + i * V);
+                        ln_prefetch_l2(dout + nx + i * V);
                     }
                 }
             }
-        }
-        if (!dinp) continue;
-        sg = vr_warp_sum(sg) * inv_c;
-        sgx = vr_warp_sum(sgx) * inv_c;
+            if (part) {
 #pragma unroll
-        for (int k = 0; k < K; k++) {
-            int i = lane + 32 * k;
-            if (i < nv) {
-                vr_vec<T> wv = vr_ld16_nc(w + i * V), o;
-                if (!G::SH && acc) dv[0] = vr_ld16(dinp + off + i * V);
-#pragma unroll
-                for (int j = 0; j < V; j++) {
-                    float xh = (vr_tof(xv[k].v[j]) - m) * rs;
-                    float d = rs * (vr_tof(gv[k].v[j]) * vr_tof(wv.v[j]) - sg - xh * sgx);
-                    o.v[j] = vr_fromf<T>(acc ? vr_tof(dv[k % DK].v[j]) + d : d);
-                    if (SUM) so[ln_sh<K, V>(k, j, lane)] += vr_tof(o.v[j]);
-                }
-                vr_st16(dinp + off + i * V, o);
-            }
-        }
-    }
-    if (!part) return; /* uniform over the block */
-    /* the warps' sums, warp 0 first, then 1, ...: the same order every run */
-    if (!G::SH) {
-        for (int t = 0; t < VR_LN_BWD_WARPS; t++) {
-            if (warp == t) {
-#pragma unroll
-                for (int k = 0; k < K; k++)
-#pragma unroll
-                    for (int j = 0; j < V; j++) {
-                        int q = ln_sh<K, V>(k, j, lane);
-                        sh[q] = t == 0 ? aw[k % RK][j % RV] : sh[q] + aw[k % RK][j % RV];
-                        sh[S + q] = t == 0 ? ab[k % RK][j % RV] : sh[S + q] + ab[k % RK][j % RV];
+                for (int k = 0; k < K; k++) {
+                    int i = lane + 32 * k;
+                    if (i < nv) {
+                        vr_st16(sx + (size_t)warp * C + i * V, xv[k]);
+                        vr_st16(sg + (size_t)warp * C + i * V, gv[k]);
                     }
+                }
+                if (lane == 0) st[2 * warp] = m, st[2 * warp + 1] = rs;
             }
-            __syncthreads();
+            if (dinp) {
+                float sgs = 0.0f, sgx = 0.0f;
+#pragma unroll
+                for (int k = 0; k < K; k++) {
+                    int i = lane + 32 * k;
+                    if (i < nv) {
+                        vr_vec<T> wv = vr_ld16_nc(w + i * V);
+#pragma unroll
+                        for (int j = 0; j < V; j++) {
+                            float wg = vr_tof(gv[k].v[j]) * vr_tof(wv.v[j]);
+                            sgs += wg;
+                            sgx += wg * ((vr_tof(xv[k].v[j]) - m) * rs);
+                        }
+                    }
+                }
+                sgs = vr_warp_sum(sgs) * inv_c;
+                sgx = vr_warp_sum(sgx) * inv_c;
+#pragma unroll
+                for (int k = 0; k < K; k++) {
+                    int i = lane + 32 * k;
+                    if (i < nv) {
+                        vr_vec<T> wv = vr_ld16_nc(w + i * V), o;
+#pragma unroll
+                        for (int j = 0; j < V; j++) {
+                            float xh = (vr_tof(xv[k].v[j]) - m) * rs;
+                            float d = rs * (vr_tof(gv[k].v[j]) * vr_tof(wv.v[j]) - sgs - xh * sgx);
+                            o.v[j] = vr_fromf<T>(acc ? vr_tof(dv[k].v[j]) + d : d);
+                        }
+                        vr_st16(dinp + off + i * V, o);
+                        if (SUM) vr_st16(so + (size_t)warp * C + i * V, o);
+                    }
+                }
+            }
         }
-    } else {
+        if (!part) continue; /* uniform over the grid */
+        __syncthreads();
+        int rows = min(VR_LN_TILE, N - t * VR_LN_TILE);
+#pragma unroll
+        for (int q = 0; q < QB; q++) {
+            int u = threadIdx.x + q * NT;
+            if (u >= nq) continue;
+            for (int rr = 0; rr < rows; rr++) {
+                float m = st[2 * rr], rs = st[2 * rr + 1];
+                ln_q4<T> x4 = *(const ln_q4<T> *)(sx + (size_t)rr * C + 4 * u);
+                ln_q4<T> g4 = *(const ln_q4<T> *)(sg + (size_t)rr * C + 4 * u), o4;
+                if (SUM) o4 = *(const ln_q4<T> *)(so + (size_t)rr * C + 4 * u);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    float g = vr_tof(g4.v[j]);
+                    aw[q][j] += g * ((vr_tof(x4.v[j]) - m) * rs);
+                    ab[q][j] += g;
+                    if (SUM) as[q][j] += vr_tof(o4.v[j]);
+                }
+            }
+        }
         __syncthreads();
     }
+    if (!part) return;
     float *p = part + (size_t)blockIdx.x * 2 * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        int i = c / V, j = c - i * V;
-        int q = ln_sh<K, V>(i / 32, j, i & 31);
-        float a = sh[q], b = sh[S + q];
-        for (int t = 1; G::SH && t < VR_LN_BWD_WARPS; t++) {
-            a += sh[(size_t)t * 2 * S + q];
-            b += sh[(size_t)t * 2 * S + S + q];
-        }
-        p[c] = a;
-        p[C + c] = b;
+#pragma unroll
+    for (int q = 0; q < QB; q++) {
+        int u = threadIdx.x + q * NT;
+        if (u >= nq) continue;
+        *(float4 *)(p + 4 * u) = make_float4(aw[q][0], aw[q][1], aw[q][2], aw[q][3]);
+        *(float4 *)(p + C + 4 * u) = make_float4(ab[q][0], ab[q][1], ab[q][2], ab[q][3]);
         if (SUM) {
-            float o = 0.0f;
-            for (int t = 0; t < VR_LN_BWD_WARPS; t++) o += sh[G::BASE + (size_t)t * S + q];
-            part_sum[(size_t)blockIdx.x * C + c] = o;
+            float *ps = part_sum + (size_t)blockIdx.x * C;
+            *(float4 *)(ps + 4 * u) = make_float4(as[q][0], as[q][1], as[q][2], as[q][3]);
         }
     }
 }
@@ -275,61 +268,69 @@ static int rows_fwd_t(const vr_cuda_ctx *ctx, void *out, float *mean, float *rst
     return 1;
 }
 
-/* One backward launch: its shared memory (above the 48 KiB default: allowed once per kernel). The sums of dinp
- * need more (192 KiB at 1024 16-bit columns): where the GPU does not have it (an A100 has 163 KiB), the launch
- * with them is VR_ERR_UNSUPPORTED, nothing queued, and the caller does without. */
+/* One backward launch: its shared memory (above the 48 KiB default: allowed once per kernel and size; where the
+ * GPU does not have it the launch is VR_ERR_UNSUPPORTED, nothing queued, and the caller does without) and its
+ * grid: as many blocks as fit the multiprocessors at once, at most *slices; *slices: the blocks launched. */
 template <typename T, int K, bool SUM>
-static vr_status ln_bwd_launch_t(int slices, cudaStream_t s, T *d, float *part, float *psum, const T *g, const T *x,
-                                 const T *wp, const float *mean, const float *rstd, int N, int C, int rps, int acc)
+static vr_status ln_bwd_launch_t(const vr_cuda_ctx *ctx, int *slices, T *d, float *part, float *psum, const T *g,
+                                 const T *x, const T *wp, const float *mean, const float *rstd, int N, int C,
+                                 int acc)
 {
-    typedef ln_bwd_geom<T, K, SUM> G;
-    static int opted; /* once per kernel, 1: allowed, -1: refused (a race asks twice, harmlessly) */
-    if (G::SMEM > (48u << 10) && opted <= 0) {
-        if (opted < 0)
-            return VR_ERR_UNSUPPORTED;
-        cudaError_t e = cudaFuncSetAttribute(k_ln_rows_bwd<T, K, SUM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)G::SMEM);
-        if (e != cudaSuccess && SUM) {
+    static size_t opted;   /* the largest size allowed so far (a race asks twice, harmlessly) */
+    static int fit, fit_c; /* blocks a multiprocessor holds at fit_c columns */
+    size_t smem = ln_tile_smem((size_t)C, sizeof(T), SUM);
+    if (smem > (48u << 10) && smem > opted) {
+        cudaError_t e = cudaFuncSetAttribute(k_ln_tile_bwd<T, K, SUM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
+        if (e != cudaSuccess) {
             cudaGetLastError();
-            opted = -1;
             return VR_ERR_UNSUPPORTED;
         }
-        VR_CU_TRY(vr_cu_status(e, "layernorm_bwd", "cudaFuncSetAttribute"));
-        opted = 1;
+        opted = smem;
     }
-    k_ln_rows_bwd<T, K, SUM><<<slices, VR_LN_BWD_WARPS * 32, G::SMEM, s>>>(d, part, psum, g, x, wp, mean, rstd, N, C,
-                                                                           rps, acc);
-    return VR_OK;
+    if (fit_c != C) {
+        int n = 0;
+        VR_CU_TRY(vr_cu_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_ln_tile_bwd<T, K, SUM>,
+                                                                             VR_LN_TILE * 32, smem),
+                               "layernorm_bwd", "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+        fit = n > 0 ? n : 1, fit_c = C;
+    }
+    int tiles = (N + VR_LN_TILE - 1) / VR_LN_TILE, grid = fit * (ctx->sm_count > 0 ? ctx->sm_count : 132);
+    grid = grid < *slices ? grid : *slices;
+    grid = grid < tiles ? grid : tiles;
+    *slices = grid;
+    k_ln_tile_bwd<T, K, SUM><<<grid, VR_LN_TILE * 32, smem, VR_STREAM(ctx)>>>(d, part, psum, g, x, wp, mean, rstd, N,
+                                                                            C, acc);
+    return vr_cu_launched(ctx, "layernorm_bwd");
 }
 
 template <typename T, int K>
-static vr_status ln_bwd_launch(int slices, cudaStream_t s, T *d, float *part, float *psum, const T *g, const T *x,
-                               const T *wp, const float *mean, const float *rstd, int N, int C, int rps, int acc)
+static vr_status ln_bwd_launch(const vr_cuda_ctx *ctx, int *slices, T *d, float *part, float *psum, const T *g,
+                               const T *x, const T *wp, const float *mean, const float *rstd, int N, int C, int acc)
 {
-    return psum ? ln_bwd_launch_t<T, K, true>(slices, s, d, part, psum, g, x, wp, mean, rstd, N, C, rps, acc)
-                : ln_bwd_launch_t<T, K, false>(slices, s, d, part, psum, g, x, wp, mean, rstd, N, C, rps, acc);
+    return psum ? ln_bwd_launch_t<T, K, true>(ctx, slices, d, part, psum, g, x, wp, mean, rstd, N, C, acc)
+                : ln_bwd_launch_t<T, K, false>(ctx, slices, d, part, psum, g, x, wp, mean, rstd, N, C, acc);
 }
 
 template <typename T>
 static int rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, float *part_sum, const void *dout,
-                      const void *inp, const void *w, const float *mean, const float *rstd, int N, int C, int slices,
-                      int rps, int acc, vr_status *st)
+                      const void *inp, const void *w, const float *mean, const float *rstd, int N, int C,
+                      int *slices, int acc, vr_status *st)
 {
     constexpr int V = vr_vec<T>::N;
-    if (C % V || !vr_aligned16(dout) || !vr_aligned16(inp) || (dinp && (!vr_aligned16(dinp) || !vr_aligned16(w))))
+    if (C % V || !vr_aligned16(dout) || !vr_aligned16(inp) || (dinp && (!vr_aligned16(dinp) || !vr_aligned16(w))) ||
+        (part && !vr_aligned16(part)) || (part_sum && !vr_aligned16(part_sum)))
         return 0;
     if (part_sum && (!dinp || !part)) /* the sums of dinp ride on the partial sums of dw | db */
         return 0;
     int K = ln_k(C / V, sizeof(T) == 4 ? 6 : 4);
     if (!K) return 0;
-    cudaStream_t s = VR_STREAM(ctx);
     T *d = (T *)dinp;
     const T *g = (const T *)dout, *x = (const T *)inp, *wp = (const T *)w;
 #define VR_LN_BWD(KK)                                                                                        \
     case KK:                                                                                                 \
-        *st = ln_bwd_launch<T, KK>(slices, s, d, part, part_sum, g, x, wp, mean, rstd, N, C, rps, acc);      \
-        if (*st) return 1;                                                                                   \
-        break
+        *st = ln_bwd_launch<T, KK>(ctx, slices, d, part, part_sum, g, x, wp, mean, rstd, N, C, acc);         \
+        return *st != VR_ERR_UNSUPPORTED || part_sum; /* without the sums: the generic kernels instead */
     switch (K) {
         VR_LN_BWD(1);
         VR_LN_BWD(2);
@@ -338,8 +339,7 @@ static int rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, float *pa
         VR_LN_BWD(6);
     }
 #undef VR_LN_BWD
-    *st = vr_cu_launched(ctx, "layernorm_bwd");
-    return 1;
+    return 0;
 }
 
 int vr__ln_rows_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *mean, float *rstd, void *res,
@@ -350,8 +350,8 @@ int vr__ln_rows_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *
 
 int vr__ln_rows_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, float *part, float *part_sum,
                     const void *dout, const void *inp, const void *w, const float *mean, const float *rstd, int N,
-                    int C, int slices, int rows_per_slice, int acc_dinp, vr_status *st)
+                    int C, int *slices, int acc_dinp, vr_status *st)
 {
     return VR_CU_DISPATCH(dt, rows_bwd_t, ctx, dinp, part, part_sum, dout, inp, w, mean, rstd, N, C, slices,
-                          rows_per_slice, acc_dinp, st);
+                          acc_dinp, st);
 }

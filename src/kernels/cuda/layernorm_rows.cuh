@@ -15,12 +15,12 @@ int vr__ln_rows_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *
                     const void *inp, const void *inp2, const void *w, const void *b, int N, int C, vr_status *st);
 
 /* dinp (may be NULL) in one pass over dout and inp, and when part is not NULL the fp32 partial sums of
- * dw | db of `slices` row slices of rows_per_slice rows each (kernels/scratch.h's layout), each slice
+ * dw | db of at most *slices row slices (kernels/scratch.h's layout; *slices: how many were written), each
  * summed in a fixed order; when part_sum is not NULL (dinp and part then not NULL) also each slice's column
  * sums of dinp as written, slice s's at part_sum + s C (*st VR_ERR_UNSUPPORTED, nothing queued, on a GPU
  * without the shared memory that takes). */
 int vr__ln_rows_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, float *part, float *part_sum,
                     const void *dout, const void *inp, const void *w, const float *mean, const float *rstd, int N,
-                    int C, int slices, int rows_per_slice, int acc_dinp, vr_status *st);
+                    int C, int *slices, int acc_dinp, vr_status *st);
 
 #endif
