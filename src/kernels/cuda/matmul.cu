@@ -262,7 +262,8 @@ __global__ void k_colsum(T *dbias, const T *dout, int N, int OC, int acc)
  * rows into fp32 partials in the workspace's reserved tail, each thread four rows' loads at a time; pass 2 adds
  * a column's partials (vr_cu_sum_partials). The chunking depends on N and OC only, so the sums are the same run
  * to run; enough blocks to fill the GPU where one block per 64 columns (k_colsum: 12 blocks at OC 768) leaves
- * most of it idle. */
+ * most of it idle, and no more than it holds at once (2 blocks of 1,024 threads a multiprocessor at 32 registers:
+ * one wave; 44 registers had made it 1 block, two waves, 0.4-0.8 us slower a call on the H100). */
 #define CS_COLS 256
 #define CS_ROWG 32
 
@@ -282,7 +283,7 @@ __device__ __forceinline__ void cs_load8(const T *p, float e[8])
 }
 
 template <typename T>
-__global__ void __launch_bounds__(32 * CS_ROWG) k_colsum_part(float *part, const T *dout, int N, int OC,
+__global__ void __launch_bounds__(32 * CS_ROWG, 2) k_colsum_part(float *part, const T *dout, int N, int OC,
                                                              int rows_per_chunk, int vec)
 {
     __shared__ float sh[CS_ROWG][CS_COLS + 1];
@@ -331,7 +332,7 @@ static vr_status colsum_t(const vr_cuda_ctx *ctx, void *dbias, const void *dout,
     float *part = (float *)lt_reserve(ctx);
     int tiles = (OC + CS_COLS - 1) / CS_COLS;
     int cap = part ? (int)(VR_LT_RESERVE / sizeof(float) / (size_t)OC) : 0;   /* chunks the reserve holds */
-    int want = (2 * (ctx->sm_count > 0 ? ctx->sm_count : 132) + tiles - 1) / tiles; /* ~2 blocks per SM (2 waves) */
+    int want = 2 * (ctx->sm_count > 0 ? ctx->sm_count : 132) / tiles; /* 2 blocks per SM at once: one wave */
     int nchunk = min(min(cap, want), (N + CS_ROWG - 1) / CS_ROWG);
     if (nchunk < 2) { /* one block per 64 columns over all rows */
         dim3 block(32, 32);
