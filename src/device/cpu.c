@@ -51,13 +51,7 @@ static void host_memory(uint64_t *total, uint64_t *available)
     }
 }
 
-static uint64_t cpu_used(vr_device *dev)
-{
-    pthread_mutex_lock(&dev->lock);
-    uint64_t u = cpu(dev)->book.used;
-    pthread_mutex_unlock(&dev->lock);
-    return u;
-}
+static uint64_t cpu_used(vr_device *dev) { return vr__device_read_locked(dev, &cpu(dev)->book.used); }
 
 static vr_status cpu_mem_info(vr_device *dev, vr_device_mem *out)
 {

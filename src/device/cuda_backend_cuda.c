@@ -34,13 +34,7 @@ static void complain(vr_device *dev, const char *what, cudaError_t e)
     fprintf(stderr, "vram: device %s: %s: %s\n", dev->name, what, vr__cuda_err(e, b, sizeof b));
 }
 
-static uint64_t cuda_used(vr_device *dev)
-{
-    pthread_mutex_lock(&dev->lock);
-    uint64_t u = cud(dev)->used;
-    pthread_mutex_unlock(&dev->lock);
-    return u;
-}
+static uint64_t cuda_used(vr_device *dev) { return vr__device_read_locked(dev, &cud(dev)->used); }
 
 static vr_status cuda_mem_info(vr_device *dev, vr_device_mem *out)
 {

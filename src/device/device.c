@@ -101,6 +101,14 @@ int vr_device_index(const vr_device *dev) { return dev->index; }
 vr_status vr_device_mem_info(vr_device *dev, vr_device_mem *out) { return dev->ops->mem_info(dev, out); }
 uint64_t vr_device_used_by_us(vr_device *dev) { return dev->ops->used(dev); }
 
+uint64_t vr__device_read_locked(vr_device *dev, const uint64_t *count)
+{
+    pthread_mutex_lock(&dev->lock);
+    uint64_t v = *count;
+    pthread_mutex_unlock(&dev->lock);
+    return v;
+}
+
 vr_status vr_device_malloc(vr_device *dev, size_t bytes, void **ptr)
 {
     *ptr = NULL;

@@ -87,6 +87,9 @@ _Noreturn void vr__device_misuse(const vr_device *dev, const char *fmt, ...)
  * "device meta (80.00 GiB): out of memory: malloc of 2.00 GiB with 79.00 GiB
  * in use of 80.00 GiB (1.00 GiB free)". */
 vr_status vr__device_oom(const vr_device *dev, const char *op, uint64_t bytes, uint64_t used, uint64_t total);
+/* *count read under the device's lock (a backend's byte count, which it updates under the lock): the `used`
+ * op of every backend. */
+uint64_t vr__device_read_locked(vr_device *dev, const uint64_t *count);
 
 /* Prefixes this thread's last error message with `prefix` ("device 'cuda:1'")
  * and returns st. */

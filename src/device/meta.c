@@ -45,13 +45,7 @@ static uintptr_t bump(meta_device *m, uint64_t bytes, uint64_t align)
     return at;
 }
 
-static uint64_t meta_used(vr_device *dev)
-{
-    pthread_mutex_lock(&dev->lock);
-    uint64_t u = meta(dev)->book.used;
-    pthread_mutex_unlock(&dev->lock);
-    return u;
-}
+static uint64_t meta_used(vr_device *dev) { return vr__device_read_locked(dev, &meta(dev)->book.used); }
 
 static vr_status meta_mem_info(vr_device *dev, vr_device_mem *out)
 {

@@ -164,13 +164,18 @@ static void release_leftovers(vr_exec *e)
             vr__exec_unbind(e, t);
 }
 
+/* Tensor t is bound in device memory (not host memory): the backend's staged copies may move it. */
+static bool on_device(const vr_exec *e, int t)
+{
+    return vr_exec_tensor_ptr(e, t) && !e->plan->tensors[vr_graph_storage(e->g, t)].host;
+}
+
 /* One input of the step: staged by the backend where it can (the host does not wait), else written. */
 static vr_status upload_input(vr_exec *e, int slot, int t, const void *src)
 {
     uint64_t bytes = vr_tensor_bytes(&e->g->tensors[t]);
-    void *p = vr_exec_tensor_ptr(e, t);
-    if (e->be->stage_in && p && !e->plan->tensors[vr_graph_storage(e->g, t)].host)
-        return e->be->stage_in(e, slot, p, src, bytes);
+    if (e->be->stage_in && on_device(e, t))
+        return e->be->stage_in(e, slot, vr_exec_tensor_ptr(e, t), src, bytes);
     return vr_exec_write(e, t, src, bytes);
 }
 
@@ -189,10 +194,8 @@ static vr_status read_losses(vr_exec *e, bool last, double *loss_sum)
 {
     const vr_graph *g = e->g;
     uint64_t bytes = (uint64_t)e->rows * sizeof(float);
-    vr_status st = e->be->read_losses && vr_exec_tensor_ptr(e, g->losses) &&
-                           !e->plan->tensors[vr_graph_storage(g, g->losses)].host
-                       ? e->be->read_losses(e, e->losses, bytes, last)
-                       : vr_exec_read(e, g->losses, e->losses, bytes);
+    vr_status st = e->be->read_losses && on_device(e, g->losses) ? e->be->read_losses(e, e->losses, bytes, last)
+                                                                 : vr_exec_read(e, g->losses, e->losses, bytes);
     for (int64_t r = 0; r < e->rows && !st; r++)
         *loss_sum += e->losses[r];
     return st;
