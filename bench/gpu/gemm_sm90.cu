@@ -1,0 +1,547 @@
+// vram's own Hopper (sm_90a) product for a Linear + GELU, against cuBLASLt's GELU_AUX_BIAS epilogue and its
+// BIAS-only product, at GPT-2 124M's (16384 x 768 -> 3072) and medium's (8192 x 1024 -> 4096) MLP shapes, bf16.
+// Measured in the fourteenth session and not kept in the library (bench/gpu/README.md says why): the kernel is
+// correct (every element against cuBLASLt's, printed) but slower. Kept here, working, for a later attempt: TMA
+// loads (128-byte swizzle) into a 3-stage mbarrier pipeline, one producer thread, two consumer warpgroups of wgmma
+// m64n256k16 (128 x 256 tiles), persistent CTAs in pairs (clusters of 2, the weight tile multicast), the
+// pre-activation staged in shared memory and TMA-stored, its GELU taken in place while the next tile's products
+// run, then stored.
+// Build and run on the GPU machine:
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a bench/gpu/gemm_sm90.cu -lcublasLt -o /tmp/gemm_sm90 \
+//     && /tmp/gemm_sm90
+//
+// The kernel: one CTA a multiprocessor, persistent over 128 x 256 tiles of the output, taken in column-major
+// order of tiles (a wave of CTAs shares a few weight tiles; the input, 16-25 MB, stays in L2). 384 threads:
+//   warpgroup 0, one thread: the producer. For each K-slice of 64 it waits until a stage of shared memory is
+//     free ("empty" mbarrier), then has TMA load the tile's 128 input rows and 256 weight rows of that slice
+//     into it (128-byte swizzle) and count its bytes on the stage's "full" mbarrier. It runs ahead into the
+//     next tile while the consumers finish this one.
+//   warpgroups 1 and 2: the consumers, the tile's rows 0-63 and 64-127. Per slice four wgmma m64n256k16 into
+//     128 fp32 registers a thread; one group of them in flight, the slice before released once it completed.
+//     The epilogue: below, at the kernel.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <mutex>
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define VR_GELU_K 0.7978845608028654f /* sqrt(2/pi), as src/kernels/cuda/elementwise.cu */
+#define VR_GELU_C 0.044715f
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define VR_SM90A 1
+#endif
+
+namespace {
+
+constexpr int BM = 128, BN = 256, BK = 64, THREADS = 384;
+constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+constexpr int EPI_BYTES = 64 * BN * 2; /* a consumer's 64 x 256 outputs, staged for the TMA stores */
+/* ST stages of STAGE_BYTES, the epilogue's buffers where ST leaves room (3 stages), 1024 to align */
+constexpr int smem_bytes(int st) { return st * STAGE_BYTES + (st <= 3 ? 2 * EPI_BYTES : 0) + 1024; }
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *b, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+/* Waits until the phase of parity `parity` has completed (acquiring what the cluster's CTAs released). */
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred p;\nWAIT:\n"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT;\n}\n" ::"r"(smem_u32(b)),
+                 "r"(parity)
+                 : "memory");
+}
+/* TMA: the box at (c0 inner, c1 outer) of map into dst, its bytes counted on bar. */
+__device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+                 ::"r"(smem_u32(dst)), "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+
+/* The same box into dst and its mbarrier at the same offsets in every CTA of mask (multicast). */
+__device__ __forceinline__ void tma_load_mc(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1,
+                                            uint16_t mask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%3, %4}], [%2], %5;"
+                 ::"r"(smem_u32(dst)), "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(mask)
+                 : "memory");
+}
+/* Arrives on the mbarrier at b's offset in the cluster's CTA `rank`. */
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *b, uint32_t rank)
+{
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_u32(b)),
+                 "r"(rank)
+                 : "memory");
+}
+/* TMA store of the box at src to (c0 inner, c1 outer) of map, in the thread's bulk group. */
+__device__ __forceinline__ void tma_store(const CUtensorMap *map, const void *src, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+                 ::"l"((uint64_t)map), "r"(smem_u32(src)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+/* Waits until the thread's bulk stores have read their shared memory (READ) or completed. */
+template <int READ> __device__ __forceinline__ void bulk_wait()
+{
+    if (READ) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    else asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+/* Shared-memory writes by this thread made visible to the TMA (the async proxy). */
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+/* Barrier `id` among the 128 threads of a warpgroup. */
+__device__ __forceinline__ void wg_bar(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+/* A wgmma descriptor: K-major bf16 rows of 128 bytes, 128-byte swizzle, 8-row groups 1024 bytes apart. */
+__device__ __forceinline__ uint64_t desc_sw128(const void *p)
+{
+    return (uint64_t)((smem_u32(p) & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving accesses to the accumulators across an asynchronous wgmma. */
+__device__ __forceinline__ void fence_acc(float *d)
+{
+#pragma unroll
+    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* D(64x256, fp32 registers) (+)= A(64x16) B(256x16)^T, both bf16 K-major in shared memory (descriptors);
+ * scale_d 0 overwrites D. Issued by a whole warpgroup; completes asynchronously (wg_commit, wg_wait). */
+__device__ __forceinline__ void wgmma_m64n256k16(float *d, uint64_t da, uint64_t db, int scale_d)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ float gelu_fast(float x)
+{
+    float u = VR_GELU_K * (x + VR_GELU_C * x * x * x), t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(u));
+    return 0.5f * x * (1.0f + t);
+}
+
+/* CL CTAs a cluster (1 or 2): with 2, the pair takes two neighbouring row tiles of the same column tile and
+ * each loads half of its 256 weight rows for both (TMA multicast): 512 KB of L2 reads a tile instead of 768.
+ * The epilogue stages the pre-activation in shared memory (the 128-byte swizzle TMA expects: 16-byte chunk c
+ * of row r at chunk c ^ (r % 8), which also keeps the warps' 4-byte writes free of bank conflicts) and TMA
+ * stores it in 64 x 64 boxes; the GELU of it is taken in place, a quarter at a time, while the next tile's first
+ * products run (wgmma is asynchronous), and stored likewise: the tensor cores wait only for the bias add and
+ * the conversion. epi, bits (timings of its parts): 1 the pre-activation stored, 2 its GELU taken, 4 the GELU
+ * stored; 0 the products alone. Stages ST: 3, or 4 without an epilogue (no room for its buffers). */
+template <int CL, int ST>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, 1)
+    k_linear_gelu(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                  const __grid_constant__ CUtensorMap map_pre, const __grid_constant__ CUtensorMap map_out,
+                  const __nv_bfloat16 *__restrict__ bias, int M, int N, int K, int epi)
+{
+#ifdef VR_SM90A
+    extern __shared__ uint8_t smem_raw[];
+    constexpr int STAGES = ST;
+    __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
+    uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    const uint32_t rank = CL > 1 ? cluster_rank() : 0;
+    /* the cluster's CTAs walk the same sequence of tile groups: CL row tiles of one column tile */
+    const int groups_m = M / (BM * CL), groups = groups_m * (N / BN), nk = K / BK;
+    const int cluster = blockIdx.x / CL, clusters = gridDim.x / CL;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], 2 * CL);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    if (CL > 1) cluster_sync();
+    else __syncthreads();
+
+    if (wg == 0) { /* producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (tid == 0) {
+            int s = 0;
+            uint32_t ph = 0;
+            for (int g = cluster; g < groups; g += clusters) {
+                int m0 = ((g % groups_m) * CL + (int)rank) * BM, n0 = (g / groups_m) * BN;
+                for (int kb = 0; kb < nk; kb++) {
+                    mbar_wait(&empty[s], ph ^ 1);
+                    uint8_t *st = smem + s * STAGE_BYTES;
+                    mbar_expect_tx(&full[s], STAGE_BYTES);
+                    tma_load(st, &map_a, &full[s], kb * BK, m0);
+                    if (CL == 1)
+                        tma_load(st + A_BYTES, &map_b, &full[s], kb * BK, n0);
+                    else
+                        tma_load_mc(st + A_BYTES + rank * (B_BYTES / CL), &map_b, &full[s], kb * BK,
+                                    n0 + (int)rank * (BN / CL), (uint16_t)((1u << CL) - 1));
+                    if (++s == STAGES) s = 0, ph ^= 1;
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        const int cw = wg - 1, warp = tid / 32, lane = tid % 32;
+        uint8_t *ebuf = smem + STAGES * STAGE_BYTES + cw * EPI_BYTES;
+        /* Step c (0-3) of the GELU of the tile before, in place over its pre-activation in ebuf (slab c of 64
+         * columns), run while this tile's products are in flight; the last step stores it. */
+        int pend = 0, pm0 = 0, pn0 = 0;
+        auto gelu_step = [&](int c) {
+            if (c == 0) {
+                if (tid == 0) bulk_wait<1>(); /* pre's stores have read ebuf */
+                wg_bar(1 + cw);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                if (!(epi & 2)) break;
+                uint4 *p = reinterpret_cast<uint4 *>(ebuf + c * 8192 + i * 2048 + tid * 16);
+                uint4 v = *p;
+                uint32_t *w = reinterpret_cast<uint32_t *>(&v);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&w[k]));
+                    __nv_bfloat162 g = __floats2bfloat162_rn(gelu_fast(f.x), gelu_fast(f.y));
+                    w[k] = *reinterpret_cast<uint32_t *>(&g);
+                }
+                *p = v;
+            }
+            if (c == 3) {
+                fence_async_smem();
+                wg_bar(1 + cw);
+                if (tid == 0 && (epi & 4)) {
+                    for (int sl = 0; sl < BN / 64; sl++) tma_store(&map_out, ebuf + sl * 8192, pn0 + sl * 64, pm0);
+                    bulk_commit();
+                }
+                pend = 0;
+            }
+        };
+        float d[128];
+        int s = 0;
+        uint32_t ph = 0;
+        for (int g = cluster; g < groups; g += clusters) {
+            int m0 = ((g % groups_m) * CL + (int)rank) * BM, n0 = (g / groups_m) * BN, prev = -1;
+            for (int kb = 0; kb < nk; kb++) {
+                mbar_wait(&full[s], ph);
+                const uint8_t *st = smem + s * STAGE_BYTES;
+                fence_acc(d);
+                wg_fence();
+#pragma unroll
+                for (int j = 0; j < BK / 16; j++)
+                    wgmma_m64n256k16(d, desc_sw128(st + cw * 64 * 128 + j * 32), desc_sw128(st + A_BYTES + j * 32),
+                                     kb > 0 || j > 0);
+                wg_commit();
+                fence_acc(d);
+                if (pend && kb < 4) gelu_step(kb);
+                if (prev >= 0) { /* one group in flight: the slice before is done with its stage */
+                    wg_wait<1>();
+                    fence_acc(d);
+                    if (tid < CL) mbar_arrive_cluster(&empty[prev], tid);
+                }
+                prev = s;
+                if (++s == STAGES) s = 0, ph ^= 1;
+            }
+            wg_wait<0>();
+            fence_acc(d);
+            if (tid < CL) mbar_arrive_cluster(&empty[prev], tid);
+            if (!epi) continue;
+            for (int c = nk; pend; c++) gelu_step(c); /* K of fewer than 4 slices */
+
+            /* this tile's pre-activation into ebuf: d[4j..4j+3] hold columns 8j + 2(lane%4) + {0,1} of the
+             * consumer's rows rl and rl + 8 */
+            if (tid == 0) bulk_wait<1>(); /* the GELU's stores have read ebuf */
+            wg_bar(1 + cw);
+            const int rl = warp * 16 + lane / 4;
+            const __nv_bfloat162 *b2 = reinterpret_cast<const __nv_bfloat162 *>(bias + n0);
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                float2 b = __bfloat1622float2(b2[j * 4 + lane % 4]);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    int row = rl + 8 * h;
+                    uint32_t off = (j / 8) * 8192 + row * 128 + (((j % 8) ^ (row % 8)) * 16) + (lane % 4) * 4;
+                    *reinterpret_cast<__nv_bfloat162 *>(ebuf + off) =
+                        __floats2bfloat162_rn(d[4 * j + 2 * h] + b.x, d[4 * j + 2 * h + 1] + b.y);
+                }
+            }
+            fence_async_smem();
+            wg_bar(1 + cw);
+            if (tid == 0) {
+                for (int sl = 0; sl < BN / 64; sl++) tma_store(&map_pre, ebuf + sl * 8192, n0 + sl * 64, m0 + cw * 64);
+                bulk_commit();
+            }
+            pend = (epi & 6) != 0, pm0 = m0 + cw * 64, pn0 = n0;
+        }
+        for (int c = 0; pend; c++) gelu_step(c); /* the last tile's */
+        if (tid == 0) bulk_wait<0>(); /* every store done before the CTA (and its shared memory) goes */
+    }
+    /* no CTA leaves while its pair may still write into its shared memory or arrive on its barriers */
+    if (CL > 1) cluster_sync();
+#else
+    (void)map_a, (void)map_b, (void)map_pre, (void)map_out, (void)bias, (void)M, (void)N, (void)K, (void)epi;
+#endif
+}
+
+/* cuTensorMapEncodeTiled from the driver (through the runtime: libcuda is not linked). */
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn(void)
+{
+    static std::once_flag once;
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
+    std::call_once(once, [] {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess && q == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+        cudaGetLastError();
+    });
+    return fn;
+}
+
+/* A 2-D map over rows x inner bf16 (row-major), boxes of box_rows x 64 with the 128-byte swizzle. */
+CUtensorMapL2promotion promo = CU_TENSOR_MAP_L2_PROMOTION_L2_256B; /* main: a variant */
+bool make_map(CUtensorMap *m, const void *p, int inner, int rows, int box_rows)
+{
+    cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)inner * 2};
+    cuuint32_t box[2] = {(cuuint32_t)BK, (cuuint32_t)box_rows}, es[2] = {1, 1};
+    return encode_fn()(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(p), dims, strides, box, es,
+                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promo,
+                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+
+} // namespace
+
+#define CK(x) do { auto r_ = (x); if ((int)r_) { printf("%s:%d error %d\n", __FILE__, __LINE__, (int)r_); exit(1); } } while (0)
+
+/* cuBLASLt: pre^T(OC,N) = w(OC,C) inp^T(C,N) + bias, with GELU_AUX (gelu into out, pre into the aux) or not. */
+static void lt_run(cublasLtHandle_t lt, bool gelu, int N, int C, int OC, const void *inp, const void *w,
+                   const void *bias, void *out, void *pre, void *ws, size_t wsb)
+{
+    cublasLtMatmulDesc_t desc;
+    CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasLtEpilogue_t epi = gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    cudaDataType_t bt = CUDA_R_16BF;
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    if (gelu) {
+        int64_t ld = OC;
+        CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre));
+        CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    }
+    cublasLtMatrixLayout_t la, lb, ld;
+    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, C, OC, C));
+    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, C, N, C));
+    CK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, OC, N, OC));
+    cublasLtMatmulPreference_t pref;
+    CK(cublasLtMatmulPreferenceCreate(&pref));
+    CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+    cublasLtMatmulHeuristicResult_t h;
+    int got = 0;
+    CK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &h, &got));
+    if (!got) { printf("cuBLASLt: no algorithm\n"); exit(1); }
+    float alpha = 1, beta = 0;
+    void *d = gelu ? out : pre;
+    CK(cublasLtMatmul(lt, desc, &alpha, w, la, inp, lb, &beta, d, ld, d, ld, &h.algo, ws, wsb, 0));
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(desc);
+}
+
+static int clusters_fit(int cl)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = cl, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(cl * 132), cfg.blockDim = dim3(THREADS), cfg.dynamicSmemBytes = smem_bytes(3);
+    cfg.attrs = &at, cfg.numAttrs = 1;
+    int n = 0;
+    CK(cudaOccupancyMaxActiveClusters(&n, cl == 4 ? k_linear_gelu<4, 3> : k_linear_gelu<2, 3>, &cfg));
+    return n;
+}
+
+/* vram's kernel: cl CTAs a cluster (1 or 2), st stages (4: epi 0 only), epi as the kernel's. */
+static void own_run(int cl, int st, int epi, int N, int C, int OC, const void *inp, const void *w, const void *bias,
+                    void *out, void *pre, int sms, const int *fit)
+{
+    CUtensorMap ma, mb, mp, mo;
+    if (!make_map(&ma, inp, C, N, BM) || !make_map(&mb, w, C, OC, BN / cl) || !make_map(&mp, pre, OC, N, 64) ||
+        !make_map(&mo, out, OC, N, 64)) { printf("tensor map failed\n"); exit(1); }
+    int groups = (N / (BM * cl)) * (OC / BN), slots = cl > 1 ? fit[cl] : sms;
+    int grid = (slots < groups ? slots : groups) * cl;
+    auto k = cl == 4 ? (st == 4 ? k_linear_gelu<4, 4> : k_linear_gelu<4, 3>)
+             : cl == 2 ? (st == 4 ? k_linear_gelu<2, 4> : k_linear_gelu<2, 3>)
+                       : (st == 4 ? k_linear_gelu<1, 4> : k_linear_gelu<1, 3>);
+    k<<<grid, THREADS, smem_bytes(st)>>>(ma, mb, mp, mo, (const __nv_bfloat16 *)bias, N, OC, C, st == 4 ? 0 : epi);
+    CK(cudaGetLastError());
+}
+
+template <class F> static float time_us(F f)
+{
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    for (int i = 0; i < 3; i++) f();
+    cudaEventRecord(e0);
+    for (int i = 0; i < 20; i++) f();
+    cudaEventRecord(e1);
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    return 1000.0f * ms / 20;
+}
+
+static std::vector<float> down(const void *d, size_t n)
+{
+    std::vector<__nv_bfloat16> h(n);
+    CK(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; i++) f[i] = __bfloat162float(h[i]);
+    return f;
+}
+
+int main(int argc, char **argv)
+{
+    /* "prof": medium's shape only, each of vram's full kernel, its products alone and cuBLASLt's BIAS product
+     * once after a warm-up, for ncu */
+    bool prof = argc > 1 && !strcmp(argv[1], "prof");
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CK(cudaFuncSetAttribute(k_linear_gelu<1, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(3)));
+    CK(cudaFuncSetAttribute(k_linear_gelu<2, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(3)));
+    CK(cudaFuncSetAttribute(k_linear_gelu<1, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(4)));
+    CK(cudaFuncSetAttribute(k_linear_gelu<2, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(4)));
+    CK(cudaFuncSetAttribute(k_linear_gelu<4, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(3)));
+    CK(cudaFuncSetAttribute(k_linear_gelu<4, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(4)));
+    if (!encode_fn()) { printf("no cuTensorMapEncodeTiled\n"); return 1; }
+    int fit[5] = {0, 0, clusters_fit(2), 0, clusters_fit(4)};
+    cublasLtHandle_t lt;
+    CK(cublasLtCreate(&lt));
+    size_t wsb = 32u << 20;
+    void *ws;
+    CK(cudaMalloc(&ws, wsb));
+    printf("%d SMs, %d clusters of 2 and %d of 4 at once\n", sms, fit[2], fit[4]);
+    static const int shapes[][3] = {{16384, 768, 3072}, {8192, 1024, 4096}};
+    for (auto &sh : shapes) {
+        int N = sh[0], C = sh[1], OC = sh[2];
+        if (prof && N != 8192) continue;
+        size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+        std::vector<__nv_bfloat16> h(ni + nw + OC);
+        srand(1);
+        for (size_t i = 0; i < h.size(); i++)
+            h[i] = __float2bfloat16((rand() / (float)RAND_MAX * 2 - 1) * (i < ni ? 1.0f : i < ni + nw ? 0.1f : 1.0f));
+        void *inp, *w, *bias, *out, *pre, *out2, *pre2;
+        void **bufs[7] = {&inp, &w, &bias, &out, &pre, &out2, &pre2};
+        size_t sizes[7] = {ni * 2, nw * 2, (size_t)OC * 2, no * 2, no * 2, no * 2, no * 2};
+        for (int k = 0; k < 7; k++) CK(cudaMalloc(bufs[k], sizes[k]));
+        CK(cudaMemcpy(inp, h.data(), ni * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(w, h.data() + ni, nw * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(bias, h.data() + ni + nw, OC * 2, cudaMemcpyHostToDevice));
+        if (prof) {
+            for (int rep = 0; rep < 2; rep++) {
+                own_run(2, 3, 7, N, C, OC, inp, w, bias, out, pre, sms, fit);
+                own_run(2, 4, 0, N, C, OC, inp, w, bias, out, pre, sms, fit);
+                lt_run(lt, false, N, C, OC, inp, w, bias, out2, pre2, ws, wsb);
+                lt_run(lt, true, N, C, OC, inp, w, bias, out2, pre2, ws, wsb);
+            }
+            CK(cudaDeviceSynchronize());
+            continue;
+        }
+        // correctness: vram's outputs against cuBLASLt's, element by element (within 2 bf16 steps)
+        lt_run(lt, true, N, C, OC, inp, w, bias, out2, pre2, ws, wsb);
+        for (int cl = 1; cl <= 4; cl *= 2) {
+            CK(cudaMemset(out, 0xff, no * 2));
+            CK(cudaMemset(pre, 0xff, no * 2));
+            own_run(cl, 3, 7, N, C, OC, inp, w, bias, out, pre, sms, fit);
+            CK(cudaDeviceSynchronize());
+            const void *mine[2] = {pre, out}, *theirs[2] = {pre2, out2};
+            for (int k = 0; k < 2; k++) {
+                std::vector<float> a = down(mine[k], no), b = down(theirs[k], no);
+                size_t bad = 0;
+                for (size_t i = 0; i < no; i++)
+                    if (!(fabsf(a[i] - b[i]) <= 0.016f * fabsf(b[i]) + 1e-2f)) bad++;
+                printf("  %5d x %4d -> %4d cluster %d %s: %zu of %zu elements off cuBLASLt's\n", N, C, OC, cl,
+                       k ? "gelu" : "pre ", bad, no);
+            }
+        }
+        double fl = 2.0 * N * C * OC;
+        struct { const char *name; int cl, st, epi; } runs[] = {
+            {"vram sm90 linear+gelu", 2, 3, 7},     {"vram pre stored only", 2, 3, 1},
+            {"vram pre + gelu, not stored", 2, 3, 3}, {"vram products alone", 2, 3, 0},
+            {"vram products alone, 4 stages", 2, 4, 0}, {"vram no cluster", 1, 3, 7},
+            {"vram products, no cluster", 1, 3, 0},  {"vram clusters of 4", 4, 3, 7},
+            {"vram products, clusters of 4", 4, 3, 0}, {"vram products, cl 4, 4 stages", 4, 4, 0},
+            {"cuBLASLt GELU_AUX_BIAS", 0, 0, 1},
+            {"cuBLASLt BIAS alone", 0, 0, 0}};
+        for (int pr = 0; pr < 2; pr++) { /* the products alone with other L2 promotions of the TMA loads */
+            promo = pr ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_NONE;
+            float us = time_us([&] { own_run(2, 4, 0, N, C, OC, inp, w, bias, out, pre, sms, fit); });
+            printf("  %5d x %4d -> %4d %-32s %7.1f us %6.0f TFLOP/s\n", N, C, OC,
+                   pr ? "products, 4 st, L2 promotion 128" : "products, 4 st, no L2 promotion", us, fl / us / 1e6);
+        }
+        promo = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+        for (auto &r : runs) {
+            float us = time_us([&] {
+                if (r.cl) own_run(r.cl, r.st, r.epi, N, C, OC, inp, w, bias, out, pre, sms, fit);
+                else lt_run(lt, r.epi, N, C, OC, inp, w, bias, out2, pre2, ws, wsb);
+            });
+            printf("  %5d x %4d -> %4d %-32s %7.1f us %6.0f TFLOP/s\n", N, C, OC, r.name, us, fl / us / 1e6);
+        }
+        cudaFree(inp), cudaFree(w), cudaFree(bias), cudaFree(out), cudaFree(pre), cudaFree(out2), cudaFree(pre2);
+    }
+    return 0;
+}
