@@ -247,6 +247,61 @@ static void run_shape(vr_cuda_dtype dt, int B, int T, int NH, int NKV, int hs, i
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
 }
 
+/* VRAM_CUDNN_CONFIGS=1: each engine config cuDNN's heuristics offer (that finalizes), timed fwd and bwd at shape. */
+static void time_configs(int B, int T, int NH, int NKV, int hs)
+{
+    vr_cuda_dtype dt = VR_CUDA_BF16;
+    int W = NH + 2 * NKV;
+    size_t nqkv = (size_t)B * T * W * hs, nout = (size_t)B * T * NH * hs, nl = (size_t)B * NH * T;
+    float *h = malloc((nqkv > nout ? nqkv : nout) * 4), *f32;
+    void *qkv, *dout;
+    rand_dev(h, nqkv, 1.0f, &f32, &qkv, dt);
+    cudaFree(f32);
+    rand_dev(h, nout, 1.0f, &f32, &dout, dt);
+    cudaFree(f32);
+    free(h);
+    size_t sb = vr_cuda_attention_cudnn_scratch_bytes(B, T, NH, NKV, hs);
+    void *out = dmalloc(nout * 2), *dq = dmalloc(nqkv * 2), *scr = dmalloc(sb);
+    float *lse = dmalloc(nl * 4);
+    /* a workspace for the configs that ask more than the planned scratch holds */
+    void *saved_ws = ctx.workspace;
+    size_t saved_wsb = ctx.workspace_bytes;
+    ctx.workspace_bytes = (size_t)1 << 30;
+    ctx.workspace = dmalloc(ctx.workspace_bytes);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    for (int pick = 0; pick < 8; pick++) {
+        vr_cuda_attention_cudnn_release();
+        vr__cudnn_attention_pick(pick);
+        size_t fws = 0, bws = 0;
+        vr_status st = vr_cuda_attention_cudnn_prepare(&ctx, dt, B, T, NH, NKV, hs, &fws, &bws);
+        if (st) {
+            printf("   config %d: %s\n", pick, vr_last_error());
+            break;
+        }
+        float t[2][5];
+        for (int dir = 0; dir < 2; dir++)
+            for (int it = -1; it < 5; it++) {
+                cudaEventRecord(e0, 0);
+                st = dir ? vr_cuda_attention_cudnn_bwd(&ctx, dt, dq, dout, qkv, out, lse, B, T, NH, NKV, hs, scr, sb)
+                         : vr_cuda_attention_cudnn_fwd(&ctx, dt, out, lse, qkv, B, T, NH, NKV, hs);
+                cudaEventRecord(e1, 0);
+                cudaEventSynchronize(e1);
+                if (st) t[dir][it < 0 ? 0 : it] = -1.0f;
+                else if (it >= 0) cudaEventElapsedTime(&t[dir][it], e0, e1);
+            }
+        printf("   config %d: workspace fwd %zu bwd %zu; ms fwd %.3f bwd %.3f%s\n", pick, fws, bws, median5(t[0]),
+               median5(t[1]), st ? " (a run failed)" : "");
+    }
+    vr_cuda_attention_cudnn_release();
+    vr__cudnn_attention_pick(0);
+    cudaFree(ctx.workspace);
+    ctx.workspace = saved_ws, ctx.workspace_bytes = saved_wsb;
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    void *bufs[] = {qkv, dout, out, dq, scr, lse};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+}
+
 int main(void)
 {
     int n = 0;
@@ -268,6 +323,15 @@ int main(void)
     struct cudaDeviceProp p;
     cudaGetDeviceProperties(&p, 0);
     printf("GPU: %s (compute %d.%d); cuDNN %d\n", p.name, p.major, p.minor, vr_cuda_cudnn_version());
+    const char *cf = getenv("VRAM_CUDNN_CONFIGS");
+    if (cf && !strcmp(cf, "1")) {
+        printf("== engine configs, GPT-2 124M B=16 (T 1024, 12 heads of 64)\n");
+        time_configs(16, 1024, 12, 12, 64);
+        printf("== engine configs, GPT-2 medium B=8 (T 1024, 16 heads of 64)\n");
+        time_configs(8, 1024, 16, 16, 64);
+        printf("== engine configs, llama3.2-1b B=8 (T 2048, 32 heads of 64, 8 kv heads)\n");
+        time_configs(8, 2048, 32, 8, 64);
+    }
     const char *sh = getenv("VRAM_CUDNN_SHAPES");
     int quick = sh && !strcmp(sh, "quick");
     struct { vr_cuda_dtype dt; int B, T, NH, NKV, hs, timed; } shapes[] = {

@@ -78,6 +78,7 @@ vr_status vr_cuda_attention_cudnn_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, 
     return no_cudnn();
 }
 void vr_cuda_attention_cudnn_release(void) {}
+void vr__cudnn_attention_pick(int i) { (void)i; }
 
 #else
 
@@ -503,6 +504,10 @@ static bool same(const shape *a, const shape *b)
            a->NKV == b->NKV && a->hs == b->hs;
 }
 
+static int cfg_pick; /* vr__cudnn_attention_pick: how many finalizing configs to pass over (tests, benchmarks) */
+
+void vr__cudnn_attention_pick(int i) { cfg_pick = i; }
+
 /* Heuristics (mode A), then the first engine config whose plan finalizes. */
 static void make_plan(plan *p, cudnnHandle_t h)
 {
@@ -543,6 +548,7 @@ static void make_plan(plan *p, cudnnHandle_t h)
             gb_fail(g, st, "heuristics results");
     }
     char first_err[512] = "";
+    int passed = 0;
     for (int64_t i = 0; i < got && !g->failed; i++) {
         cudnnBackendDescriptor_t ep = gb_new(g, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
         gb_set(g, ep, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "plan handle");
@@ -554,6 +560,10 @@ static void make_plan(plan *p, cudnnHandle_t h)
             if (st != CUDNN_STATUS_SUCCESS) {
                 gb_fail(g, st, "plan workspace size");
                 break;
+            }
+            if (passed++ < cfg_pick) {
+                snprintf(first_err, sizeof first_err, "engine config %d of %lld not found", cfg_pick, (long long)got);
+                continue;
             }
             p->exec = ep;
             p->ws = ws;

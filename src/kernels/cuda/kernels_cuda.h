@@ -362,6 +362,9 @@ int vr_cuda_cudnn_version(void);
 const char *vr_cuda_cudnn_why(void);
 /* Frees every cached plan and the handles (tests; the plans are otherwise kept until the process ends). */
 void vr_cuda_attention_cudnn_release(void);
+/* Tests and benchmarks only: plans made from now on take the engine config after the first i that finalize, in
+ * the heuristics' order (0: the first, as always). Release the plans before. */
+void vr__cudnn_attention_pick(int i);
 
 /* ---------------------------------------------------------------- Llama family (llama.cu) */
 
