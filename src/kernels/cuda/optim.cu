@@ -125,45 +125,6 @@ extern "C" int64_t vr_cuda_mt_layout(vr_cuda_mt_tensor *t, int n)
     return c;
 }
 
-/* The table entry holding chunk c: the last with chunk0 <= c (chunk0 strictly increasing). */
-__device__ __forceinline__ int mt_find(const vr_cuda_mt_tensor *tab, int nt, int64_t c)
-{
-    int lo = 0, hi = nt - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) >> 1;
-        if (tab[mid].chunk0 <= c) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
-
-/* Four consecutive elements of T as floats, and back (one 16-byte or 8-byte access). */
-template <typename T> struct vec4_of;
-template <> struct vec4_of<float> { typedef float4 type; };
-template <> struct vec4_of<__nv_bfloat16> { typedef uint2 type; };
-template <> struct vec4_of<__half> { typedef uint2 type; };
-
-template <typename T>
-__device__ __forceinline__ void ld4(const T *p, float o[4])
-{
-    typename vec4_of<T>::type u = *(const typename vec4_of<T>::type *)p;
-    const T *e = (const T *)&u;
-#pragma unroll
-    for (int k = 0; k < 4; k++) o[k] = vr_tof(e[k]);
-}
-
-template <typename T>
-__device__ __forceinline__ void st4(T *p, const float x[4])
-{
-    typename vec4_of<T>::type u;
-    T *e = (T *)&u;
-#pragma unroll
-    for (int k = 0; k < 4; k++) e[k] = vr_fromf<T>(x[k]);
-    *(typename vec4_of<T>::type *)p = u;
-}
-
-template <typename T> __device__ __forceinline__ bool al4(const T *p) { return ((uintptr_t)p & (sizeof(T) * 4 - 1)) == 0; }
-
 /* The gradient, m and v of elements [i, i+4) read, the four weights p updated (opt_elem's arithmetic for each), m and
  * v written back: one wide access per array. */
 template <int KIND, typename TG>
@@ -226,21 +187,6 @@ __device__ __forceinline__ void opt_elem_split(__nv_bfloat16 *param, uint16_t *l
     if (KIND != OPT_SGD) m[i] = mi;
     if (KIND >= OPT_ADAM) v[i] = vi;
     opt_split_store((uint16_t *)param, lo, i, p);
-}
-
-/* A block's walk over elements [lo, hi) of a chunk: four consecutive elements at a time (e4(i)) where `wide` (the
- * arrays aligned for it), the rest one by one (e1(i)). VR_CUDA_MT_CHUNK is a multiple of 4: so is every lo. */
-template <class E4, class E1>
-__device__ __forceinline__ void chunk_walk(size_t lo, size_t hi, bool wide, E4 e4, E1 e1)
-{
-    size_t mid = lo;
-    if (wide) {
-        mid = lo + ((hi - lo) & ~(size_t)3);
-        for (size_t i = lo + 4 * (size_t)threadIdx.x; i < mid; i += 4 * 256)
-            e4(i);
-    }
-    for (size_t i = mid + threadIdx.x; i < hi; i += 256)
-        e1(i);
 }
 
 /* Elements [lo, hi) of a split-master tensor: bf16 params only (the executor gives no other a split master). */

@@ -2,7 +2,8 @@
  * 8-bit block-wise m, v (or momentum), bf16 weights without a master copy, and split masters (any state). One block of 256 threads
  * per chunk of VR_CUDA_MT_CHUNK elements (a multiple of VR_Q8_BLOCK, so an 8-bit block never spans two
  * chunks); 8-bit: each pass of the block takes one quantization block, a thread per element, the block's
- * absmax by a block reduction. The per-element arithmetic is optim_elem.cuh's opt_upd, as in optim.cu;
+ * absmax by a block reduction; bf16 and f32 state: four consecutive elements a thread at a time (optim.cu's walk),
+ * where every array is aligned for it. The per-element arithmetic is optim_elem.cuh's opt_upd, as in optim.cu;
  * the random bits of stochastic rounding and the nearest-code search are kernels/optim_math.h, shared
  * with the CPU kernels. */
 #include <math.h>
@@ -65,24 +66,107 @@ template <typename TP> __device__ __forceinline__ float weight(const vr_cuda_mt_
     return t.master ? t.master[i] : vr_tof(((const TP *)t.param)[i]);
 }
 
-/* Elements [lo, hi) of t: f32 or bf16 state. */
+/* Element i of t: f32 or bf16 state. */
+template <int KIND, typename TP, typename TG>
+__device__ __forceinline__ void elem1(const vr_cuda_mt_tensor &t, size_t i, const opt_args &a, float wd, float gs)
+{
+    const bool has_m = KIND != OPT_SGD, has_v = KIND == OPT_ADAM || KIND == OPT_ADAMW;
+    float mi = has_m ? ld_state(t.m, i, t.fmt) : 0.0f, vi = has_v ? ld_state(t.v, i, t.fmt) : 0.0f;
+    float p = opt_upd<KIND>(weight<TP>(t, i), __fmul_rn(vr_tof(((const TG *)t.grad)[i]), gs), mi, vi, a, wd);
+    store_param<TP>(t, i, p, a);
+    if (t.fmt == VR_CUDA_STATE_BF16) {
+        if (has_m) ((uint16_t *)t.m)[i] = vr_bf16_sr(mi, vr_sr_bits(a.seed, VR_SR_M, t.sindex + i));
+        if (has_v) ((uint16_t *)t.v)[i] = vr_bf16_sr(vi, vr_sr_bits(a.seed, VR_SR_V, t.sindex + i));
+    } else {
+        if (has_m) t.m[i] = mi;
+        if (has_v) t.v[i] = vi;
+    }
+}
+
+/* Four consecutive state values as floats and back: bf16 (8 bytes, stochastic rounding with the element's bits of
+ * stream sr) or f32 (16 bytes). */
+__device__ __forceinline__ void ld_state4(const void *p, size_t i, int fmt, float o[4])
+{
+    if (fmt == VR_CUDA_STATE_BF16) {
+        uint2 u = *(const uint2 *)((const uint16_t *)p + i);
+        const uint16_t *e = (const uint16_t *)&u;
+#pragma unroll
+        for (int k = 0; k < 4; k++) o[k] = vr_bf16_to_f32(e[k]);
+    } else {
+        ld4((const float *)p + i, o);
+    }
+}
+__device__ __forceinline__ void st_state4(void *p, size_t i, int fmt, const float x[4], uint64_t seed, uint32_t sr,
+                                          uint64_t index)
+{
+    if (fmt == VR_CUDA_STATE_BF16) {
+        uint2 u;
+        uint16_t *e = (uint16_t *)&u;
+#pragma unroll
+        for (int k = 0; k < 4; k++) e[k] = vr_bf16_sr(x[k], vr_sr_bits(seed, sr, index + k));
+        *(uint2 *)((uint16_t *)p + i) = u;
+    } else {
+        st4((float *)p + i, x);
+    }
+}
+
+/* Elements [i, i+4) of t: elem1's arithmetic and random bits for each, one wide access per array. */
+template <int KIND, typename TP, typename TG>
+__device__ __forceinline__ void elem4(const vr_cuda_mt_tensor &t, size_t i, const opt_args &a, float wd, float gs)
+{
+    const bool has_m = KIND != OPT_SGD, has_v = KIND == OPT_ADAM || KIND == OPT_ADAMW;
+    float p[4], g[4], mi[4] = {0, 0, 0, 0}, vi[4] = {0, 0, 0, 0};
+    if (t.split) {
+        uint2 hv = *(const uint2 *)((const uint16_t *)t.param + i), lv = *(const uint2 *)((const uint16_t *)t.master + i);
+        const uint16_t *h = (const uint16_t *)&hv, *l = (const uint16_t *)&lv;
+#pragma unroll
+        for (int k = 0; k < 4; k++) p[k] = vr_bits_f32(vr_split_join(h[k], l[k]));
+    } else if (t.master) {
+        ld4(t.master + i, p);
+    } else {
+        ld4((const TP *)t.param + i, p);
+    }
+    ld4((const TG *)t.grad + i, g);
+    if (has_m) ld_state4(t.m, i, t.fmt, mi);
+    if (has_v) ld_state4(t.v, i, t.fmt, vi);
+#pragma unroll
+    for (int k = 0; k < 4; k++) p[k] = opt_upd<KIND>(p[k], __fmul_rn(g[k], gs), mi[k], vi[k], a, wd);
+    if (t.split) {
+        uint2 hv, lv;
+        uint16_t *h = (uint16_t *)&hv, *l = (uint16_t *)&lv;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t u = vr_f32_bits(p[k]);
+            h[k] = vr_split_hi(u), l[k] = vr_split_lo(u);
+        }
+        *(uint2 *)((uint16_t *)t.param + i) = hv;
+        *(uint2 *)((uint16_t *)t.master + i) = lv;
+    } else if (t.master) {
+        st4(t.master + i, p);
+        st4((TP *)t.param + i, p);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++) store_param<TP>(t, i + k, p[k], a);
+    }
+    if (has_m) st_state4(t.m, i, t.fmt, mi, a.seed, VR_SR_M, t.sindex + i);
+    if (has_v) st_state4(t.v, i, t.fmt, vi, a.seed, VR_SR_V, t.sindex + i);
+}
+
+static_assert(VR_Q8_BLOCK == 256, "chunk_walk takes blocks of 256 threads");
+
+/* Elements [lo, hi) of t: f32 or bf16 state, four at a time where every array is aligned for it. */
 template <int KIND, typename TP, typename TG>
 __device__ void chunk_elem(const vr_cuda_mt_tensor &t, size_t lo, size_t hi, const opt_args &a, float wd, float gs)
 {
-    const TG *grad = (const TG *)t.grad;
     const bool has_m = KIND != OPT_SGD, has_v = KIND == OPT_ADAM || KIND == OPT_ADAMW;
-    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        float mi = has_m ? ld_state(t.m, i, t.fmt) : 0.0f, vi = has_v ? ld_state(t.v, i, t.fmt) : 0.0f;
-        float p = opt_upd<KIND>(weight<TP>(t, i), __fmul_rn(vr_tof(grad[i]), gs), mi, vi, a, wd);
-        store_param<TP>(t, i, p, a);
-        if (t.fmt == VR_CUDA_STATE_BF16) {
-            if (has_m) ((uint16_t *)t.m)[i] = vr_bf16_sr(mi, vr_sr_bits(a.seed, VR_SR_M, t.sindex + i));
-            if (has_v) ((uint16_t *)t.v)[i] = vr_bf16_sr(vi, vr_sr_bits(a.seed, VR_SR_V, t.sindex + i));
-        } else {
-            if (has_m) t.m[i] = mi;
-            if (has_v) t.v[i] = vi;
-        }
-    }
+    bool wide = al4((const TG *)t.grad) && (t.split ? al4((const uint16_t *)t.param) && al4((const uint16_t *)t.master)
+                                                    : al4((const TP *)t.param) && (!t.master || al4(t.master)));
+    if (t.fmt == VR_CUDA_STATE_BF16)
+        wide = wide && (!has_m || al4((const uint16_t *)t.m)) && (!has_v || al4((const uint16_t *)t.v));
+    else
+        wide = wide && (!has_m || al4(t.m)) && (!has_v || al4(t.v));
+    chunk_walk(lo, hi, wide, [&](size_t i) { elem4<KIND, TP, TG>(t, i, a, wd, gs); },
+               [&](size_t i) { elem1<KIND, TP, TG>(t, i, a, wd, gs); });
 }
 
 /* Elements [lo, hi) of t, 8-bit state: one quantization block per pass (blockDim.x == VR_Q8_BLOCK). */
@@ -127,29 +211,19 @@ __global__ void __launch_bounds__(VR_Q8_BLOCK) k_state(const vr_cuda_mt_tensor *
     float gs = __fmul_rn(a.grad_scale, dev_scale ? *dev_scale : 1.0f);
     __shared__ vr_cuda_mt_tensor t;
     __shared__ float smap[256], umap[256], red[32];
-    if (threadIdx.x == 0) {
-        if (tab) {
-            int lo = 0, hi = nt - 1; /* the entry holding this chunk: the last with chunk0 <= blockIdx.x */
-            while (lo < hi) {
-                int mid = (lo + hi + 1) >> 1;
-                if (tab[mid].chunk0 <= (int64_t)blockIdx.x) lo = mid;
-                else hi = mid - 1;
-            }
-            t = tab[lo];
-        } else {
-            t = one;
-        }
-    }
-    smap[threadIdx.x] = c_smap[threadIdx.x];
-    umap[threadIdx.x] = c_umap[threadIdx.x];
+    if (threadIdx.x == 0) t = tab ? tab[mt_find(tab, nt, (int64_t)blockIdx.x)] : one;
     __syncthreads();
     size_t lo = (size_t)((int64_t)blockIdx.x - t.chunk0) * VR_CUDA_MT_CHUNK;
     size_t hi = lo + VR_CUDA_MT_CHUNK < (size_t)t.n ? lo + VR_CUDA_MT_CHUNK : (size_t)t.n;
     float wd = t.decay ? a.wd : 0.0f;
-    if (t.fmt == VR_CUDA_STATE_Q8 && KIND != OPT_SGD)
+    if (t.fmt == VR_CUDA_STATE_Q8 && KIND != OPT_SGD) { /* the maps in shared memory: the 8-bit state only */
+        smap[threadIdx.x] = c_smap[threadIdx.x];
+        umap[threadIdx.x] = c_umap[threadIdx.x];
+        __syncthreads();
         chunk_q8<KIND, TP, TG>(t, lo, hi, a, wd, gs, smap, umap, red);
-    else
+    } else {
         chunk_elem<KIND, TP, TG>(t, lo, hi, a, wd, gs);
+    }
 }
 
 template <int KIND, typename TP>
