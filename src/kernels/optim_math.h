@@ -20,16 +20,28 @@
 #define VR_HD static inline
 #endif
 
-/* Streams of random bits of one step: the Adam m and v, momentum, and the weights. */
-enum { VR_SR_M = 1, VR_SR_V = 2, VR_SR_W = 3 };
+/* Streams of random bits of one step: momentum (M), Adam's m and v together (MV: m the low 16 bits, v the high
+ * 16, vr_sr_mv), and the weights (W). */
+enum { VR_SR_M = 1, VR_SR_MV = 2, VR_SR_W = 3 };
 
-/* 32 random bits from (seed, stream, index): splitmix64's finaliser. */
+/* Wellons' lowbias32: a bijection of 32 bits with full avalanche. */
+VR_HD uint32_t vr_mix32(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+/* 32 random bits from (seed, stream, index): the index's low half mixed under a key of the seed, the stream and
+ * the index's high half. 32-bit arithmetic only (a GPU's 64-bit multiply is several instructions: the update
+ * is near its instruction limit). */
 VR_HD uint32_t vr_sr_bits(uint64_t seed, uint32_t stream, uint64_t index)
 {
-    uint64_t z = seed * 0x9E3779B97F4A7C15ull + ((uint64_t)stream << 56) + index;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (uint32_t)((z ^ (z >> 31)) >> 16);
+    uint32_t key = vr_mix32((uint32_t)seed * 0x9E3779B9u + (stream << 24) + (uint32_t)(index >> 32));
+    return vr_mix32((uint32_t)index ^ key);
 }
 
 VR_HD uint32_t vr_f32_bits(float x)
@@ -77,7 +89,8 @@ VR_HD uint32_t vr_split_join(uint16_t hi, uint16_t lo)
     return ((uint32_t)hi << 16) + (uint32_t)(int32_t)(int16_t)lo;
 }
 
-/* x as bf16 bits, stochastically rounded with the low 16 bits of rnd (inf and NaN round to nearest). */
+/* x as bf16 bits, stochastically rounded with the low 16 bits of rnd (inf and NaN round to nearest): Adam's m
+ * takes rnd, its v rnd >> 16, rnd = vr_sr_bits(seed, VR_SR_MV, index). */
 VR_HD uint16_t vr_bf16_sr(float x, uint32_t rnd)
 {
     uint32_t u = vr_f32_bits(x);

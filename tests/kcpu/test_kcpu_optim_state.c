@@ -192,9 +192,18 @@ static void momentum_within_bounds(void **state)
         vr_cpu_sgd_momentum_q8(pq, g, mq, am, N, lr, 0.9f, 0.0f, 0.0f, s % 2, s, 1.0f);
         vr_cpu_sgd_momentum_bf16s(pb, g, mb, N, lr, 0.9f, 0.0f, 0.0f, s % 2, s, 1.0f, (uint64_t)s, 0);
     }
+    float worst = 0.0f;
+    for (int i = 0; i < N; i++) {
+        float e = fabsf(vr_bf16_to_f32(mb[i]) - m[i]) / am[i / VR_Q8_BLOCK];
+        worst = e > worst ? e : worst;
+    }
+    printf("  momentum: bf16 state error / block absmax: worst %.4f\n", worst);
     for (int i = 0; i < N; i++) {
         assert_true(fabsf(smap[mq[i]] * am[i / VR_Q8_BLOCK] - m[i]) <= 0.07f * am[i / VR_Q8_BLOCK]);
-        assert_true(fabsf(vr_bf16_to_f32(mb[i]) - m[i]) <= 0.01f * am[i / VR_Q8_BLOCK] + 1e-12f);
+        /* a few bf16 steps (2^-8 of a value): each of the 12 roundings is at most one, random in sign, decayed by
+         * 0.9 a step; the worst of the 1,357 elements is printed above (0.0097 and 0.0111 with two hashes of the
+         * random bits: the tail of the same distribution), a bias shows in bf16_stochastic_rounding */
+        assert_true(fabsf(vr_bf16_to_f32(mb[i]) - m[i]) <= 0.02f * am[i / VR_Q8_BLOCK] + 1e-12f);
         assert_true(fabsf(pq[i] - p[i]) <= 0.05f * lr * STEPS * 2);
         assert_true(fabsf(pb[i] - p[i]) <= 0.01f * lr * STEPS * 2);
     }
@@ -240,15 +249,24 @@ static void bf16_stochastic_rounding(void **state)
 {
     (void)state;
     float x = 1.0f + 1.0f / 1024.0f; /* between the bf16 neighbours 1 and 1 + 1/128 */
-    double sum = 0;
+    double sum = 0, sum_hi = 0, sum_far = 0, both = 0;
     int n = 200000;
-    for (int i = 0; i < n; i++)
-        sum += vr_bf16_to_f32(vr_bf16_sr(x, vr_sr_bits(17, VR_SR_M, (uint64_t)i)));
+    for (int i = 0; i < n; i++) {
+        uint32_t r = vr_sr_bits(17, VR_SR_MV, (uint64_t)i);
+        float lo = vr_bf16_to_f32(vr_bf16_sr(x, r)), hi = vr_bf16_to_f32(vr_bf16_sr(x, r >> 16));
+        sum += lo, sum_hi += hi, both += lo > 1.0f && hi > 1.0f;
+        /* indices past 2^32: the high half keys the mix */
+        sum_far += vr_bf16_to_f32(vr_bf16_sr(x, vr_sr_bits(17, VR_SR_M, ((uint64_t)7 << 32) + (uint64_t)i)));
+    }
     assert_true(fabs(sum / n - x) < 2e-5); /* unbiased: the mean is x, not the nearest 1.0 */
+    assert_true(fabs(sum_hi / n - x) < 2e-5); /* v's bits, the high 16, likewise */
+    assert_true(fabs(sum_far / n - x) < 2e-5);
+    /* m's and v's bits independent: both round up 1/8 x 1/8 of the time (x is 1/8 of the way up) */
+    assert_true(fabs(both / n - 1.0 / 64) < 2e-3);
     int same = 0, other = 0;
     for (int i = 0; i < 1000; i++) {
-        same += vr_bf16_sr(x, vr_sr_bits(5, VR_SR_V, (uint64_t)i)) == vr_bf16_sr(x, vr_sr_bits(5, VR_SR_V, (uint64_t)i));
-        other += vr_bf16_sr(x, vr_sr_bits(5, VR_SR_V, (uint64_t)i)) != vr_bf16_sr(x, vr_sr_bits(6, VR_SR_V, (uint64_t)i));
+        same += vr_bf16_sr(x, vr_sr_bits(5, VR_SR_MV, (uint64_t)i)) == vr_bf16_sr(x, vr_sr_bits(5, VR_SR_MV, (uint64_t)i));
+        other += vr_bf16_sr(x, vr_sr_bits(5, VR_SR_MV, (uint64_t)i)) != vr_bf16_sr(x, vr_sr_bits(6, VR_SR_MV, (uint64_t)i));
     }
     assert_int_equal(same, 1000);
     assert_true(other > 50); /* another step: other bits */

@@ -76,8 +76,9 @@ void vr_cpu_adam_bf16s(float *param, const float *grad, uint16_t *m, uint16_t *v
     for (size_t i = 0; i < n; i++) {
         float mi = vr_bf16_to_f32(m[i]), vi = vr_bf16_to_f32(v[i]);
         param[i] = adam_elem(&k, param[i], grad[i], grad_scale, &mi, &vi);
-        m[i] = vr_bf16_sr(mi, vr_sr_bits(seed, VR_SR_M, index0 + i));
-        v[i] = vr_bf16_sr(vi, vr_sr_bits(seed, VR_SR_V, index0 + i));
+        uint32_t r = vr_sr_bits(seed, VR_SR_MV, index0 + i);
+        m[i] = vr_bf16_sr(mi, r);
+        v[i] = vr_bf16_sr(vi, r >> 16);
     }
 }
 

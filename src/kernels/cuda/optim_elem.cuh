@@ -17,6 +17,7 @@ enum { OPT_SGD = VR_CUDA_MT_SGD, OPT_MOM = VR_CUDA_MT_MOMENTUM, OPT_ADAM = VR_CU
 
 struct opt_args {
     float lr, wd, b1, b2, eps, bc1, bc2_sqrt, momentum, dampening, grad_scale;
+    float step_size; /* lr / bc1 (Adam), once a step instead of once an element: the same rounded quotient */
     int nesterov, first;
     uint64_t seed; /* stochastic rounding's: the step */
 };
@@ -33,6 +34,7 @@ static inline opt_args opt_make_args(int kind, float lr, float b1, float b2, flo
     a.bc1 = kind >= OPT_ADAM ? (float)(1.0 - pow((double)b1, (double)t)) : 1.0f;
     a.bc2_sqrt = kind >= OPT_ADAM ? (float)sqrt(1.0 - pow((double)b2, (double)t)) : 1.0f;
     a.seed = (uint64_t)t;
+    a.step_size = a.lr / a.bc1; /* IEEE single division, as __fdiv_rn */
     return a;
 }
 
@@ -45,6 +47,7 @@ __device__ __forceinline__ void opt_device_scalars(opt_args &a, const float *hp)
         a.bc2_sqrt = hp[2];
         a.first = hp[3] != 0.0f;
         a.seed = (uint64_t)hp[4];
+        a.step_size = __fdiv_rn(a.lr, a.bc1);
     }
 }
 
@@ -69,7 +72,7 @@ __device__ __forceinline__ float opt_upd(float p, float g, float &mi, float &vi,
     mi = __fmaf_rn(a.b1, mi, __fmul_rn(__fsub_rn(1.0f, a.b1), g));
     vi = __fmaf_rn(a.b2, vi, __fmul_rn(__fmul_rn(__fsub_rn(1.0f, a.b2), g), g));
     float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
-    return __fsub_rn(p, __fdiv_rn(__fmul_rn(__fdiv_rn(a.lr, a.bc1), mi), den));
+    return __fsub_rn(p, __fdiv_rn(__fmul_rn(a.step_size, mi), den));
 }
 
 /* Element i of a split master (kernels/optim_math.h): its fp32 value from the bf16 weight's bits hi[i] and the

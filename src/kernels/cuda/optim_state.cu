@@ -75,16 +75,17 @@ __device__ __forceinline__ void elem1(const vr_cuda_mt_tensor &t, size_t i, cons
     float p = opt_upd<KIND>(weight<TP>(t, i), __fmul_rn(vr_tof(((const TG *)t.grad)[i]), gs), mi, vi, a, wd);
     store_param<TP>(t, i, p, a);
     if (t.fmt == VR_CUDA_STATE_BF16) {
-        if (has_m) ((uint16_t *)t.m)[i] = vr_bf16_sr(mi, vr_sr_bits(a.seed, VR_SR_M, t.sindex + i));
-        if (has_v) ((uint16_t *)t.v)[i] = vr_bf16_sr(vi, vr_sr_bits(a.seed, VR_SR_V, t.sindex + i));
+        uint32_t r = vr_sr_bits(a.seed, has_v ? VR_SR_MV : VR_SR_M, t.sindex + i);
+        if (has_m) ((uint16_t *)t.m)[i] = vr_bf16_sr(mi, r);
+        if (has_v) ((uint16_t *)t.v)[i] = vr_bf16_sr(vi, r >> 16);
     } else {
         if (has_m) t.m[i] = mi;
         if (has_v) t.v[i] = vi;
     }
 }
 
-/* Four consecutive state values as floats and back: bf16 (8 bytes, stochastic rounding with the element's bits of
- * stream sr) or f32 (16 bytes). */
+/* Four consecutive state values as floats and back: bf16 (8 bytes, stochastically rounded with bits r[k] >> shift)
+ * or f32 (16 bytes). */
 __device__ __forceinline__ void ld_state4(const void *p, size_t i, int fmt, float o[4])
 {
     if (fmt == VR_CUDA_STATE_BF16) {
@@ -96,14 +97,13 @@ __device__ __forceinline__ void ld_state4(const void *p, size_t i, int fmt, floa
         ld4((const float *)p + i, o);
     }
 }
-__device__ __forceinline__ void st_state4(void *p, size_t i, int fmt, const float x[4], uint64_t seed, uint32_t sr,
-                                          uint64_t index)
+__device__ __forceinline__ void st_state4(void *p, size_t i, int fmt, const float x[4], const uint32_t r[4], int shift)
 {
     if (fmt == VR_CUDA_STATE_BF16) {
         uint2 u;
         uint16_t *e = (uint16_t *)&u;
 #pragma unroll
-        for (int k = 0; k < 4; k++) e[k] = vr_bf16_sr(x[k], vr_sr_bits(seed, sr, index + k));
+        for (int k = 0; k < 4; k++) e[k] = vr_bf16_sr(x[k], r[k] >> shift);
         *(uint2 *)((uint16_t *)p + i) = u;
     } else {
         st4((float *)p + i, x);
@@ -148,8 +148,12 @@ __device__ __forceinline__ void elem4(const vr_cuda_mt_tensor &t, size_t i, cons
 #pragma unroll
         for (int k = 0; k < 4; k++) store_param<TP>(t, i + k, p[k], a);
     }
-    if (has_m) st_state4(t.m, i, t.fmt, mi, a.seed, VR_SR_M, t.sindex + i);
-    if (has_v) st_state4(t.v, i, t.fmt, vi, a.seed, VR_SR_V, t.sindex + i);
+    uint32_t r[4] = {0, 0, 0, 0}; /* elem1's random bits: m the low 16 (or momentum's), v the high 16 */
+    if (t.fmt == VR_CUDA_STATE_BF16)
+#pragma unroll
+        for (int k = 0; k < 4; k++) r[k] = vr_sr_bits(a.seed, has_v ? VR_SR_MV : VR_SR_M, t.sindex + i + k);
+    if (has_m) st_state4(t.m, i, t.fmt, mi, r, 0);
+    if (has_v) st_state4(t.v, i, t.fmt, vi, r, 16);
 }
 
 static_assert(VR_Q8_BLOCK == 256, "chunk_walk takes blocks of 256 threads");
@@ -202,7 +206,7 @@ __device__ void chunk_q8(const vr_cuda_mt_tensor &t, size_t lo, size_t hi, const
 
 /* One block per chunk: of the table's entry holding it (tab, nt), or of the single tensor one. */
 template <int KIND, typename TP, typename TG>
-__global__ void __launch_bounds__(VR_Q8_BLOCK) k_state(const vr_cuda_mt_tensor *tab, int nt, vr_cuda_mt_tensor one,
+__global__ void __launch_bounds__(VR_Q8_BLOCK, 1) k_state(const vr_cuda_mt_tensor *tab, int nt, vr_cuda_mt_tensor one,
                                                        opt_args a, const float *dev_scale, const int32_t *dev_skip,
                                                        const float *hp)
 {
