@@ -2,8 +2,8 @@
  * 8-bit block-wise m, v (or momentum), bf16 weights without a master copy, and split masters (any state). One block of 256 threads
  * per chunk of VR_CUDA_MT_CHUNK elements (a multiple of VR_Q8_BLOCK, so an 8-bit block never spans two
  * chunks); 8-bit: each pass of the block takes one quantization block, a thread per element, the block's
- * absmax by a block reduction; bf16 and f32 state: four consecutive elements a thread at a time (optim.cu's walk),
- * where every array is aligned for it. The per-element arithmetic is optim_elem.cuh's opt_upd, as in optim.cu;
+ * absmax by a block reduction; bf16 and f32 state: four consecutive elements a thread at a time (optim_elem.cuh's
+ * chunk_walk), where every array is aligned for it. The per-element arithmetic is optim_elem.cuh's opt_upd, as in optim.cu;
  * the random bits of stochastic rounding and the nearest-code search are kernels/optim_math.h, shared
  * with the CPU kernels. */
 #include <math.h>
@@ -204,7 +204,8 @@ __device__ void chunk_q8(const vr_cuda_mt_tensor &t, size_t lo, size_t hi, const
     }
 }
 
-/* One block per chunk: of the table's entry holding it (tab, nt), or of the single tensor one. */
+/* One block per chunk: of the table's entry holding it (tab, nt), or of the single tensor one. Launch bounds (256, 1):
+ * with the block size alone ptxas capped the registers at 40 and spilled the four-wide body. */
 template <int KIND, typename TP, typename TG>
 __global__ void __launch_bounds__(VR_Q8_BLOCK, 1) k_state(const vr_cuda_mt_tensor *tab, int nt, vr_cuda_mt_tensor one,
                                                        opt_args a, const float *dev_scale, const int32_t *dev_skip,
