@@ -66,16 +66,23 @@ template <typename TP> __device__ __forceinline__ float weight(const vr_cuda_mt_
     return t.master ? t.master[i] : vr_tof(((const TP *)t.param)[i]);
 }
 
+/* What a kind keeps (m: momentum or Adam's m; v: Adam's v) and the stream of its stochastic rounding's bits: Adam's
+ * m and v share one draw (m its low half, v its high half), momentum has its own (as the CPU kernels). */
+template <int KIND> struct kind_state {
+    static constexpr bool m = KIND != OPT_SGD, v = KIND == OPT_ADAM || KIND == OPT_ADAMW;
+    static constexpr uint32_t stream = v ? VR_SR_MV : VR_SR_M;
+};
+
 /* Element i of t: f32 or bf16 state. */
 template <int KIND, typename TP, typename TG>
 __device__ __forceinline__ void elem1(const vr_cuda_mt_tensor &t, size_t i, const opt_args &a, float wd, float gs)
 {
-    const bool has_m = KIND != OPT_SGD, has_v = KIND == OPT_ADAM || KIND == OPT_ADAMW;
+    constexpr bool has_m = kind_state<KIND>::m, has_v = kind_state<KIND>::v;
     float mi = has_m ? ld_state(t.m, i, t.fmt) : 0.0f, vi = has_v ? ld_state(t.v, i, t.fmt) : 0.0f;
     float p = opt_upd<KIND>(weight<TP>(t, i), __fmul_rn(vr_tof(((const TG *)t.grad)[i]), gs), mi, vi, a, wd);
     store_param<TP>(t, i, p, a);
     if (t.fmt == VR_CUDA_STATE_BF16) {
-        uint32_t r = vr_sr_bits(a.seed, has_v ? VR_SR_MV : VR_SR_M, t.sindex + i);
+        uint32_t r = vr_sr_bits(a.seed, kind_state<KIND>::stream, t.sindex + i);
         if (has_m) ((uint16_t *)t.m)[i] = vr_bf16_sr(mi, r);
         if (has_v) ((uint16_t *)t.v)[i] = vr_bf16_sr(vi, r >> 16);
     } else {
@@ -114,7 +121,7 @@ __device__ __forceinline__ void st_state4(void *p, size_t i, int fmt, const floa
 template <int KIND, typename TP, typename TG>
 __device__ __forceinline__ void elem4(const vr_cuda_mt_tensor &t, size_t i, const opt_args &a, float wd, float gs)
 {
-    const bool has_m = KIND != OPT_SGD, has_v = KIND == OPT_ADAM || KIND == OPT_ADAMW;
+    constexpr bool has_m = kind_state<KIND>::m, has_v = kind_state<KIND>::v;
     float p[4], g[4], mi[4] = {0, 0, 0, 0}, vi[4] = {0, 0, 0, 0};
     if (t.split) {
         uint2 hv = *(const uint2 *)((const uint16_t *)t.param + i), lv = *(const uint2 *)((const uint16_t *)t.master + i);
@@ -151,7 +158,7 @@ __device__ __forceinline__ void elem4(const vr_cuda_mt_tensor &t, size_t i, cons
     uint32_t r[4] = {0, 0, 0, 0}; /* elem1's random bits: m the low 16 (or momentum's), v the high 16 */
     if (t.fmt == VR_CUDA_STATE_BF16)
 #pragma unroll
-        for (int k = 0; k < 4; k++) r[k] = vr_sr_bits(a.seed, has_v ? VR_SR_MV : VR_SR_M, t.sindex + i + k);
+        for (int k = 0; k < 4; k++) r[k] = vr_sr_bits(a.seed, kind_state<KIND>::stream, t.sindex + i + k);
     if (has_m) st_state4(t.m, i, t.fmt, mi, r, 0);
     if (has_v) st_state4(t.v, i, t.fmt, vi, r, 16);
 }
@@ -162,7 +169,7 @@ static_assert(VR_Q8_BLOCK == 256, "chunk_walk takes blocks of 256 threads");
 template <int KIND, typename TP, typename TG>
 __device__ void chunk_elem(const vr_cuda_mt_tensor &t, size_t lo, size_t hi, const opt_args &a, float wd, float gs)
 {
-    const bool has_m = KIND != OPT_SGD, has_v = KIND == OPT_ADAM || KIND == OPT_ADAMW;
+    constexpr bool has_m = kind_state<KIND>::m, has_v = kind_state<KIND>::v;
     bool wide = al4((const TG *)t.grad) && (t.split ? al4((const uint16_t *)t.param) && al4((const uint16_t *)t.master)
                                                     : al4((const TP *)t.param) && (!t.master || al4(t.master)));
     if (t.fmt == VR_CUDA_STATE_BF16)
@@ -179,7 +186,7 @@ __device__ void chunk_q8(const vr_cuda_mt_tensor &t, size_t lo, size_t hi, const
                          const float *smap, const float *umap, float *red)
 {
     const TG *grad = (const TG *)t.grad;
-    const bool has_v = KIND == OPT_ADAM || KIND == OPT_ADAMW;
+    constexpr bool has_v = kind_state<KIND>::v;
     uint8_t *mc = (uint8_t *)t.m, *vc = (uint8_t *)t.v;
     for (size_t b0 = lo; b0 < hi; b0 += VR_Q8_BLOCK) {
         size_t i = b0 + threadIdx.x, blk = b0 / VR_Q8_BLOCK;
