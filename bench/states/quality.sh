@@ -4,17 +4,21 @@
 # held-out loss every EVAL steps. Prints a table (final held-out loss and its ratio to fp32's) and writes
 # the curves as an SVG plot. CPU by default (DEVICE=cuda for the GPU, which adds bf16 + no master).
 #     bash bench/states/quality.sh            # from the repo root, after building ./build/vram
-# The text: the licence texts Debian ships in every installation (/usr/share/common-licenses), read as bytes.
+# The text: the licence texts Debian ships in every installation (/usr/share/common-licenses), read as bytes,
+# or CORPUS=FILE (any text). MODEL, EXTRA (flags added to every run) and RUNS ("name:flag,flag ...", the
+# first run is the reference the others are compared with) change what is trained; bench/gpu/state_quality.sh
+# uses them for GPT-2 124M on the H100.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VRAM=${VRAM:-./build/vram}
 OUT=${OUT:-out/states}; mkdir -p "$OUT"
 STEPS=${STEPS:-600}; EVAL=${EVAL:-50}; DEVICE=${DEVICE:-cpu}
-cat /usr/share/common-licenses/* > "$OUT/corpus.txt"
+if [ -n "${CORPUS:-}" ]; then cp "$CORPUS" "$OUT/corpus.txt"; else cat /usr/share/common-licenses/* > "$OUT/corpus.txt"; fi
 MODEL=${MODEL:---preset small --vocab 256 --seq 128 --batch 16}
-common="$MODEL --data $OUT/corpus.txt --steps $STEPS --eval-every $EVAL --eval-batches 16 --lr 1e-3 --clip 1.0 --device $DEVICE --json"
+common="$MODEL --data $OUT/corpus.txt --steps $STEPS --eval-every $EVAL --eval-batches 16 --lr 1e-3 --clip 1.0 --device $DEVICE --json ${EXTRA:-}"
 runs="fp32:--optim-state=fp32 bf16:--optim-state=bf16 8bit:--optim-state=8bit"
 [ "$DEVICE" = cuda ] && runs="$runs bf16w-8bit:--precision=bf16,--optim-state=8bit,--master=none bf16w:--precision=bf16"
+runs=${RUNS:-$runs}
 for r in $runs; do
   name=${r%%:*}; flags=$(echo "${r#*:}" | tr ',=' '  ')
   echo "== $name: $VRAM train $common $flags"
@@ -27,11 +31,13 @@ curves = {}
 for n in names:
     ev = [json.loads(l) for l in open(f"{out}/{n}.jsonl") if l.startswith("{")]
     curves[n] = [(e["step"], e["val_loss"]) for e in ev if e.get("event") == "eval"]
-ref = curves["fp32"][-1][1]
-print(f"{'state':12s} {'final held-out loss':>20s} {'vs fp32':>9s}")
+ref = curves[names[0]][-1][1]
+print(f"{'run':12s} {'final held-out loss':>20s} {'vs ' + names[0]:>12s} {'max |diff| on the way':>22s}")
+r0 = dict(curves[names[0]])
 for n in names:
     s, l = curves[n][-1]
-    print(f"{n:12s} {l:20.4f} {100 * (l / ref - 1):+8.2f}%   (step {s})")
+    d = max(abs(v - r0[k]) for k, v in curves[n] if k in r0)
+    print(f"{n:12s} {l:20.4f} {100 * (l / ref - 1):+11.2f}% {d:22.4f}   (step {s})")
 W, H, P = 640, 400, 50
 xs = [s for c in curves.values() for s, _ in c]; ys = [l for c in curves.values() for _, l in c]
 x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
