@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 export OUT=${OUT:-out/state-quality}; mkdir -p "$OUT"
 CORPUS_MB=${CORPUS_MB:-64}
 site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
-find "$site" -name '*.py' -size +1k | LC_ALL=C sort | xargs cat | head -c $((CORPUS_MB << 20)) > "$OUT/python.txt"
+{ find "$site" -name '*.py' -size +1k | LC_ALL=C sort | xargs cat | head -c $((CORPUS_MB << 20)) > "$OUT/python.txt"; } || true
 echo "corpus: $(wc -c < "$OUT/python.txt") bytes of .py files under $site"
 export CORPUS="$OUT/python.txt" DEVICE=cuda STEPS=${STEPS:-2000} EVAL=${EVAL:-200}
 export MODEL=${MODEL:-"--preset gpt2 --vocab 256 --padded-vocab 256 --seq 1024 --batch 16"}
