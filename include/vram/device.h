@@ -274,6 +274,22 @@ vr_status vr_cuda_device_info(int index, vr_cuda_info *out);
  * context already existed unmeasured. Kernels loaded lazily later cost more. */
 vr_status vr_cuda_context_cost(int index, uint64_t *bytes);
 
+/* The per-thread stack vram gives a CUDA context it creates (cudaLimitStackSize), bytes. The driver reserves
+ * local memory for that stack on every thread the GPU can hold at once: 1 KiB a thread by default, 264 MiB on
+ * an H100. vram's kernels use at most 32 bytes, cuDNN's attention 48 and cuBLAS's fp32 products 128; a kernel
+ * that needs more makes the driver grow the reservation at its launch and keep it (vr_cuda_stack_growth). */
+#define VR_CUDA_STACK_BYTES 128
+
+/* The CUDA context set aside where no GPU can be measured (MiB): vram's own on an H100 80GB HBM3 with
+ * VR_CUDA_STACK_BYTES (driver 580, CUDA 13.0: 299,892,736 bytes by NVML). */
+#define VR_CUDA_CONTEXT_ESTIMATE_MIB 286
+#define VR_CUDA_CONTEXT_ESTIMATE ((uint64_t)VR_CUDA_CONTEXT_ESTIMATE_MIB << 20)
+
+/* Device memory the driver added to the context of device `index` after vram measured it, bytes: a kernel
+ * that needed a stack above VR_CUDA_STACK_BYTES (*stack: the stack a thread now has). 0, and *stack 0, where
+ * vram did not create that context (or without CUDA). */
+uint64_t vr_cuda_stack_growth(int index, size_t *stack);
+
 /* ------------------------------------------------------------ vram watch
  * Device-wide figures of every NVIDIA GPU through NVML (loaded at run time), as
  * nvidia-smi shows them. VR_ERR_UNSUPPORTED with NVML's reason where there is none. */

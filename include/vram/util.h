@@ -16,6 +16,9 @@ VR_API_BEGIN
 #define VR_KiB ((uint64_t)1 << 10)
 #define VR_MiB ((uint64_t)1 << 20)
 #define VR_GiB ((uint64_t)1 << 30)
+/* A macro's value as a string literal: VR_XSTR(VR_CUDA_STACK_BYTES) is "64". */
+#define VR_STR_(x) #x
+#define VR_XSTR(x) VR_STR_(x)
 
 /* Parses a byte size: "4096", "512B", "2MiB", "80GiB", "1.5GB", "16G" (K/M/G/T
  * alone mean binary units; KB/MB/GB/TB decimal). Errors name `what`. */

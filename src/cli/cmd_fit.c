@@ -25,8 +25,6 @@
 #include "vram/graph.h"
 #include "vram/util.h"
 
-#define CONTEXT_ESTIMATE (527 * VR_MiB) /* DESIGN.md: PyTorch's context on an H100 */
-
 static const vr_model_defaults fit_defaults = {
     .gpt_preset = "gpt2", .mlp_preset = "mnist", .batch = 1, .optim = VR_OPTIM_ADAMW, .eval = true,
     .step_heading = "step (--batch is what fit searches; --precision/--recompute/--optim-state/--master pin the "
@@ -54,7 +52,7 @@ static void fit_flags(vr_flagset *fs, void *p)
         {"--device", VR_FLAG_STRING, &o->device, "SPEC",
          .help = "meta, cpu, cuda, cuda:N (meta: H100 figures, no context)"},
         {"--context", VR_FLAG_SIZE, &o->context, "SIZE", .given = &o->has_context,
-         .help = "CUDA context set aside (cuda: measured, else 527MiB)"},
+         .help = "CUDA context set aside (cuda: measured, else " VR_XSTR(VR_CUDA_CONTEXT_ESTIMATE_MIB) "MiB)"},
         {"--global-batch", VR_FLAG_INT, &o->global_batch, "N", .lo = 1, .hi = 1 << 30,
          .help = "rows per optimizer step: micro-batch x accum = N"},
         {"--tflops", VR_FLAG_STRING, &o->tflops, "X|P=X,...",
@@ -229,7 +227,8 @@ static int resolve_device(const opts *o, target *t, vr_step_config *s, vr_fit_co
         else if (vr_cuda_context_cost((int)idx, &cost) == VR_OK && cost > 0)
             t->context = cost, t->context_how = "measured";
         else
-            t->context = CONTEXT_ESTIMATE, t->context_how = "estimate (527 MiB, PyTorch on an H100)";
+            t->context = VR_CUDA_CONTEXT_ESTIMATE,
+            t->context_how = "estimate (" VR_XSTR(VR_CUDA_CONTEXT_ESTIMATE_MIB) " MiB, vram's on an H100)";
         vr_cuda_info info;
         if (vr_cuda_device_info((int)idx, &info) == VR_OK)
             t->capacity = info.total;

@@ -21,8 +21,6 @@
 #include "vram/plan.h"
 #include "vram/util.h"
 
-/* The CUDA context when it cannot be measured: DESIGN.md's figure (PyTorch on an H100). */
-#define CONTEXT_ESTIMATE (527 * VR_MiB)
 /* The library workspace on cuda (cuBLAS: 32 MiB in PyTorch). */
 
 static const vr_model_defaults plan_defaults = {.gpt_preset = "gpt2", .mlp_preset = "mnist", .batch = 8,
@@ -55,7 +53,7 @@ static void plan_flags(vr_flagset *fs, void *p)
          .help = "host memory the offloaded state must fit in (default: what the host has\n"
                  "available); a plan over it is refused (exit 1)"},
         {"--context", VR_FLAG_SIZE, &o->context, "SIZE", .given = &o->has_context,
-         .help = "CUDA context to set aside (cuda: measured, else 527MiB)"},
+         .help = "CUDA context to set aside (cuda: measured, else " VR_XSTR(VR_CUDA_CONTEXT_ESTIMATE_MIB) "MiB)"},
         {"--kernels", VR_FLAG_CHOICE, &o->kernels, NULL, .choices = "cpu|cuda",
          .help = "whose kernels' scratch to count (cuda on --device cuda, else cpu):\n"
                  "cuda adds the 32 MiB cuBLAS workspace and the CUDA kernels' scratch,\n"
@@ -105,8 +103,9 @@ static int resolve_device(const opts *o, target *t)
             t->context = cost;
             t->context_how = "measured";
         } else {
-            t->context = CONTEXT_ESTIMATE;
-            t->context_how = "estimate (527 MiB measured with PyTorch on an H100; no GPU to measure here)";
+            t->context = VR_CUDA_CONTEXT_ESTIMATE;
+            t->context_how = "estimate (" VR_XSTR(VR_CUDA_CONTEXT_ESTIMATE_MIB)
+                             " MiB, vram's measured on an H100; no GPU to measure here)";
         }
     } else {
         return vr_cli_fail("plan", 2, "--device: '%s' is not one of meta, meta:SIZE, cpu, cpu:SIZE, cuda, cuda:N",

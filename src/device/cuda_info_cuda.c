@@ -6,7 +6,8 @@
  * device yet) and just after cudaSetDevice + cudaFree(0). The process's own
  * NVML figure is preferred; where NVML does not list our pid (another pid
  * namespace, as in many containers) the device-wide used memory is compared
- * instead, which other processes starting at the same moment would disturb. */
+ * instead, which other processes starting at the same moment would disturb.
+ * A context vram creates gets a per-thread stack of VR_CUDA_STACK_BYTES first. */
 #define _GNU_SOURCE
 #include "device/cuda_impl.h"
 
@@ -24,6 +25,7 @@ static struct {
     bool created;          /* we made sure the primary context exists */
     vr_status cost_status; /* VR_OK when cost is known */
     uint64_t cost;
+    size_t stack;          /* the stack a thread got (VR_CUDA_STACK_BYTES), 0: not ours to set */
     char why[256];         /* why the cost is unknown */
 } ctx[MAX_DEVICES];
 
@@ -114,6 +116,14 @@ static vr_status create_measured(int index)
         return vr_error(VR_ERR_DEVICE, "cuda:%d: creating the context (cudaFree(0)): %s", index, vr__cuda_err(e, b, sizeof b));
     }
     ctx[index].created = true;
+    /* Our context: its threads' stack trimmed before it is measured, so the cost is what this process holds. */
+    if (!active) {
+        e = cudaDeviceSetLimit(cudaLimitStackSize, VR_CUDA_STACK_BYTES);
+        if (e == cudaSuccess)
+            ctx[index].stack = VR_CUDA_STACK_BYTES;
+        else
+            cudaGetLastError();
+    }
     if (have_nvml && nvml_used(h, &dev_after, &own_after) == VR_OK) {
         int64_t own0 = own_before > 0 ? own_before : 0;
         if (own_after >= 0)
@@ -241,4 +251,35 @@ vr_status vr_cuda_device_info(int index, vr_cuda_info *out)
     out->free = free_b;
     out->used = total_b - free_b;
     return VR_OK;
+}
+
+uint64_t vr_cuda_stack_growth(int index, size_t *stack)
+{
+    *stack = 0;
+    if (index < 0 || index >= MAX_DEVICES)
+        return 0;
+    pthread_mutex_lock(&ctx_lock);
+    size_t set = ctx[index].stack;
+    pthread_mutex_unlock(&ctx_lock);
+    int prev = -1;
+    if (!set)
+        return 0;
+    if (cudaGetDevice(&prev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    size_t now = 0;
+    if ((prev == index || cudaSetDevice(index) == cudaSuccess) &&
+        cudaDeviceGetLimit(&now, cudaLimitStackSize) == cudaSuccess)
+        *stack = now;
+    cudaGetLastError();
+    if (prev != index)
+        cudaSetDevice(prev);
+    /* the driver reserves the stack of every thread the GPU holds, rounded down to its 2 MiB pages (measured on the
+     * H100 at 0 to 1024 bytes a thread; tests/device/test_cuda.c checks it against cudaMemGetInfo) */
+    uint64_t threads = (uint64_t)attr(index, cudaDevAttrMaxThreadsPerMultiProcessor) *
+                       (uint64_t)attr(index, cudaDevAttrMultiProcessorCount);
+    uint64_t page = (uint64_t)2 << 20;
+    uint64_t had = set * threads / page * page, has = now * threads / page * page;
+    return has > had ? has - had : 0;
 }

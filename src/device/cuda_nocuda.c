@@ -31,3 +31,10 @@ vr_status vr_cuda_context_cost(int index, uint64_t *bytes)
 }
 
 int vr_cuda_runtime_version(void) { return 0; }
+
+uint64_t vr_cuda_stack_growth(int index, size_t *stack)
+{
+    (void)index;
+    *stack = 0;
+    return 0;
+}

@@ -10,8 +10,6 @@
 #include "vram/fit.h"
 #include "vram/util.h"
 
-#define CONTEXT_ESTIMATE ((uint64_t)527 << 20) /* as vram fit: PyTorch's context on an H100 */
-
 static const char *sz(uint64_t b, char *buf) { return vr_format_size(b, buf, 32); }
 
 /* This process's device bytes now: NVML's per-process figure, else the device-wide used bytes
@@ -40,7 +38,7 @@ vr_status vr__trainer_memory_open(vr_trainer *t)
     t->context = process_used(t, &how);
     if (!t->context) {
         uint64_t cost = 0;
-        t->context = vr_cuda_context_cost(vr_device_index(t->dev), &cost) == VR_OK && cost ? cost : CONTEXT_ESTIMATE;
+        t->context = vr_cuda_context_cost(vr_device_index(t->dev), &cost) == VR_OK && cost ? cost : VR_CUDA_CONTEXT_ESTIMATE;
     }
     if (t->cfg.max_memory && t->context >= t->cfg.max_memory) {
         char a[32], b[32];

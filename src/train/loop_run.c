@@ -55,6 +55,11 @@ void vr_train_print_memory(vr_trainer *t, FILE *out)
         if (t->cfg.max_memory)
             fprintf(out, ", --max-memory %s", sz(t->cfg.max_memory, c));
         fprintf(out, "\n");
+        size_t stack;
+        uint64_t grown = vr_cuda_stack_growth(vr_device_index(t->dev), &stack);
+        if (grown)
+            fprintf(out, "process   a library kernel grew the CUDA stack from %d to %zu bytes a thread: the context "
+                    "holds %s more than measured\n", VR_CUDA_STACK_BYTES, stack, sz(grown, a));
     }
 }
 
@@ -90,6 +95,8 @@ static cJSON *memory_json(vr_trainer *t)
     if (vr_device_kind_of(t->dev) == VR_DEVICE_CUDA) {
         cJSON_AddNumberToObject(o, "context", (double)vr_trainer_context_bytes(t));
         cJSON_AddNumberToObject(o, "process_peak", (double)vr_trainer_process_peak(t));
+        size_t stack;
+        cJSON_AddNumberToObject(o, "context_grown", (double)vr_cuda_stack_growth(vr_device_index(t->dev), &stack));
         if (t->cfg.max_memory)
             cJSON_AddNumberToObject(o, "max_memory", (double)t->cfg.max_memory);
     }

@@ -55,6 +55,8 @@ static void fails_cleanly_without_a_gpu(void **state)
     uint64_t cost = 1;
     assert_int_not_equal(vr_cuda_context_cost(0, &cost), VR_OK);
     assert_true(cost == 0);
+    size_t stack = 1;
+    assert_true(vr_cuda_stack_growth(0, &stack) == 0 && stack == 0);
 }
 
 static void index_out_of_range_is_an_error(void **state)
@@ -121,6 +123,38 @@ static void allocates_and_counts_bytes(void **state)
     assert_int_equal(vr_device_malloc(dev, VR_MiB, &q), VR_OK);
     vr_device_free(dev, q, VR_MiB);
     vr_device_close(dev);
+}
+
+/* A context vram creates gets a per-thread stack of VR_CUDA_STACK_BYTES (the driver's default, 1 KiB a thread,
+ * holds 264 MiB on an H100); a kernel needing more grows it, and vr_cuda_stack_growth says by exactly the bytes the
+ * driver added (cudaMemGetInfo's used). */
+static void trims_the_stack_and_counts_its_growth(void **state)
+{
+    (void)state;
+    if (!have_gpu())
+        skip();
+#ifdef VRAM_HAVE_CUDA
+    uint64_t cost = 0;
+    vr_cuda_context_cost(0, &cost);
+    size_t stack = 0, limit = 0;
+    assert_int_equal(cudaSetDevice(0), cudaSuccess);
+    assert_int_equal(cudaDeviceGetLimit(&limit, cudaLimitStackSize), cudaSuccess);
+    assert_int_equal(limit, VR_CUDA_STACK_BYTES);
+    assert_true(vr_cuda_stack_growth(0, &stack) == 0);
+    assert_int_equal(stack, VR_CUDA_STACK_BYTES);
+    size_t f0, f1, t;
+    assert_int_equal(cudaMemGetInfo(&f0, &t), cudaSuccess);
+    assert_int_equal(cudaDeviceSetLimit(cudaLimitStackSize, 1024), cudaSuccess); /* as a kernel needing 1 KiB */
+    assert_int_equal(cudaMemGetInfo(&f1, &t), cudaSuccess);
+    uint64_t grown = vr_cuda_stack_growth(0, &stack);
+    print_message("    stack 1024 bytes a thread: +%.1f MiB (driver), %.1f MiB (vr_cuda_stack_growth)\n",
+                  (double)(f0 - f1) / (1 << 20), (double)grown / (1 << 20));
+    assert_int_equal(stack, 1024);
+    assert_true(grown == (uint64_t)(f0 - f1) && grown > 100 * VR_MiB);
+    assert_int_equal(cudaDeviceSetLimit(cudaLimitStackSize, VR_CUDA_STACK_BYTES), cudaSuccess);
+    assert_int_equal(cudaMemGetInfo(&f1, &t), cudaSuccess);
+    assert_true(f1 == f0 && vr_cuda_stack_growth(0, &stack) == 0);
+#endif
 }
 
 static void maps_virtual_memory(void **state)
@@ -208,6 +242,7 @@ int main(void)
         cmocka_unit_test(fails_cleanly_without_a_gpu),
         cmocka_unit_test(index_out_of_range_is_an_error),
         cmocka_unit_test(allocates_and_counts_bytes),
+        cmocka_unit_test(trims_the_stack_and_counts_its_growth),
         cmocka_unit_test(maps_virtual_memory),
         cmocka_unit_test(streams_and_events),
     };
