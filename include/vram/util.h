@@ -16,7 +16,7 @@ VR_API_BEGIN
 #define VR_KiB ((uint64_t)1 << 10)
 #define VR_MiB ((uint64_t)1 << 20)
 #define VR_GiB ((uint64_t)1 << 30)
-/* A macro's value as a string literal: VR_XSTR(VR_CUDA_STACK_BYTES) is "64". */
+/* A macro's value as a string literal: VR_XSTR(VR_CUDA_CONTEXT_ESTIMATE_MIB) is "286". */
 #define VR_STR_(x) #x
 #define VR_XSTR(x) VR_STR_(x)
 

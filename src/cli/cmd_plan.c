@@ -21,8 +21,6 @@
 #include "vram/plan.h"
 #include "vram/util.h"
 
-/* The library workspace on cuda (cuBLAS: 32 MiB in PyTorch). */
-
 static const vr_model_defaults plan_defaults = {.gpt_preset = "gpt2", .mlp_preset = "mnist", .batch = 8,
                                                 .optim = VR_OPTIM_ADAMW, .eval = true};
 

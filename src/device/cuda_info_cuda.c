@@ -261,9 +261,9 @@ uint64_t vr_cuda_stack_growth(int index, size_t *stack)
     pthread_mutex_lock(&ctx_lock);
     size_t set = ctx[index].stack;
     pthread_mutex_unlock(&ctx_lock);
-    int prev = -1;
     if (!set)
         return 0;
+    int prev = -1;
     if (cudaGetDevice(&prev) != cudaSuccess) {
         cudaGetLastError();
         return 0;

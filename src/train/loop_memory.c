@@ -38,7 +38,8 @@ vr_status vr__trainer_memory_open(vr_trainer *t)
     t->context = process_used(t, &how);
     if (!t->context) {
         uint64_t cost = 0;
-        t->context = vr_cuda_context_cost(vr_device_index(t->dev), &cost) == VR_OK && cost ? cost : VR_CUDA_CONTEXT_ESTIMATE;
+        bool known = vr_cuda_context_cost(vr_device_index(t->dev), &cost) == VR_OK && cost;
+        t->context = known ? cost : VR_CUDA_CONTEXT_ESTIMATE;
     }
     if (t->cfg.max_memory && t->context >= t->cfg.max_memory) {
         char a[32], b[32];
