@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # Training quality of the optimizer-state formats: one GPT trained on real text with fp32, bf16 and 8-bit
 # AdamW state (and bf16 weights without a master copy where the device runs bf16), same init, same batches,
-# held-out loss every EVAL steps. Prints a table (final held-out loss and its ratio to fp32's) and writes
+# held-out loss every EVAL steps. Prints a table (final held-out loss and its ratio to the first run's) and writes
 # the curves as an SVG plot. CPU by default (DEVICE=cuda for the GPU, which adds bf16 + no master).
 #     bash bench/states/quality.sh            # from the repo root, after building ./build/vram
 # The text: the licence texts Debian ships in every installation (/usr/share/common-licenses), read as bytes,
-# or CORPUS=FILE (any text). MODEL, EXTRA (flags added to every run) and RUNS ("name:flag,flag ...", the
+# or CORPUS=FILE (any text). MODEL, LR (1e-3), EXTRA (flags added to every run) and RUNS ("name:flag,flag ...", the
 # first run is the reference the others are compared with) change what is trained; bench/gpu/state_quality.sh
 # uses them for GPT-2 124M on the H100.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VRAM=${VRAM:-./build/vram}
 OUT=${OUT:-out/states}; mkdir -p "$OUT"
-STEPS=${STEPS:-600}; EVAL=${EVAL:-50}; DEVICE=${DEVICE:-cpu}
+STEPS=${STEPS:-600}; EVAL=${EVAL:-50}; DEVICE=${DEVICE:-cpu}; LR=${LR:-1e-3}
 if [ -n "${CORPUS:-}" ]; then cp "$CORPUS" "$OUT/corpus.txt"; else cat /usr/share/common-licenses/* > "$OUT/corpus.txt"; fi
 MODEL=${MODEL:---preset small --vocab 256 --seq 128 --batch 16}
-common="$MODEL --data $OUT/corpus.txt --steps $STEPS --eval-every $EVAL --eval-batches 16 --lr 1e-3 --clip 1.0 --device $DEVICE --json ${EXTRA:-}"
+common="$MODEL --data $OUT/corpus.txt --steps $STEPS --eval-every $EVAL --eval-batches 16 --lr $LR --clip 1.0 --device $DEVICE --json ${EXTRA:-}"
 runs="fp32:--optim-state=fp32 bf16:--optim-state=bf16 8bit:--optim-state=8bit"
 [ "$DEVICE" = cuda ] && runs="$runs bf16w-8bit:--precision=bf16,--optim-state=8bit,--master=none bf16w:--precision=bf16"
 runs=${RUNS:-$runs}
