@@ -1,26 +1,25 @@
 // vram's own Hopper (sm_90a) product for a Linear + GELU, against cuBLASLt's GELU_AUX_BIAS epilogue and its
 // BIAS-only product, at GPT-2 124M's (16384 x 768 -> 3072) and medium's (8192 x 1024 -> 4096) MLP shapes, bf16.
-// Not in the library (bench/gpu/README.md, fourteenth and sixteenth sessions): correct (every element against
-// cuBLASLt's, printed), its products alone 15-20% faster than cuBLASLt's product with a bias (since its mbarrier
-// waits are CTA-scoped: cluster-scoped acquires cost 30%), but with its two outputs stored it only ties
-// cuBLASLt's GELU_AUX_BIAS: the epilogue leaves the tensor cores idle (~14 us at medium) and the stores cost more.
-// TMA loads (128-byte swizzle) into a 3-stage mbarrier pipeline, one producer thread, two consumer warpgroups of
-// wgmma m64n256k16 (128 x 256 tiles), persistent CTAs (clusters of 1 or 2, the weight tile multicast), the
-// pre-activation staged in shared memory; during the next tile's first slices each thread reads pieces of it back,
-// stores them and their GELU with plain coalesced stores.
+// Not in the library (bench/gpu/README.md, fourteenth and sixteenth sessions): both kernels here are correct (every
+// element against cuBLASLt's, printed). The cooperative one's products alone are 15-20% faster than cuBLASLt's
+// product with a bias (its mbarrier waits CTA-scoped: cluster-scoped acquires cost 30%), but with its outputs
+// stored it ties cuBLASLt's GELU_AUX_BIAS (its epilogue holds the tensor cores); the ping-pong one hides the
+// epilogue behind the other warpgroup's products and beats GELU_AUX_BIAS by 3-5%, too little to carry.
 // Build and run on the GPU machine:
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a bench/gpu/gemm_sm90.cu -lcublasLt -o /tmp/gemm_sm90 \
 //     && /tmp/gemm_sm90
 //
-// The kernel: one CTA a multiprocessor, persistent over 128 x 256 tiles of the output, walked column by column or
-// in strips of `band` column tiles. 384 threads:
+// The cooperative kernel: one CTA a multiprocessor, persistent over 128 x 256 tiles of the output, walked column by
+// column or in strips of `band` column tiles; clusters of 1 or 2 (the weight tile multicast). 384 threads:
 //   warpgroup 0, one thread: the producer. For each K-slice of 64 it waits until a stage of shared memory is
 //     free ("empty" mbarrier), then has TMA load the tile's 128 input rows and 256 weight rows of that slice
 //     into it (128-byte swizzle) and count its bytes on the stage's "full" mbarrier. It runs ahead into the
 //     next tile while the consumers finish this one.
 //   warpgroups 1 and 2: the consumers, the tile's rows 0-63 and 64-127. Per slice four wgmma m64n256k16 into
 //     128 fp32 registers a thread; one group of them in flight, the slice before released once it completed.
-//     The epilogue: below, at the kernel.
+//     The epilogue stages the pre-activation (bias added) in shared memory; during the next tile's slices each
+//     thread reads pieces of it back and stores them and their GELU with plain coalesced stores.
+// The ping-pong kernel (k_linear_gelu_pp): at the kernel.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <mutex>
@@ -172,6 +171,22 @@ __device__ __forceinline__ void wgmma_m64n256k16(float *d, uint64_t da, uint64_t
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
         : "l"(da), "l"(db), "r"(scale_d));
 }
+
+/* D(64x128, 64 fp32 registers) (+)= A(64x16) B(128x16)^T, as wgmma_m64n256k16. */
+__device__ __forceinline__ void wgmma_m64n128k16(float *d, uint64_t da, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+__device__ __forceinline__ void fence_acc64(float *d)
+{
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ void bar_sync2(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void bar_arrive2(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 
 __device__ __forceinline__ float gelu_fast(float x)
 {
@@ -354,6 +369,136 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, 1)
 #endif
 }
 
+/* Ping-pong: each consumer warpgroup takes whole 128 x 128 tiles of its own (two m64n128 accumulators, 128
+ * registers), the two in turn: one's products run while the other stages its outputs (bias added) in shared
+ * memory and stores them and their GELU, so the epilogue never holds the tensor cores. Named barriers 3 and 4
+ * pass the turn. Stages of 32 KB (input 128 x 64, weights 128 x 64), ST of them; a 32 KB staging buffer a
+ * warpgroup. The producer loads the CTA's tiles in order; tile i of the CTA is warpgroup i % 2's. */
+constexpr int P_STAGE = 2 * 128 * BK * 2, P_EPI = 128 * 128 * 2;
+constexpr int smem_bytes_pp(int st) { return st * P_STAGE + 2 * P_EPI + 1024; }
+
+template <int ST>
+__global__ void __launch_bounds__(THREADS, 1)
+    k_linear_gelu_pp(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                     const __nv_bfloat16 *__restrict__ bias, void *pre_out, void *gelu_out, int M, int N, int K,
+                     int epi, int band)
+{
+#ifdef VR_SM90A
+    extern __shared__ uint8_t smem_raw[];
+    __shared__ __align__(8) uint64_t full[ST], empty[ST];
+    uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    const int groups_m = M / 128, tiles_n = N / 128, tiles = groups_m * tiles_n, nk = K / BK;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (tid == 0) {
+            int s = 0;
+            uint32_t ph = 0;
+            for (int g = blockIdx.x; g < tiles; g += gridDim.x) {
+                int gm, tn;
+                tile_of(g, groups_m, tiles_n, band, &gm, &tn);
+                for (int kb = 0; kb < nk; kb++) {
+                    mbar_wait(&empty[s], ph ^ 1);
+                    uint8_t *st = smem + s * P_STAGE;
+                    mbar_expect_tx(&full[s], P_STAGE);
+                    tma_load(st, &map_a, &full[s], kb * BK, gm * 128);
+                    tma_load(st + P_STAGE / 2, &map_b, &full[s], kb * BK, tn * 128);
+                    if (++s == ST) s = 0, ph ^= 1;
+                }
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int cw = wg - 1, warp = tid / 32, lane = tid % 32, rl = warp * 16 + lane / 4;
+    uint8_t *ebuf = smem + ST * P_STAGE + cw * P_EPI;
+    __nv_bfloat16 *const pre_g = (__nv_bfloat16 *)pre_out, *const out_g = (__nv_bfloat16 *)gelu_out;
+    float d0[64], d1[64];
+    int i = cw;
+    for (int g = blockIdx.x + cw * gridDim.x; g < tiles; g += 2 * gridDim.x, i += 2) {
+        int gm, tn;
+        tile_of(g, groups_m, tiles_n, band, &gm, &tn);
+        const int m0 = gm * 128, n0 = tn * 128;
+        if (i > 0) bar_sync2(3 + cw); /* the other warpgroup's products of tile i - 1 are all issued */
+        int prev = -1;
+        for (int kb = 0; kb < nk; kb++) {
+            int cnt = i * nk + kb, s = cnt % ST;
+            mbar_wait(&full[s], (cnt / ST) & 1);
+            const uint8_t *st = smem + s * P_STAGE;
+            fence_acc64(d0);
+            fence_acc64(d1);
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < BK / 16; j++) {
+                uint64_t db = desc_sw128(st + P_STAGE / 2 + j * 32);
+                wgmma_m64n128k16(d0, desc_sw128(st + j * 32), db, kb > 0 || j > 0);
+                wgmma_m64n128k16(d1, desc_sw128(st + 64 * 128 + j * 32), db, kb > 0 || j > 0);
+            }
+            wg_commit();
+            fence_acc64(d0);
+            fence_acc64(d1);
+            if (prev >= 0) {
+                wg_wait<1>();
+                fence_acc64(d0);
+                fence_acc64(d1);
+                if (tid == 0) mbar_arrive_cluster(&empty[prev], 0);
+            }
+            prev = s;
+        }
+        bar_arrive2(4 - cw); /* the other warpgroup's turn */
+        wg_wait<0>();
+        fence_acc64(d0);
+        fence_acc64(d1);
+        if (tid == 0) mbar_arrive_cluster(&empty[prev], 0);
+        if (!epi) continue;
+        /* stage: d0 rows 0-63, d1 rows 64-127 of the tile; columns 8j + 2(lane%4) + {0,1} */
+        wg_bar(1 + cw); /* this buffer's pieces of two tiles ago have been read */
+        const __nv_bfloat162 *b2 = reinterpret_cast<const __nv_bfloat162 *>(bias + n0);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            float2 b = __bfloat1622float2(b2[4 * j + lane % 4]);
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                int row = rl + 8 * (h & 1) + 64 * (h >> 1);
+                const float *dd = h < 2 ? d0 : d1;
+                uint32_t off = (j / 8) * 16384 + row * 128 + (((j % 8) ^ (row % 8)) * 16) + (lane % 4) * 4;
+                *reinterpret_cast<__nv_bfloat162 *>(ebuf + off) =
+                    __floats2bfloat162_rn(dd[4 * j + 2 * (h & 1)] + b.x, dd[4 * j + 2 * (h & 1) + 1] + b.y);
+            }
+        }
+        wg_bar(1 + cw);
+#pragma unroll 4
+        for (int k = 0; k < 16; k++) {
+            int slab = k / 8, row = (k % 8) * 16 + tid / 8, chunk = (tid % 8) ^ (row % 8);
+            uint4 v = *reinterpret_cast<const uint4 *>(ebuf + slab * 16384 + row * 128 + (tid % 8) * 16);
+            size_t off = (size_t)(m0 + row) * N + n0 + slab * 64 + chunk * 8;
+            if (!(epi & 16))
+                asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(pre_g + off), "r"(v.x), "r"(v.y),
+                             "r"(v.z), "r"(v.w) : "memory");
+            if (epi & 2) {
+                uint32_t *w = reinterpret_cast<uint32_t *>(&v);
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&w[q]));
+                    __nv_bfloat162 gg = __floats2bfloat162_rn(gelu_fast(f.x), gelu_fast(f.y));
+                    w[q] = *reinterpret_cast<uint32_t *>(&gg);
+                }
+                if (epi & 4)
+                    asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(out_g + off), "r"(v.x),
+                                 "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+            }
+        }
+    }
+#else
+    (void)map_a, (void)map_b, (void)bias, (void)pre_out, (void)gelu_out, (void)M, (void)N, (void)K, (void)epi, (void)band;
+#endif
+}
+
 /* cuTensorMapEncodeTiled from the driver (through the runtime: libcuda is not linked). */
 PFN_cuTensorMapEncodeTiled_v12000 encode_fn(void)
 {
@@ -454,6 +599,18 @@ static void own_run(int cl, int st, int epi, int band, int N, int C, int OC, con
     CK(cudaGetLastError());
 }
 
+/* the ping-pong kernel: st stages, epi and band as the kernel's */
+static void own_run_pp(int st, int epi, int band, int N, int C, int OC, const void *inp, const void *w,
+                       const void *bias, void *out, void *pre, int sms)
+{
+    CUtensorMap ma, mb;
+    if (!make_map(&ma, inp, C, N, 128) || !make_map(&mb, w, C, OC, 128)) { printf("tensor map failed\n"); exit(1); }
+    int tiles = (N / 128) * (OC / 128), grid = sms < tiles ? sms : tiles;
+    auto k = st == 5 ? k_linear_gelu_pp<5> : k_linear_gelu_pp<4>;
+    k<<<grid, THREADS, smem_bytes_pp(st)>>>(ma, mb, (const __nv_bfloat16 *)bias, pre, out, N, OC, C, epi, band);
+    CK(cudaGetLastError());
+}
+
 template <class F> static float time_us(F f)
 {
     cudaEvent_t e0, e1;
@@ -491,6 +648,8 @@ int main(int argc, char **argv)
     CK(cudaFuncSetAttribute(k_linear_gelu<2, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(4)));
     CK(cudaFuncSetAttribute(k_linear_gelu<4, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(3)));
     CK(cudaFuncSetAttribute(k_linear_gelu<4, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(4)));
+    CK(cudaFuncSetAttribute(k_linear_gelu_pp<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes_pp(4)));
+    CK(cudaFuncSetAttribute(k_linear_gelu_pp<5>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes_pp(5)));
     if (!encode_fn()) { printf("no cuTensorMapEncodeTiled\n"); return 1; }
     int fit[5] = {0, 0, clusters_fit(2), 0, clusters_fit(4)};
     cublasLtHandle_t lt;
@@ -527,11 +686,12 @@ int main(int argc, char **argv)
         }
         // correctness: vram's outputs against cuBLASLt's, element by element (within 2 bf16 steps)
         lt_run(lt, true, N, C, OC, inp, w, bias, out2, pre2, ws, wsb);
-        for (int v = 0; v < 4; v++) {
-            int cl = v < 2 ? 1 << v : 2, band = v < 2 ? 0 : v == 2 ? 3 : 5; /* bands that leave a narrower last strip */
+        for (int v = 0; v < 6; v++) {
+            int cl = v < 2 ? 1 << v : 2, band = v < 2 ? 0 : v % 2 ? 3 : 5; /* bands that leave a narrower last strip */
             CK(cudaMemset(out, 0xff, no * 2));
             CK(cudaMemset(pre, 0xff, no * 2));
-            own_run(cl, 3, 7, band, N, C, OC, inp, w, bias, out, pre, sms, fit);
+            if (v >= 4) cl = 0, own_run_pp(v == 4 ? 4 : 5, 7, band, N, C, OC, inp, w, bias, out, pre, sms);
+            else own_run(cl, 3, 7, band, N, C, OC, inp, w, bias, out, pre, sms, fit);
             CK(cudaDeviceSynchronize());
             const void *mine[2] = {pre, out}, *theirs[2] = {pre2, out2};
             for (int k = 0; k < 2; k++) {
@@ -545,17 +705,17 @@ int main(int argc, char **argv)
         }
         double fl = 2.0 * N * C * OC;
         struct { const char *name; int cl, st, epi, band; } runs[] = {
-            {"cuBLASLt GELU_AUX_BIAS", 0, 0, 1, 0},        {"cuBLASLt BIAS alone", 0, 0, 0, 0},
-            {"vram products alone, cl 1", 1, 4, 0, 0},
-            {"vram pre into smem only, cl 1 b8", 1, 3, 17, 8},
-            {"vram pre stored, cl 1, b8, cs 16", 1, 3, 97, 8},
-            {"vram pre stored, 2 MB rows, b8 cs16", 1, 3, 225, 8},
-            {"vram linear+gelu, cl 1, b8, cs 16", 1, 3, 103, 8},
-            {"vram linear+gelu, 2 MB rows, b8 cs16", 1, 3, 231, 8},
-            {"vram linear+gelu, 2 MB rows, b8 16", 1, 3, 199, 8}};
+            {"cuBLASLt GELU_AUX_BIAS", 0, 0, 1, 0},          {"cuBLASLt BIAS alone", 0, 0, 0, 0},
+            {"coop: products alone", 1, 4, 0, 0},            {"coop: pre into smem only, b8", 1, 3, 17, 8},
+            {"coop: pre stored, b8", 1, 3, 97, 8},           {"coop: linear+gelu, b8", 1, 3, 103, 8},
+            {"coop: linear+gelu, cl 2, b8", 2, 3, 103, 8},   {"pp: products alone", -1, 5, 0, 0},
+            {"pp: pre into smem only", -1, 5, 17, 0},        {"pp: pre stored", -1, 5, 1, 0},
+            {"pp: linear+gelu", -1, 5, 7, 0},                {"pp: linear+gelu, b8", -1, 5, 7, 8},
+            {"pp: linear+gelu, b16", -1, 5, 7, 16}};
         for (auto &r : runs) {
             float us = time_us([&] {
-                if (r.cl) own_run(r.cl, r.st, r.epi, r.band, N, C, OC, inp, w, bias, out, pre, sms, fit);
+                if (r.cl < 0) own_run_pp(r.st, r.epi, r.band, N, C, OC, inp, w, bias, out, pre, sms);
+                else if (r.cl) own_run(r.cl, r.st, r.epi, r.band, N, C, OC, inp, w, bias, out, pre, sms, fit);
                 else lt_run(lt, r.epi, N, C, OC, inp, w, bias, out2, pre2, ws, wsb);
             });
             printf("  %5d x %4d -> %4d %-36s %7.1f us %6.0f TFLOP/s\n", N, C, OC, r.name, us, fl / us / 1e6);
