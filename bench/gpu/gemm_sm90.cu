@@ -41,7 +41,7 @@ namespace {
 
 constexpr int BM = 128, BN = 256, BK = 64, THREADS = 384;
 constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
-constexpr int EPI_BYTES = 64 * BN * 2; /* a consumer's 64 x 256 outputs, staged for the TMA stores */
+constexpr int EPI_BYTES = 64 * BN * 2; /* a consumer's 64 x 256 outputs, staged */
 /* ST stages of STAGE_BYTES, the epilogue's buffers where ST leaves room (3 stages), 1024 to align */
 constexpr int smem_bytes(int st) { return st * STAGE_BYTES + (st <= 3 ? 2 * EPI_BYTES : 0) + 1024; }
 
@@ -90,22 +90,6 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint64_t *b, uint32_t rank)
                  "r"(rank)
                  : "memory");
 }
-/* TMA store of the box at src to (c0 inner, c1 outer) of map, in the thread's bulk group. */
-__device__ __forceinline__ void tma_store(const CUtensorMap *map, const void *src, int c0, int c1)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
-                 ::"l"((uint64_t)map), "r"(smem_u32(src)), "r"(c0), "r"(c1)
-                 : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-/* Waits until the thread's bulk stores have read their shared memory (READ) or completed. */
-template <int READ> __device__ __forceinline__ void bulk_wait()
-{
-    if (READ) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-    else asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-/* Shared-memory writes by this thread made visible to the TMA (the async proxy). */
-__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 /* Barrier `id` among the 128 threads of a warpgroup. */
 __device__ __forceinline__ void wg_bar(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void cluster_sync()
@@ -220,7 +204,6 @@ __device__ __forceinline__ void tile_of(int g, int groups_m, int tiles_n, int ba
 template <int CL, int ST>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, 1)
     k_linear_gelu(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                  const __grid_constant__ CUtensorMap map_pre, const __grid_constant__ CUtensorMap map_out,
                   const __nv_bfloat16 *__restrict__ bias, void *pre_out, void *gelu_out, int M, int N, int K, int epi,
                   int band)
 {
@@ -365,7 +348,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, 1)
     /* no CTA leaves while its pair may still write into its shared memory or arrive on its barriers */
     if (CL > 1) cluster_sync();
 #else
-    (void)map_a, (void)map_b, (void)map_pre, (void)map_out, (void)bias, (void)pre_out, (void)gelu_out, (void)M, (void)N, (void)K, (void)epi, (void)band;
+    (void)map_a, (void)map_b, (void)bias, (void)pre_out, (void)gelu_out, (void)M, (void)N, (void)K, (void)epi, (void)band;
 #endif
 }
 
@@ -586,15 +569,14 @@ static int clusters_fit(int cl)
 static void own_run(int cl, int st, int epi, int band, int N, int C, int OC, const void *inp, const void *w, const void *bias,
                     void *out, void *pre, int sms, const int *fit)
 {
-    CUtensorMap ma, mb, mp, mo;
-    if (!make_map(&ma, inp, C, N, BM) || !make_map(&mb, w, C, OC, BN / cl) || !make_map(&mp, pre, OC, N, 64) ||
-        !make_map(&mo, out, OC, N, 64)) { printf("tensor map failed\n"); exit(1); }
+    CUtensorMap ma, mb;
+    if (!make_map(&ma, inp, C, N, BM) || !make_map(&mb, w, C, OC, BN / cl)) { printf("tensor map failed\n"); exit(1); }
     int groups = (N / (BM * cl)) * (OC / BN), slots = cl > 1 ? fit[cl] : sms;
     int grid = (slots < groups ? slots : groups) * cl;
     auto k = cl == 4 ? (st == 4 ? k_linear_gelu<4, 4> : k_linear_gelu<4, 3>)
              : cl == 2 ? (st == 4 ? k_linear_gelu<2, 4> : k_linear_gelu<2, 3>)
                        : (st == 4 ? k_linear_gelu<1, 4> : k_linear_gelu<1, 3>);
-    k<<<grid, THREADS, smem_bytes(st)>>>(ma, mb, mp, mo, (const __nv_bfloat16 *)bias, pre, out, N, OC, C, st == 4 ? 0 : epi,
+    k<<<grid, THREADS, smem_bytes(st)>>>(ma, mb, (const __nv_bfloat16 *)bias, pre, out, N, OC, C, st == 4 ? 0 : epi,
                                          band);
     CK(cudaGetLastError());
 }
