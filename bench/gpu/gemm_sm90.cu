@@ -115,11 +115,16 @@ template <int N> __device__ __forceinline__ void wg_wait()
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 /* Keeps the compiler from moving accesses to the accumulators across an asynchronous wgmma. */
-__device__ __forceinline__ void fence_acc(float *d)
+template <int N = 128> __device__ __forceinline__ void fence_acc(float *d)
 {
 #pragma unroll
-    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
+
+/* Eight accumulator registers d[i..i+7] as asm operands. */
+#define VR_ACC8(i)                                                                                             \
+    "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), "+f"(d[(i) + 5]),       \
+        "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
 
 /* D(64x256, fp32 registers) (+)= A(64x16) B(256x16)^T, both bf16 K-major in shared memory (descriptors);
  * scale_d 0 overwrites D. Issued by a whole warpgroup; completes asynchronously (wg_commit, wg_wait). */
@@ -137,22 +142,10 @@ __device__ __forceinline__ void wgmma_m64n256k16(float *d, uint64_t da, uint64_t
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
         "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : VR_ACC8(0), VR_ACC8(8), VR_ACC8(16), VR_ACC8(24),
+          VR_ACC8(32), VR_ACC8(40), VR_ACC8(48), VR_ACC8(56),
+          VR_ACC8(64), VR_ACC8(72), VR_ACC8(80), VR_ACC8(88),
+          VR_ACC8(96), VR_ACC8(104), VR_ACC8(112), VR_ACC8(120)
         : "l"(da), "l"(db), "r"(scale_d));
 }
 
@@ -166,20 +159,9 @@ __device__ __forceinline__ void wgmma_m64n128k16(float *d, uint64_t da, uint64_t
                  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
                  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
                  "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : VR_ACC8(0), VR_ACC8(8), VR_ACC8(16), VR_ACC8(24),
+                   VR_ACC8(32), VR_ACC8(40), VR_ACC8(48), VR_ACC8(56)
                  : "l"(da), "l"(db), "r"(scale_d));
-}
-__device__ __forceinline__ void fence_acc64(float *d)
-{
-#pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 __device__ __forceinline__ void bar_sync2(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void bar_arrive2(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
@@ -425,8 +407,8 @@ __global__ void __launch_bounds__(THREADS, 1)
             int cnt = i * nk + kb, s = cnt % ST;
             mbar_wait(&full[s], (cnt / ST) & 1);
             const uint8_t *st = smem + s * P_STAGE;
-            fence_acc64(d0);
-            fence_acc64(d1);
+            fence_acc<64>(d0);
+            fence_acc<64>(d1);
             wg_fence();
 #pragma unroll
             for (int j = 0; j < BK / 16; j++) {
@@ -435,20 +417,20 @@ __global__ void __launch_bounds__(THREADS, 1)
                 wgmma_m64n128k16(d1, desc_sw128(st + 64 * 128 + j * 32), db, kb > 0 || j > 0);
             }
             wg_commit();
-            fence_acc64(d0);
-            fence_acc64(d1);
+            fence_acc<64>(d0);
+            fence_acc<64>(d1);
             if (prev >= 0) {
                 wg_wait<1>();
-                fence_acc64(d0);
-                fence_acc64(d1);
+                fence_acc<64>(d0);
+                fence_acc<64>(d1);
                 if (tid == 0) mbar_arrive_cluster(&empty[prev], 0);
             }
             prev = s;
         }
         bar_arrive2(4 - cw); /* the other warpgroup's turn */
         wg_wait<0>();
-        fence_acc64(d0);
-        fence_acc64(d1);
+        fence_acc<64>(d0);
+        fence_acc<64>(d1);
         if (tid == 0) mbar_arrive_cluster(&empty[prev], 0);
         if (!epi) continue;
         /* stage: d0 rows 0-63, d1 rows 64-127 of the tile; columns 8j + 2(lane%4) + {0,1} */
