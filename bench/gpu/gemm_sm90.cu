@@ -173,6 +173,25 @@ __device__ __forceinline__ float gelu_fast(float x)
     return 0.5f * x * (1.0f + t);
 }
 
+/* The GELU of the eight bf16 of a 16-byte piece, in place. */
+__device__ __forceinline__ void gelu_piece(uint4 &v)
+{
+    uint32_t *w = reinterpret_cast<uint32_t *>(&v);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&w[k]));
+        __nv_bfloat162 g = __floats2bfloat162_rn(gelu_fast(f.x), gelu_fast(f.y));
+        w[k] = *reinterpret_cast<uint32_t *>(&g);
+    }
+}
+/* A 16-byte store marked evict-first (.cs: the outputs are not read again here). */
+__device__ __forceinline__ void st_cs(void *p, uint4 v)
+{
+    asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+
 /* CL CTAs a cluster (1 or 2): with 2, the pair takes two neighbouring row tiles of the same column tile and
  * each loads half of its 256 weight rows for both (TMA multicast): 512 KB of L2 reads a tile instead of 768.
  * The epilogue stages the pre-activation in shared memory (the 128-byte swizzle TMA expects: 16-byte chunk c
@@ -252,12 +271,8 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, 1)
         int pend = 0, pm0 = 0, pn0 = 0;
         __nv_bfloat16 *const pre_g = (__nv_bfloat16 *)pre_out, *const out_g = (__nv_bfloat16 *)gelu_out;
         auto put = [&](__nv_bfloat16 *p, uint4 v) {
-            if (epi & 32)
-                asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
-                             "r"(v.w)
-                             : "memory");
-            else
-                *reinterpret_cast<uint4 *>(p) = v;
+            if (epi & 32) st_cs(p, v);
+            else *reinterpret_cast<uint4 *>(p) = v;
         };
         const int per = (epi & 64) ? 1 : 2; /* pieces a thread a slice: 16 of them */
         auto epi_step = [&](int c) {
@@ -268,13 +283,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, 1)
                 size_t off = (size_t)(((epi & 128) ? pm0 % 256 : pm0) + r) * N + pn0 + slab * 64 + chunk * 8;
                 if (!(epi & 16)) put(pre_g + off, v);
                 if (epi & 2) {
-                    uint32_t *w = reinterpret_cast<uint32_t *>(&v);
-#pragma unroll
-                    for (int k = 0; k < 4; k++) {
-                        float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&w[k]));
-                        __nv_bfloat162 g = __floats2bfloat162_rn(gelu_fast(f.x), gelu_fast(f.y));
-                        w[k] = *reinterpret_cast<uint32_t *>(&g);
-                    }
+                    gelu_piece(v);
                     if (epi & 4) put(out_g + off, v);
                 }
             }
@@ -454,20 +463,10 @@ __global__ void __launch_bounds__(THREADS, 1)
             int slab = k / 8, row = (k % 8) * 16 + tid / 8, chunk = (tid % 8) ^ (row % 8);
             uint4 v = *reinterpret_cast<const uint4 *>(ebuf + slab * 16384 + row * 128 + (tid % 8) * 16);
             size_t off = (size_t)(m0 + row) * N + n0 + slab * 64 + chunk * 8;
-            if (!(epi & 16))
-                asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(pre_g + off), "r"(v.x), "r"(v.y),
-                             "r"(v.z), "r"(v.w) : "memory");
+            if (!(epi & 16)) st_cs(pre_g + off, v);
             if (epi & 2) {
-                uint32_t *w = reinterpret_cast<uint32_t *>(&v);
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&w[q]));
-                    __nv_bfloat162 gg = __floats2bfloat162_rn(gelu_fast(f.x), gelu_fast(f.y));
-                    w[q] = *reinterpret_cast<uint32_t *>(&gg);
-                }
-                if (epi & 4)
-                    asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(out_g + off), "r"(v.x),
-                                 "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+                gelu_piece(v);
+                if (epi & 4) st_cs(out_g + off, v);
             }
         }
     }
