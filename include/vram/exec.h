@@ -189,6 +189,17 @@ void vr_exec_free(vr_exec *e);
  * vr_exec_create did, so executors on two GPUs of one process may take turns. */
 vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hparams *h, vr_exec_result *res);
 
+/* vr_exec_step in two halves: start queues the step (a replayed CUDA graph with its losses' readback: the host
+ * does not wait; otherwise the whole step runs), finish waits for it and gives its result. Between the two, a
+ * second step may be started where vr_exec_can_start_ahead allows (its inputs are copied on start), so that the
+ * GPU does not wait for the host between steps; finish then gives the first step's result, the next finish the
+ * second's. Outputs read between them (vr_exec_read) are the last started step's once it is finished. */
+vr_status vr_exec_step_start(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hparams *h);
+vr_status vr_exec_step_finish(vr_exec *e, vr_exec_result *res);
+/* Whether a step may be started now with one in flight: exactly one is, no dynamic loss scaling (fp16: the next
+ * step's scale and count depend on the result of this one), no ranks. */
+bool vr_exec_can_start_ahead(const vr_exec *e);
+
 /* Copies tensor t (a storage tensor or a view) to / from host memory: bytes
  * must equal the tensor's. VR_ERR_INVALID when t is not bound to memory now
  * (persistent tensors always are; outputs stay bound until the next step). */

@@ -120,6 +120,12 @@ void vr_trainer_free(vr_trainer *t);
 /* Runs one optimizer step (accum micro-batches from the training split). */
 vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info);
 
+/* on: each vr_trainer_step also starts the step after its own before waiting for it (vr_exec_step_start; on a
+ * replayed CUDA graph the GPU then does not wait for the host between steps; the same results). While a step
+ * is so queued only vr_trainer_step (which runs it) and vr_trainer_free may follow: turn it off for the step
+ * after which the weights are evaluated, saved or read. Off by default. */
+void vr_trainer_lookahead(vr_trainer *t, bool on);
+
 /* Mean loss of the no-grad graph over the first eval_batches held-out batches
  * (the eval graph and its memory are set up on the first call). */
 vr_status vr_trainer_eval(vr_trainer *t, double *val_loss);

@@ -84,14 +84,25 @@ typedef struct mt_group {
 /* Pinned host memory for a step's small transfers, so that the GPU does not wait for the host between steps
  * (H100, GPT-2 medium: ~0.15 ms a step went to pageable copies and their waits): the optimizer's scalars, the
  * inputs (queued without a wait), the losses and the clipping result (read back with one wait). */
+/* Two sets of the regions: a replayed step's losses come down through the set its inputs went up by while the
+ * next step's go up through the other (vr_exec_step_start ahead of the finish). */
 enum { IO_SCALARS, IO_TOKENS, IO_TARGETS, IO_LOSSES, IO_CLIP, IO_N };
 typedef struct io_stage {
     vr_device *dev;
     unsigned char *buf;     /* NULL: none (the executor's plain copies) */
-    size_t off[IO_N + 1];   /* region k: [off[k], off[k+1]) */
-    bool dirty[IO_TARGETS + 1]; /* a copy up from the region was queued since the stream last synchronized */
-    bool clip_read;         /* IO_CLIP holds this step's clipping result (read_losses on its last pass) */
+    size_t off[IO_N + 1];   /* region k of a set: [off[k], off[k+1]) from the set's start, set s at s off[IO_N] */
+    int set;                /* the set the next copies go through */
+    bool dirty[2][IO_TARGETS + 1]; /* a copy up from the region was queued and may not have run yet */
+    bool clip_read;         /* IO_CLIP of set clip_set holds this step's clipping result */
+    int clip_set;
+    bool clip_queued[2];    /* losses_queue queued the clipping result down into the set */
+    void *landed[2];        /* events: the losses queued down into set s have landed */
 } io_stage;
+
+static unsigned char *io_region(const io_stage *io, int set, int k)
+{
+    return io->buf + (size_t)set * io->off[IO_N] + io->off[k];
+}
 
 typedef struct cuda_state {
     vr_cuda_ctx ctx;
@@ -806,6 +817,9 @@ static void io_free(io_stage *io)
     if (io->buf)
         vr_device_host_free(io->dev, io->buf);
     io->buf = NULL;
+    if (io->landed[0])
+        vr_cuda_events_destroy(io->landed, 2);
+    io->landed[0] = io->landed[1] = NULL;
 }
 
 static vr_status io_init(vr_exec *e, io_stage *io)
@@ -818,7 +832,12 @@ static vr_status io_init(vr_exec *e, io_stage *io)
     for (int k = 0; k < IO_N; k++)
         io->off[k + 1] = io->off[k] + align256(sz[k]);
     io->dev = e->dev;
-    return vr_device_host_alloc(e->dev, io->off[IO_N], (void **)&io->buf);
+    vr_status st = vr_cuda_events_create(io->landed, 2);
+    if (st) {
+        io->landed[0] = io->landed[1] = NULL;
+        return st;
+    }
+    return vr_device_host_alloc(e->dev, 2 * io->off[IO_N], (void **)&io->buf);
 }
 
 /* Region k of the pinned staging, for bytes about to be copied up from it (marked so): NULL where it does not
@@ -828,13 +847,13 @@ static void *io_up_region(const vr_cuda_ctx *ctx, io_stage *io, int k, size_t by
 {
     if (!io->buf || bytes > io->off[k + 1] - io->off[k])
         return NULL;
-    if (io->dirty[k]) {
+    if (io->dirty[io->set][k]) {
         if ((*st = vr_cuda_sync(ctx)))
             return NULL;
         memset(io->dirty, 0, sizeof io->dirty);
     }
-    io->dirty[k] = true;
-    return io->buf + io->off[k];
+    io->dirty[io->set][k] = true;
+    return io_region(io, io->set, k);
 }
 
 static void cuda_state_free(cuda_state *s)
@@ -990,16 +1009,51 @@ static vr_status cuda_read_losses(vr_exec *e, float *dst, size_t bytes, bool las
     if (!io->buf || bytes > io->off[IO_LOSSES + 1] - io->off[IO_LOSSES])
         return vr_device_memcpy(e->dev, dst, src, bytes, VR_COPY_DEVICE_TO_HOST);
     bool clip = last && s->clip;
-    vr_status st = vr_cuda_download(&s->ctx, io->buf + io->off[IO_LOSSES], src, bytes);
+    vr_status st = vr_cuda_download(&s->ctx, io_region(io, io->set, IO_LOSSES), src, bytes);
     if (!st && clip)
-        st = vr_cuda_download(&s->ctx, io->buf + io->off[IO_CLIP], s->clip, 2 * sizeof(float));
+        st = vr_cuda_download(&s->ctx, io_region(io, io->set, IO_CLIP), s->clip, 2 * sizeof(float));
     if (!st)
         st = vr_cuda_sync(&s->ctx);
     if (st)
         return st;
     memset(io->dirty, 0, sizeof io->dirty); /* every copy up has run */
-    memcpy(dst, io->buf + io->off[IO_LOSSES], bytes);
+    memcpy(dst, io_region(io, io->set, IO_LOSSES), bytes);
     io->clip_read = clip;
+    io->clip_set = io->set;
+    return VR_OK;
+}
+
+static vr_status cuda_losses_queue(vr_exec *e, size_t bytes, int *set)
+{
+    cuda_state *s = e->be_state;
+    io_stage *io = &s->io;
+    if (!io->buf || bytes > io->off[IO_LOSSES + 1] - io->off[IO_LOSSES])
+        return VR_ERR_UNSUPPORTED;
+    int k = io->set;
+    vr_status st = vr_cuda_download(&s->ctx, io_region(io, k, IO_LOSSES), vr_exec_tensor_ptr(e, e->g->losses), bytes);
+    io->clip_queued[k] = s->clip != NULL;
+    if (!st && s->clip)
+        st = vr_cuda_download(&s->ctx, io_region(io, k, IO_CLIP), s->clip, 2 * sizeof(float));
+    if (!st)
+        st = vr_cuda_event_record(&s->ctx, io->landed[k]);
+    if (st)
+        return st;
+    *set = k;
+    io->set = k ^ 1;
+    return VR_OK;
+}
+
+static vr_status cuda_losses_wait(vr_exec *e, int set, float *dst, size_t bytes)
+{
+    cuda_state *s = e->be_state;
+    io_stage *io = &s->io;
+    vr_status st = vr_cuda_event_wait(io->landed[set]);
+    if (st)
+        return st;
+    memset(io->dirty[set], 0, sizeof io->dirty[set]); /* its copies up ran before the step */
+    memcpy(dst, io_region(io, set, IO_LOSSES), bytes);
+    io->clip_read = io->clip_queued[set];
+    io->clip_set = set;
     return VR_OK;
 }
 
@@ -1060,7 +1114,7 @@ static vr_status cuda_clip_result(vr_exec *e, double *norm, double *scale)
     if (!s || !s->clip)
         return vr_error(VR_ERR_INVALID, "cuda: clipping needs the step's workspace");
     if (s->io.clip_read) /* read with the losses */
-        memcpy(v, s->io.buf + s->io.off[IO_CLIP], sizeof v);
+        memcpy(v, io_region(&s->io, s->io.clip_set, IO_CLIP), sizeof v);
     else {
         vr_status st = vr_device_memcpy(e->dev, v, s->clip, sizeof v, VR_COPY_DEVICE_TO_HOST);
         if (st)
@@ -1113,6 +1167,8 @@ const vr_exec_backend *vr__exec_backend_cuda(void)
                                          .device_times = cuda_device_times,
                                          .device_span = cuda_device_span,
                                          .stage_in = cuda_stage_in,
-                                         .read_losses = cuda_read_losses};
+                                         .read_losses = cuda_read_losses,
+                                         .losses_queue = cuda_losses_queue,
+                                         .losses_wait = cuda_losses_wait};
     return &cuda;
 }

@@ -70,6 +70,14 @@ typedef struct vr_exec_backend {
      * the clip_result after it returns without another wait. */
     vr_status (*stage_in)(vr_exec *e, int slot, void *dst, const void *src, size_t bytes);
     vr_status (*read_losses)(vr_exec *e, float *dst, size_t bytes, bool last);
+    /* Optional (with read_losses), a replayed step's readback in two halves, so that the next step can be
+     * queued between them (vr_exec_step_start): losses_queue queues the losses (bytes) and the clipping result
+     * down behind the step into a staging set of their own (*set) and marks when they have landed, after which
+     * the next step's inputs and scalars go up through the other set (VR_ERR_UNSUPPORTED, nothing queued: no
+     * staging for them); losses_wait waits for set's mark and reads the losses, and the clip_result after it
+     * returns set's clipping result. */
+    vr_status (*losses_queue)(vr_exec *e, size_t bytes, int *set);
+    vr_status (*losses_wait)(vr_exec *e, int set, float *dst, size_t bytes);
     /* Optional: vr_exec_device_times, vr_exec_device_span. */
     bool (*device_times)(vr_exec *e);
     bool (*device_span)(vr_exec *e, int node, int pass, uint64_t *t0_ns, uint64_t *t1_ns, int *lane);
@@ -133,6 +141,15 @@ vr_status vr__exec_host_node(const vr_exec_args *a);
 /* The CUDA backend (cuda_node_cuda.c); NULL in builds without CUDA (cuda_node_nocuda.c). */
 const vr_exec_backend *vr__exec_backend_cuda(void);
 
+/* A step started and not yet finished (vr_exec_step_start): queued on the device with its readback (queued:
+ * the losses in staging set `set`, read by the finish), or done (its result). */
+typedef struct vr_exec_pending {
+    bool queued;
+    int set;
+    vr_pass_state ps;
+    vr_exec_result res;
+} vr_exec_pending;
+
 struct vr_exec {
     const vr_plan *plan;
     const vr_graph *g;
@@ -180,6 +197,8 @@ struct vr_exec {
     int scale_good;               /* good steps since the scale last changed */
     float graph_scale;            /* the loss scale baked into the captured step */
     struct vr_host_worker *worker; /* offload on a GPU: the host phase's thread (host_phase.c), NULL */
+    vr_exec_pending pend[2];      /* steps started, not finished: pend[pend_first], then the next */
+    int pend_first, n_pend;
     uint64_t *host_t0, *host_t1;  /* [n_nodes]: host times of the nodes the worker ran */
 };
 

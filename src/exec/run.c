@@ -265,7 +265,7 @@ static vr_status run_pass(vr_exec *e, int end, int micro, const vr_exec_batch *b
         if (!st)
             st = e->be->replay(e);
     }
-    if (!st && g->losses >= 0)
+    if (!st && g->losses >= 0 && loss_sum) /* NULL: the caller queues the losses' readback itself */
         st = read_losses(e, end == g->n_nodes, loss_sum);
     return st;
 }
@@ -332,10 +332,48 @@ static bool update_loss_scale(vr_exec *e, double norm)
     return false;
 }
 
-vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hparams *h, vr_exec_result *res)
+/* The end of a step whose passes ran (st: how they went): offloaded copies landed, the clipping result, the
+ * loss scale, the count; res from the losses' sum. */
+static vr_status step_end(vr_exec *e, vr_pass_state *ps, double loss_sum, int accum, vr_status st, vr_exec_result *res)
+{
+    const vr_graph *g = e->g;
+    if (!st && e->be->copies_done) /* offload: the weights are back on the device */
+        st = e->be->copies_done(e);
+    if (!st && e->last_sumsq >= 0 && !g->nodes[e->last_sumsq].host && e->be->clip_result) {
+        double sc = 1.0;
+        st = e->be->clip_result(e, &ps->grad_norm, &sc);
+        ps->grad_scale = (float)sc;
+    }
+    float scale = e->loss_scale;
+    bool skipped = false;
+    if (!st && e->scaling) /* torch.amp.GradScaler.update: the device (or host) already skipped the update */
+        skipped = update_loss_scale(e, ps->grad_norm);
+    if (!st)
+        e->steps_run++;
+    if (res) {
+        res->loss = e->rows ? loss_sum / ((double)e->rows * accum) : NAN;
+        res->grad_norm = ps->grad_norm;
+        res->grad_scale = ps->grad_scale;
+        res->loss_scale = scale;
+        res->skipped = skipped;
+    }
+    if (st) /* leave nothing half-bound behind */
+        release_leftovers(e);
+    return st;
+}
+
+bool vr_exec_can_start_ahead(const vr_exec *e)
+{
+    return e->n_pend == 1 && !e->scaling && !e->cfg.comm;
+}
+
+vr_status vr_exec_step_start(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hparams *h)
 {
     const vr_graph *g = e->g;
     int accum = g->step.train && g->step.accum > 1 ? g->step.accum : 1;
+    if (e->n_pend && !vr_exec_can_start_ahead(e))
+        return vr_error(VR_ERR_INVALID, "exec: %s in flight (vr_exec_step_finish %s first)",
+                        e->n_pend > 1 ? "two steps are" : "a step is", e->n_pend > 1 ? "one" : "it");
     if (!micro)
         return vr_error(VR_ERR_INVALID, "exec: no micro-batches");
     if (e->opt_start < g->n_nodes && !h)
@@ -347,6 +385,8 @@ vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hp
     vr_status st = vr_device_use(e->dev);
     if (st)
         return st;
+    vr_exec_pending *p = &e->pend[(e->pend_first + e->n_pend) % 2];
+    memset(p, 0, sizeof *p);
     int mode = PASS_NODES;
     if (e->graph && h) {
         st = e->be->graph_scalars(e, h);
@@ -369,32 +409,58 @@ vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hp
             mode = PASS_NODES;
         }
     } else if (mode == PASS_REPLAY) {
-        st = run_pass(e, g->n_nodes, 0, &micro[0], h, &ps, &loss_sum, mode);
+        /* the replay queued; its losses (and clipping result) queued down behind it, read by the finish */
+        bool queue = e->be->losses_queue && g->losses >= 0;
+        st = run_pass(e, g->n_nodes, 0, &micro[0], h, &ps, queue ? NULL : &loss_sum, mode);
+        if (!st && queue) {
+            st = e->be->losses_queue(e, (size_t)e->rows * sizeof(float), &p->set);
+            if (st == VR_ERR_UNSUPPORTED) { /* no pinned staging for them: read now */
+                vr_clear_error();
+                queue = false;
+                st = read_losses(e, true, &loss_sum);
+            }
+        }
+        if (!st && queue) {
+            p->queued = true;
+            p->ps = ps;
+            e->n_pend++;
+            return VR_OK;
+        }
     }
     if (mode == PASS_NODES)
         for (int m = 0; m < accum && !st; m++)
             st = run_pass(e, m + 1 == accum ? g->n_nodes : e->opt_start, m, &micro[m], h, &ps, &loss_sum, mode);
-    if (!st && e->be->copies_done) /* offload: the weights are back on the device */
-        st = e->be->copies_done(e);
-    if (!st && e->last_sumsq >= 0 && !g->nodes[e->last_sumsq].host && e->be->clip_result) {
-        double sc = 1.0;
-        st = e->be->clip_result(e, &ps.grad_norm, &sc);
-        ps.grad_scale = (float)sc;
+    if ((st = step_end(e, &ps, loss_sum, accum, st, &p->res)))
+        return st;
+    e->n_pend++;
+    return VR_OK;
+}
+
+vr_status vr_exec_step_finish(vr_exec *e, vr_exec_result *res)
+{
+    if (!e->n_pend)
+        return vr_error(VR_ERR_INVALID, "exec: no step in flight (vr_exec_step_start one first)");
+    vr_exec_pending *p = &e->pend[e->pend_first];
+    e->pend_first = (e->pend_first + 1) % 2;
+    e->n_pend--;
+    if (!p->queued) {
+        if (res)
+            *res = p->res;
+        return VR_OK;
     }
-    float scale = e->loss_scale;
-    bool skipped = false;
-    if (!st && e->scaling) /* torch.amp.GradScaler.update: the device (or host) already skipped the update */
-        skipped = update_loss_scale(e, ps.grad_norm);
+    double loss_sum = 0;
+    vr_status st = vr_device_use(e->dev);
     if (!st)
-        e->steps_run++;
-    if (res) {
-        res->loss = e->rows ? loss_sum / ((double)e->rows * accum) : NAN;
-        res->grad_norm = ps.grad_norm;
-        res->grad_scale = ps.grad_scale;
-        res->loss_scale = scale;
-        res->skipped = skipped;
-    }
-    if (st) /* leave nothing half-bound behind */
-        release_leftovers(e);
-    return st;
+        st = e->be->losses_wait(e, p->set, e->losses, (size_t)e->rows * sizeof(float));
+    for (int64_t r = 0; r < e->rows && !st; r++)
+        loss_sum += e->losses[r];
+    return step_end(e, &p->ps, loss_sum, 1, st, res);
+}
+
+vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hparams *h, vr_exec_result *res)
+{
+    if (e->n_pend)
+        return vr_error(VR_ERR_INVALID, "exec: a step is in flight (vr_exec_step_finish it first)");
+    vr_status st = vr_exec_step_start(e, micro, h);
+    return st ? st : vr_exec_step_finish(e, res);
 }

@@ -195,25 +195,75 @@ static vr_status next_train_batch(vr_trainer *t, int k)
     return VR_OK;
 }
 
-vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
+/* Loads the micro-batches of step `s` (0-based) and starts it on the executor; *pos, *next: where the data stood
+ * before (put back if it cannot start), *lr: its learning rate. */
+static vr_status start_step(vr_trainer *t, int64_t s, vr_data_pos *pos, uint64_t *next, float *lr)
 {
-    uint64_t t0 = vr_now_ns();
+    *pos = t->train ? vr_data_tell(t->train) : (vr_data_pos){0, 0};
+    *next = t->task.next;
     vr_status st = VR_OK;
-    /* where the data stands: a step that fails puts it back, so a retried or resumed run skips no batch */
-    vr_data_pos pos0 = t->train ? vr_data_tell(t->train) : (vr_data_pos){0, 0};
-    uint64_t next0 = t->task.next;
     for (int k = 0; k < t->accum && !st; k++)
         if (!(st = next_train_batch(t, k)))
             st = vr__trainer_dump_batch(t, k);
     vr_optim_hparams h = t->cfg.hp;
-    h.step = t->step - t->skipped + 1; /* a skipped fp16 step did not step the optimizer */
-    h.lr = (float)vr_lr_at(&t->sched, t->step);
-    vr_exec_result res;
+    h.step = s - t->skipped + 1; /* a skipped fp16 step did not step the optimizer */
+    h.lr = (float)vr_lr_at(&t->sched, s);
+    *lr = h.lr;
     if (!st)
-        st = vr_exec_step(t->exec, t->mb, &h, &res);
+        st = vr_exec_step_start(t->exec, t->mb, &h);
     if (st) {
         char why[1024]; /* the seek must not replace the step's error */
         snprintf(why, sizeof why, "%s", vr_last_error());
+        if (t->train)
+            vr_data_seek(t->train, *pos);
+        t->task.next = *next;
+        return vr_error(st, "%s", why);
+    }
+    return VR_OK;
+}
+
+void vr_trainer_lookahead(vr_trainer *t, bool on) { t->lookahead = on; }
+
+vr_status vr__trainer_settled(const vr_trainer *t, const char *what)
+{
+    if (!t->ahead)
+        return VR_OK;
+    return vr_error(VR_ERR_INVALID, "%s: the next step is queued (vr_trainer_lookahead): run it with "
+                    "vr_trainer_step first", what);
+}
+
+vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
+{
+    uint64_t t0 = vr_now_ns();
+    vr_status st = VR_OK;
+    /* where the data stood before this step: a step that fails puts it back, so a retried or resumed run skips no
+     * batch */
+    vr_data_pos pos0;
+    uint64_t next0;
+    float lr;
+    if (t->ahead) { /* started by the call before */
+        pos0 = t->ahead_pos, next0 = t->ahead_next, lr = t->ahead_lr;
+        t->ahead = false;
+    } else if ((st = start_step(t, t->step, &pos0, &next0, &lr))) {
+        return st;
+    }
+    /* the next step queued behind this one before waiting for it, so that the GPU does not wait for the host
+     * between them; one that cannot start now starts in the next call instead (and fails there, if it does) */
+    if (t->lookahead && t->cfg.step.world <= 1 && vr_exec_can_start_ahead(t->exec)) {
+        if (!start_step(t, t->step + 1, &t->ahead_pos, &t->ahead_next, &t->ahead_lr))
+            t->ahead = true;
+        else
+            vr_clear_error();
+    }
+    vr_exec_result res;
+    if ((st = vr_exec_step_finish(t->exec, &res))) {
+        char why[1024]; /* the seek must not replace the step's error */
+        snprintf(why, sizeof why, "%s", vr_last_error());
+        if (t->ahead) { /* the step behind it is dropped too: its batches go back with this one's */
+            vr_exec_result drop;
+            (void)vr_exec_step_finish(t->exec, &drop);
+            t->ahead = false;
+        }
         if (t->train)
             vr_data_seek(t->train, pos0);
         t->task.next = next0;
@@ -234,7 +284,7 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
     if (info) {
         info->step = t->step;
         info->loss = res.loss;
-        info->lr = h.lr;
+        info->lr = lr;
         info->grad_norm = res.grad_norm;
         info->loss_scale = res.loss_scale;
         info->skipped = res.skipped;
@@ -293,7 +343,10 @@ vr_status vr__trainer_eval_setup(vr_trainer *t)
 
 vr_status vr_trainer_eval(vr_trainer *t, double *val_loss)
 {
-    vr_status st = vr__trainer_eval_setup(t);
+    vr_status st = vr__trainer_settled(t, "vr_trainer_eval");
+    if (st)
+        return st;
+    st = vr__trainer_eval_setup(t);
     if (st)
         return st;
     int64_t nb = t->cfg.eval_batches > 0 ? t->cfg.eval_batches : 8;
@@ -332,6 +385,8 @@ vr_exec *vr_trainer_eval_exec(vr_trainer *t) { return t->eexec; }
 
 vr_status vr_trainer_read_params(vr_trainer *t, float *host, int64_t n)
 {
+    if (vr__trainer_settled(t, "vr_trainer_read_params"))
+        return VR_ERR_INVALID;
     if (n != t->g->n_params)
         return vr_error(VR_ERR_INVALID, "train: the model has %lld parameters, not %lld", (long long)t->g->n_params,
                         (long long)n);

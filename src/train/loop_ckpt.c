@@ -116,6 +116,8 @@ static const char *rank_path(const vr_trainer *t, const char *path, char *buf, s
 
 vr_status vr_trainer_save_state(vr_trainer *t, const char *path_arg)
 {
+    if (vr__trainer_settled(t, "vr_trainer_save_state"))
+        return VR_ERR_INVALID;
     char pbuf[4096];
     const char *path = rank_path(t, path_arg, pbuf, sizeof pbuf);
     vr_train_state *s = malloc(sizeof *s);

@@ -52,7 +52,17 @@ struct vr_trainer {
     uint64_t context;             /* process's device bytes before the run (CUDA context), NVML */
     uint64_t process_peak;        /* most device bytes of this process seen (NVML) */
     FILE *dump;                   /* --dump-batches */
+    /* vr_trainer_lookahead: the next step started by the last vr_trainer_step (ahead), where its data stood,
+     * its learning rate */
+    bool lookahead, ahead;
+    vr_data_pos ahead_pos;
+    uint64_t ahead_next;
+    float ahead_lr;
 };
+
+/* VR_OK, or VR_ERR_INVALID naming `what` while the next step is queued (vr_trainer_lookahead): what reads or
+ * writes the weights waits until it has run. */
+vr_status vr__trainer_settled(const vr_trainer *t, const char *what);
 
 /* --max-memory and out-of-memory refusals (loop_memory.c). */
 vr_status vr__trainer_memory_open(vr_trainer *t);

@@ -252,6 +252,11 @@ vr_status vr_train_run(const vr_train_config *c, const vr_train_run_opts *o, FIL
     bool evaluated = false;
     while (t->step < c->steps) {
         vr_train_step_info info;
+        /* the next step queued behind this one where nothing runs between them (an evaluation or a save reads
+         * the weights this step leaves) */
+        int64_t n = t->step + 1;
+        vr_trainer_lookahead(t, n < c->steps && !(o->eval_every > 0 && n % o->eval_every == 0) &&
+                                    !(o->save_every > 0 && n % o->save_every == 0));
         if ((st = vr_trainer_step(t, &info)))
             break;
         vr_exec_memory m;

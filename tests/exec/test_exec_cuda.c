@@ -334,7 +334,44 @@ typedef struct step_opts {
     bool split;         /* bf16: a split master (vr_step_config.split_master) */
     bool tie_free;      /* no initial weight halfway between two bf16 values (its last bit flipped) */
     int accum;          /* micro-batches a step (0: 1) */
+    int *ahead;         /* not NULL: each step started before the one before it is finished
+                         * (vr_exec_step_start), where allowed; *ahead: how many were */
 } step_opts;
+
+/* Step k's batch (micro-batch mb) and hyperparameters in graph_steps_opts: lr and step change every step,
+ * weight decay from step 4 on (a recapture). */
+static void step_k(const vr_graph *g, int k, int accum, vr_exec_batch *b, vr_optim_hparams *h)
+{
+    for (int mb = 0; mb < accum; mb++) { /* the first micro-batch of step k is the batch of a run without */
+        void *inputs;
+        int32_t *targets;
+        et_batch(g, 7 + k + 1000 * (uint64_t)mb, &inputs, &targets);
+        b[mb] = (vr_exec_batch){inputs, targets};
+    }
+    *h = vr_optim_hparams_default(VR_OPTIM_ADAMW);
+    h->lr = 1e-3f / (float)(k + 1);
+    h->step = k + 1;
+    if (k >= 4)
+        h->weight_decay = 0.05f;
+}
+
+static void batches_free(vr_exec_batch *b, int accum)
+{
+    for (int mb = 0; mb < accum; mb++) {
+        free((void *)b[mb].inputs);
+        free((void *)b[mb].targets);
+    }
+}
+
+static void start_k(vr_exec *e, const vr_graph *g, int k, int accum)
+{
+    vr_exec_batch b[4];
+    vr_optim_hparams h;
+    step_k(g, k, accum, b, &h);
+    if (vr_exec_step_start(e, b, &h) != VR_OK)
+        fail_msg("step %d start: %s", k, vr_last_error());
+    batches_free(b, accum); /* the inputs were copied */
+}
 
 static void graph_steps_opts(bool graph, step_opts so, int steps, double *loss, double *norm, float **params,
                              run_out *o)
@@ -367,29 +404,30 @@ static void graph_steps_opts(bool graph, step_opts so, int steps, double *loss, 
         memcpy(&p[i], &u, 4);
     }
     assert_int_equal(vr_exec_write(e, o->g->params, p, (uint64_t)o->g->n_params * 4), VR_OK);
-    vr_optim_hparams h = vr_optim_hparams_default(VR_OPTIM_ADAMW);
+    assert_true(s.accum <= 4);
+    bool started = false; /* step k was started by the iteration before */
     for (int k = 0; k < steps; k++) {
-        vr_exec_batch b[4];
-        assert_true(s.accum <= 4);
-        for (int mb = 0; mb < s.accum; mb++) { /* the first micro-batch of step k is the batch of a run without */
-            void *inputs;
-            int32_t *targets;
-            et_batch(o->g, 7 + k + 1000 * (uint64_t)mb, &inputs, &targets);
-            b[mb] = (vr_exec_batch){inputs, targets};
-        }
-        h.lr = 1e-3f / (float)(k + 1);
-        h.step = k + 1;
-        if (k == 4)
-            h.weight_decay = 0.05f;
         vr_exec_result r;
-        if (vr_exec_step(e, b, &h, &r) != VR_OK)
-            fail_msg("%s", vr_last_error());
+        if (so.ahead) {
+            if (!started)
+                start_k(e, o->g, k, s.accum);
+            started = k + 1 < steps && vr_exec_can_start_ahead(e);
+            if (started) {
+                start_k(e, o->g, k + 1, s.accum);
+                (*so.ahead)++;
+            }
+            if (vr_exec_step_finish(e, &r) != VR_OK)
+                fail_msg("step %d finish: %s", k, vr_last_error());
+        } else {
+            vr_exec_batch b[4];
+            vr_optim_hparams h;
+            step_k(o->g, k, s.accum, b, &h);
+            if (vr_exec_step(e, b, &h, &r) != VR_OK)
+                fail_msg("%s", vr_last_error());
+            batches_free(b, s.accum);
+        }
         loss[k] = r.loss;
         norm[k] = r.grad_norm;
-        for (int mb = 0; mb < s.accum; mb++) {
-            free((void *)b[mb].inputs);
-            free((void *)b[mb].targets);
-        }
         if (graph && k >= 1)
             assert_true(e->graph && e->graph_captured);
     }
@@ -460,6 +498,30 @@ static void cuda_graph_equals_nodes(void **state)
     check_plan_equals_run(&r.b);
     assert_true(r.b.mem.arena == r.b.plan->arena_size);
     pair_free(&r);
+}
+
+/* Each step started before the one before it is finished (vr_exec_step_start, as vr_trainer_lookahead does):
+ * under a CUDA graph the replays queue back to back, each one's losses read through its own staging set; step 4
+ * (new weight decay) recaptures with step 3 in flight. The same losses, norms and parameters bit for bit as one
+ * step at a time (vram's deterministic attention), and the plan still equals the run. Node by node too. */
+static void steps_ahead_equal_steps(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    enum { K = 8 };
+    for (int graph = 0; graph < 2; graph++) {
+        int ahead = 0;
+        step_pair r;
+        pair_run(&r, graph, (step_opts){.deterministic = true}, graph,
+                 (step_opts){.deterministic = true, .ahead = &ahead}, K);
+        printf("steps ahead (%s): %d of %d started before the one before finished, max |loss diff| %.3g, |norm "
+               "diff| %.3g, param diff %.3g\n", graph ? "cuda graph" : "node by node", ahead, K - 1, r.dl, r.dn,
+               (double)r.dp);
+        assert_int_equal(ahead, K - 1);
+        assert_true(r.dl == 0 && r.dn == 0 && r.dp == 0.0f);
+        check_plan_equals_run(&r.b);
+        pair_free(&r);
+    }
 }
 
 /* ------------------------------------------------------------------ add + layernorm fusion */
@@ -1016,6 +1078,7 @@ int main(void)
         cmocka_unit_test(fp16_loss_scaling),
         cmocka_unit_test(dynamic_equals_plan),
         cmocka_unit_test(cuda_graph_equals_nodes),
+        cmocka_unit_test(steps_ahead_equal_steps),
         cmocka_unit_test(fused_equals_unfused),
         cmocka_unit_test(fused_fp32_matches_cpu),
         cmocka_unit_test(multi_tensor_equals_nodes),

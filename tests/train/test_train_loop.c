@@ -551,6 +551,56 @@ static void failed_step_keeps_the_data_position(void **state)
         fail_msg("no capacity made the step (and not the trainer) fail");
 }
 
+/* vr_trainer_lookahead: each step starts the next before waiting for its own (vr_exec_step_start; on the CPU
+ * the whole step runs on start): the same losses, learning rates, data order and final state as one step at a
+ * time, bit for bit (shuffled data, clipping, a schedule; accumulation; the MLP); while a step is queued, what
+ * reads or writes the weights refuses, naming itself, and the next vr_trainer_step runs it. */
+static void lookahead_changes_nothing(void **state)
+{
+    (void)state;
+    for (int v = 0; v < 3; v++) {
+        vr_train_config c = v == 2 ? tiny_mlp() : tiny_gpt();
+        c.data_order = v == 2 ? c.data_order : VR_DATA_SHUFFLED;
+        c.step.grad_clip = 1.0f;
+        c.step.accum = v == 1 ? 2 : 1;
+        vr_train_step_info a[6], b[6];
+        uint8_t *snap[2];
+        size_t nb[2];
+        for (int ahead = 0; ahead < 2; ahead++) {
+            vr_trainer *t = make(&c);
+            vr_train_step_info *info = ahead ? b : a;
+            for (int i = 0; i < (int)c.steps; i++) {
+                vr_trainer_lookahead(t, ahead && i + 1 < (int)c.steps);
+                if (vr_trainer_step(t, &info[i]) != VR_OK)
+                    fail_msg("step %d: %s", i, vr_last_error());
+                if (ahead && i == 2) { /* the next step is queued: nothing may touch the weights */
+                    assert_true(t->ahead);
+                    double vl;
+                    assert_int_equal(vr_trainer_eval(t, &vl), VR_ERR_INVALID);
+                    assert_non_null(strstr(vr_last_error(), "vr_trainer_eval"));
+                    assert_int_equal(vr_trainer_save_state(t, tt_path(dir, "ahead.state")), VR_ERR_INVALID);
+                    assert_non_null(strstr(vr_last_error(), "vr_trainer_save_state"));
+                    assert_int_equal(vr_trainer_save_model(t, tt_path(dir, "ahead.bin")), VR_ERR_INVALID);
+                }
+            }
+            assert_false(t->ahead);
+            assert_int_equal(vr_trainer_steps_done(t), c.steps);
+            snap[ahead] = snapshot(t, &nb[ahead]);
+            vr_trainer_free(t);
+        }
+        for (int i = 0; i < (int)c.steps; i++) {
+            assert_true(a[i].step == b[i].step && a[i].lr == b[i].lr && a[i].tokens == b[i].tokens);
+            if (memcmp(&a[i].loss, &b[i].loss, sizeof a[i].loss) || memcmp(&a[i].grad_norm, &b[i].grad_norm, 8))
+                fail_msg("case %d step %d: loss %.9g / %.9g, norm %.9g / %.9g", v, i, a[i].loss, b[i].loss,
+                         a[i].grad_norm, b[i].grad_norm);
+        }
+        assert_int_equal(nb[0], nb[1]);
+        if (memcmp(snap[0], snap[1], nb[0]))
+            fail_msg("case %d: the state after the steps differs with lookahead", v);
+        free(snap[0]), free(snap[1]);
+    }
+}
+
 /* CUDA graphs asked for where they cannot run (here: the cpu backend): the run's summary says why, as
  * vram train prints it; not asked for, it says nothing of them. */
 static void cuda_graph_off_is_in_the_summary(void **state)
@@ -585,6 +635,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(cuda_graph_off_is_in_the_summary),
         cmocka_unit_test(failed_step_keeps_the_data_position),
+        cmocka_unit_test(lookahead_changes_nothing),
         cmocka_unit_test(accumulation_equals_large_batch),
         cmocka_unit_test(frozen_params_stay_and_own_no_state),
         cmocka_unit_test(resume_is_bit_exact),
