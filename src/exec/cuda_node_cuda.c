@@ -1000,18 +1000,26 @@ static vr_status cuda_stage_in(vr_exec *e, int slot, void *dst, const void *src,
     return vr_cuda_upload(&s->ctx, dst, r, bytes);
 }
 
+/* Queues the losses (bytes) and, with clip, the clipping result down into staging set k. */
+static vr_status io_down(vr_exec *e, int k, size_t bytes, bool clip)
+{
+    cuda_state *s = e->be_state;
+    io_stage *io = &s->io;
+    vr_status st = vr_cuda_download(&s->ctx, io_region(io, k, IO_LOSSES), vr_exec_tensor_ptr(e, e->g->losses), bytes);
+    if (!st && clip)
+        st = vr_cuda_download(&s->ctx, io_region(io, k, IO_CLIP), s->clip, 2 * sizeof(float));
+    return st;
+}
+
 static vr_status cuda_read_losses(vr_exec *e, float *dst, size_t bytes, bool last)
 {
     cuda_state *s = e->be_state;
     io_stage *io = &s->io;
-    const void *src = vr_exec_tensor_ptr(e, e->g->losses);
     io->clip_read = false;
     if (!io->buf || bytes > io->off[IO_LOSSES + 1] - io->off[IO_LOSSES])
-        return vr_device_memcpy(e->dev, dst, src, bytes, VR_COPY_DEVICE_TO_HOST);
+        return vr_device_memcpy(e->dev, dst, vr_exec_tensor_ptr(e, e->g->losses), bytes, VR_COPY_DEVICE_TO_HOST);
     bool clip = last && s->clip;
-    vr_status st = vr_cuda_download(&s->ctx, io_region(io, io->set, IO_LOSSES), src, bytes);
-    if (!st && clip)
-        st = vr_cuda_download(&s->ctx, io_region(io, io->set, IO_CLIP), s->clip, 2 * sizeof(float));
+    vr_status st = io_down(e, io->set, bytes, clip);
     if (!st)
         st = vr_cuda_sync(&s->ctx);
     if (st)
@@ -1030,10 +1038,8 @@ static vr_status cuda_losses_queue(vr_exec *e, size_t bytes, int *set)
     if (!io->buf || bytes > io->off[IO_LOSSES + 1] - io->off[IO_LOSSES])
         return VR_ERR_UNSUPPORTED;
     int k = io->set;
-    vr_status st = vr_cuda_download(&s->ctx, io_region(io, k, IO_LOSSES), vr_exec_tensor_ptr(e, e->g->losses), bytes);
     io->clip_queued[k] = s->clip != NULL;
-    if (!st && s->clip)
-        st = vr_cuda_download(&s->ctx, io_region(io, k, IO_CLIP), s->clip, 2 * sizeof(float));
+    vr_status st = io_down(e, k, bytes, s->clip != NULL);
     if (!st)
         st = vr_cuda_event_record(&s->ctx, io->landed[k]);
     if (st)

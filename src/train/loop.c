@@ -195,6 +195,18 @@ static vr_status next_train_batch(vr_trainer *t, int k)
     return VR_OK;
 }
 
+/* A step that failed with st puts the data back where it stood before it (pos, next), so that a retried or
+ * resumed run skips no batch; returns st with its message. */
+static vr_status put_back(vr_trainer *t, vr_data_pos pos, uint64_t next, vr_status st)
+{
+    char why[1024]; /* the seek must not replace the step's error */
+    snprintf(why, sizeof why, "%s", vr_last_error());
+    if (t->train)
+        vr_data_seek(t->train, pos);
+    t->task.next = next;
+    return vr_error(st, "%s", why);
+}
+
 /* Loads the micro-batches of step `s` (0-based) and starts it on the executor; *pos, *next: where the data stood
  * before (put back if it cannot start), *lr: its learning rate. */
 static vr_status start_step(vr_trainer *t, int64_t s, vr_data_pos *pos, uint64_t *next, float *lr)
@@ -211,15 +223,7 @@ static vr_status start_step(vr_trainer *t, int64_t s, vr_data_pos *pos, uint64_t
     *lr = h.lr;
     if (!st)
         st = vr_exec_step_start(t->exec, t->mb, &h);
-    if (st) {
-        char why[1024]; /* the seek must not replace the step's error */
-        snprintf(why, sizeof why, "%s", vr_last_error());
-        if (t->train)
-            vr_data_seek(t->train, *pos);
-        t->task.next = *next;
-        return vr_error(st, "%s", why);
-    }
-    return VR_OK;
+    return st ? put_back(t, *pos, *next, st) : VR_OK;
 }
 
 void vr_trainer_lookahead(vr_trainer *t, bool on) { t->lookahead = on; }
@@ -236,8 +240,7 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
 {
     uint64_t t0 = vr_now_ns();
     vr_status st = VR_OK;
-    /* where the data stood before this step: a step that fails puts it back, so a retried or resumed run skips no
-     * batch */
+    /* where the data stood before this step (put_back) */
     vr_data_pos pos0;
     uint64_t next0;
     float lr;
@@ -257,17 +260,15 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
     }
     vr_exec_result res;
     if ((st = vr_exec_step_finish(t->exec, &res))) {
-        char why[1024]; /* the seek must not replace the step's error */
-        snprintf(why, sizeof why, "%s", vr_last_error());
         if (t->ahead) { /* the step behind it is dropped too: its batches go back with this one's */
+            char why[1024]; /* its finish must not replace this step's error */
+            snprintf(why, sizeof why, "%s", vr_last_error());
             vr_exec_result drop;
             (void)vr_exec_step_finish(t->exec, &drop);
             t->ahead = false;
+            (void)vr_error(st, "%s", why); /* this step's message again */
         }
-        if (t->train)
-            vr_data_seek(t->train, pos0);
-        t->task.next = next0;
-        return vr_error(st, "%s", why);
+        return put_back(t, pos0, next0, st);
     }
     if (t->cfg.step.world > 1) { /* the mean over the ranks: the loss of the global batch */
         double l = res.loss;
