@@ -193,7 +193,8 @@ vr_status vr_exec_step(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hp
  * does not wait; otherwise the whole step runs), finish waits for it and gives its result. Between the two, a
  * second step may be started where vr_exec_can_start_ahead allows (its inputs are copied on start), so that the
  * GPU does not wait for the host between steps; finish then gives the first step's result, the next finish the
- * second's. Outputs read between them (vr_exec_read) are the last started step's once it is finished. */
+ * second's; vr_exec_step refuses while one is in flight. Outputs (vr_exec_read) are the last started step's, once
+ * it has finished. */
 vr_status vr_exec_step_start(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hparams *h);
 vr_status vr_exec_step_finish(vr_exec *e, vr_exec_result *res);
 /* Whether a step may be started now with one in flight: exactly one is, no dynamic loss scaling (fp16: the next

@@ -123,7 +123,8 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info);
 /* on: each vr_trainer_step also starts the step after its own before waiting for it (vr_exec_step_start; on a
  * replayed CUDA graph the GPU then does not wait for the host between steps; the same results). While a step
  * is so queued only vr_trainer_step (which runs it) and vr_trainer_free may follow: turn it off for the step
- * after which the weights are evaluated, saved or read. Off by default. */
+ * after which the weights are evaluated, saved or read. Off by default; vr_train_run turns it on wherever the
+ * next step follows directly. */
 void vr_trainer_lookahead(vr_trainer *t, bool on);
 
 /* Mean loss of the no-grad graph over the first eval_batches held-out batches

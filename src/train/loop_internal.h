@@ -61,7 +61,7 @@ struct vr_trainer {
 };
 
 /* VR_OK, or VR_ERR_INVALID naming `what` while the next step is queued (vr_trainer_lookahead): what reads or
- * writes the weights waits until it has run. */
+ * writes the weights refuses until that step has run. */
 vr_status vr__trainer_settled(const vr_trainer *t, const char *what);
 
 /* --max-memory and out-of-memory refusals (loop_memory.c). */
