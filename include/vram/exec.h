@@ -200,6 +200,9 @@ vr_status vr_exec_step_finish(vr_exec *e, vr_exec_result *res);
 /* Whether a step may be started now with one in flight: exactly one is, no dynamic loss scaling (fp16: the next
  * step's scale and count depend on the result of this one), no ranks. */
 bool vr_exec_can_start_ahead(const vr_exec *e);
+/* Whether the step in flight is still queued on the device (a replayed CUDA graph): only then does starting the
+ * next one before finishing it save anything (otherwise the step already ran on start). */
+bool vr_exec_step_queued(const vr_exec *e);
 
 /* Copies tensor t (a storage tensor or a view) to / from host memory: bytes
  * must equal the tensor's. VR_ERR_INVALID when t is not bound to memory now

@@ -367,6 +367,8 @@ bool vr_exec_can_start_ahead(const vr_exec *e)
     return e->n_pend == 1 && !e->scaling && !e->cfg.comm;
 }
 
+bool vr_exec_step_queued(const vr_exec *e) { return e->n_pend > 0 && e->pend[e->pend_first].queued; }
+
 vr_status vr_exec_step_start(vr_exec *e, const vr_exec_batch *micro, const vr_optim_hparams *h)
 {
     const vr_graph *g = e->g;

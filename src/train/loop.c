@@ -252,7 +252,8 @@ vr_status vr_trainer_step(vr_trainer *t, vr_train_step_info *info)
     }
     /* the next step queued behind this one before waiting for it, so that the GPU does not wait for the host
      * between them; one that cannot start now starts in the next call instead (and fails there, if it does) */
-    if (t->lookahead && t->cfg.step.world <= 1 && vr_exec_can_start_ahead(t->exec)) {
+    if (t->lookahead && t->cfg.step.world <= 1 && vr_exec_can_start_ahead(t->exec) &&
+        (vr_exec_step_queued(t->exec) || t->ahead_always)) {
         if (!start_step(t, t->step + 1, &t->ahead_pos, &t->ahead_next, &t->ahead_lr))
             t->ahead = true;
         else

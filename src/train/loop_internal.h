@@ -55,6 +55,7 @@ struct vr_trainer {
     /* vr_trainer_lookahead: the next step started by the last vr_trainer_step (ahead), where its data stood,
      * its learning rate */
     bool lookahead, ahead;
+    bool ahead_always;            /* tests: look ahead also behind a step that already ran (the CPU) */
     vr_data_pos ahead_pos;
     uint64_t ahead_next;
     float ahead_lr;
