@@ -95,7 +95,6 @@ typedef struct io_stage {
     bool dirty[2][IO_TARGETS + 1]; /* a copy up from the region was queued and may not have run yet */
     bool clip_read;         /* IO_CLIP of set clip_set holds this step's clipping result */
     int clip_set;
-    bool clip_queued[2];    /* losses_queue queued the clipping result down into the set */
     void *landed[2];        /* events: the losses queued down into set s have landed */
 } io_stage;
 
@@ -1038,7 +1037,6 @@ static vr_status cuda_losses_queue(vr_exec *e, size_t bytes, int *set)
     if (!io->buf || bytes > io->off[IO_LOSSES + 1] - io->off[IO_LOSSES])
         return VR_ERR_UNSUPPORTED;
     int k = io->set;
-    io->clip_queued[k] = s->clip != NULL;
     vr_status st = io_down(e, k, bytes, s->clip != NULL);
     if (!st)
         st = vr_cuda_event_record(&s->ctx, io->landed[k]);
@@ -1058,7 +1056,7 @@ static vr_status cuda_losses_wait(vr_exec *e, int set, float *dst, size_t bytes)
         return st;
     memset(io->dirty[set], 0, sizeof io->dirty[set]); /* its copies up ran before the step */
     memcpy(dst, io_region(io, set, IO_LOSSES), bytes);
-    io->clip_read = io->clip_queued[set];
+    io->clip_read = s->clip != NULL; /* losses_queue brought it down with the losses */
     io->clip_set = set;
     return VR_OK;
 }
