@@ -83,9 +83,9 @@ typedef struct mt_group {
 
 /* Pinned host memory for a step's small transfers, so that the GPU does not wait for the host between steps
  * (H100, GPT-2 medium: ~0.15 ms a step went to pageable copies and their waits): the optimizer's scalars, the
- * inputs (queued without a wait), the losses and the clipping result (read back with one wait). */
-/* Two sets of the regions: a replayed step's losses come down through the set its inputs went up by while the
- * next step's go up through the other (vr_exec_step_start ahead of the finish). */
+ * inputs (queued without a wait), the losses and the clipping result (read back with one wait). Two sets of the
+ * regions: a replayed step's losses come down through the set its inputs went up by while the next step's go up
+ * through the other (vr_exec_step_start ahead of the finish). */
 enum { IO_SCALARS, IO_TOKENS, IO_TARGETS, IO_LOSSES, IO_CLIP, IO_N };
 typedef struct io_stage {
     vr_device *dev;
@@ -101,6 +101,12 @@ typedef struct io_stage {
 static unsigned char *io_region(const io_stage *io, int set, int k)
 {
     return io->buf + (size_t)set * io->off[IO_N] + io->off[k];
+}
+
+/* Whether the staging holds `bytes` of losses (else the executor's plain copies). */
+static bool io_holds_losses(const io_stage *io, size_t bytes)
+{
+    return io->buf && bytes <= io->off[IO_LOSSES + 1] - io->off[IO_LOSSES];
 }
 
 typedef struct cuda_state {
@@ -1015,7 +1021,7 @@ static vr_status cuda_read_losses(vr_exec *e, float *dst, size_t bytes, bool las
     cuda_state *s = e->be_state;
     io_stage *io = &s->io;
     io->clip_read = false;
-    if (!io->buf || bytes > io->off[IO_LOSSES + 1] - io->off[IO_LOSSES])
+    if (!io_holds_losses(io, bytes))
         return vr_device_memcpy(e->dev, dst, vr_exec_tensor_ptr(e, e->g->losses), bytes, VR_COPY_DEVICE_TO_HOST);
     bool clip = last && s->clip;
     vr_status st = io_down(e, io->set, bytes, clip);
@@ -1034,7 +1040,7 @@ static vr_status cuda_losses_queue(vr_exec *e, size_t bytes, int *set)
 {
     cuda_state *s = e->be_state;
     io_stage *io = &s->io;
-    if (!io->buf || bytes > io->off[IO_LOSSES + 1] - io->off[IO_LOSSES])
+    if (!io_holds_losses(io, bytes))
         return VR_ERR_UNSUPPORTED;
     int k = io->set;
     vr_status st = io_down(e, k, bytes, s->clip != NULL);
