@@ -1,7 +1,7 @@
 // cuBLASLt's first heuristic vs the fastest of its first 16 candidates, for GPT-2 124M's products
 // (B*T = 16384, bf16, fp32 compute, 32 MiB workspace), laid out as vram calls them (src/kernels/cuda/
 // matmul.cu). Build and run on the GPU machine:
-//   nvcc -O2 -arch=sm_90 bench/gpu/lt_algos.cu -lcublasLt -o /tmp/lt_algos && /tmp/lt_algos
+//   nvcc -O2 -arch=sm_90 bench/gpu/lt_algos.cu -lcublasLt -o /tmp/lt_algos && /tmp/lt_algos [C [N]]
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cstdio>
@@ -49,7 +49,7 @@ static int run(cublasLtHandle_t lt, const Shape &s, void *A, void *B, void *D, v
 
 int main(int argc, char **argv)
 {
-    int N = 16384, C = argc > 1 ? atoi(argv[1]) : 768, V = 50304;
+    int N = argc > 2 ? atoi(argv[2]) : 16384, C = argc > 1 ? atoi(argv[1]) : 768, V = 50304;
     cublasLtHandle_t lt; CK(cublasLtCreate(&lt));
     size_t big = (size_t)V * N * 2 + (size_t)4 * C * N * 2;
     void *A, *B, *D, *bias, *ws; size_t wsb = 32u << 20;

@@ -239,6 +239,11 @@ void vr_exec_fused_pairs(const vr_exec *e, int *fwd, int *bwd);
  * not to take at the first step. 0 on the CPU or when unfused. */
 int vr_exec_fused_bias_grads(const vr_exec *e);
 
+/* CUDA: the q|k|v projections whose bias gradient this executor takes from the attention's identities (a third
+ * of the column sums: the keys' third is 0, the values' the output projection's bias gradient times its weight;
+ * vr_exec_config.unfused; one rank). 0 on the CPU or when unfused. */
+int vr_exec_fused_qkv_bias(const vr_exec *e);
+
 /* fp16 dynamic loss scaling: the scale the next step runs with and the good steps counted toward
  * its growth (1 and 0 without scaling); set restores them (a resumed run). */
 void vr_exec_get_loss_scale(const vr_exec *e, float *scale, int *good);

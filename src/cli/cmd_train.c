@@ -158,7 +158,7 @@ static void train_flags(vr_flagset *fs, void *p)
         {"--multi-tensor", VR_FLAG_CUSTOM, &o->multi_tensor, "on|off", .parse = vr_flag_onoff,
          .help = "one launch for the global norm and one for all updates (on)\n[VRAM_MULTI_TENSOR=0]"},
         {"--fuse", VR_FLAG_CUSTOM, &o->fuse, "on|off", .parse = vr_flag_onoff,
-         .help = "the executor's fusions: a residual add inside the next layernorm, a Linear and the\nGELU after it as one cuBLASLt product, a Linear's bias gradient in the layernorm\nbackward before it (on) [VRAM_FUSE=0]"},
+         .help = "the executor's fusions: a residual add inside the next layernorm, a Linear and the\nGELU after it as one cuBLASLt product, a Linear's bias gradient in the layernorm\nbackward before it, attention's q|k|v bias gradient from its identities (on)\n[VRAM_FUSE=0]"},
         {"--matmul-tune", VR_FLAG_CUSTOM, &o->matmul_tune, "on|off", .parse = vr_flag_onoff,
          .help = "large matrix products take cuBLASLt's fastest candidate, timed at the first step,\nwhere "
                  "clearly faster; runs may then differ in the last bits (off)"},

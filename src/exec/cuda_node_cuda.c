@@ -60,6 +60,7 @@
 #include "exec/cuda_copy.h"
 #include "exec/cuda_dtype.h"
 #include "exec/cuda_fuse_dbias.h"
+#include "exec/cuda_fuse_qkvb.h"
 #include "exec/cuda_fuse_ln.h"
 #include "exec/cuda_fuse.h"
 #include "exec/cuda_prof.h"
@@ -133,6 +134,7 @@ typedef struct cuda_state {
     bool idle;                /* the node being run queued no device work (a multi-tensor group's member) */
     vr_cuda_fuse_ln fuse_ln;  /* residual add + layernorm in one kernel (cuda_fuse_ln_cuda.c) */
     vr_cuda_fuse_dbias fuse_dbias; /* a Linear's bias gradient in the layernorm_bwd before it */
+    vr_cuda_fuse_qkvb fuse_qkvb;   /* attention's q|k|v bias gradient from its identities */
     io_stage io;                   /* the step's small transfers through pinned memory */
 } cuda_state;
 
@@ -622,6 +624,9 @@ static vr_status run_kernels(const vr_exec_args *a)
         return vr_cuda_matmul_fwd(c, dt, a->out[0], a->in[0], a->in[1], a->in[2], rows(a, n->in[0]),
                                   lastdim(a, n->in[0]), rows(a, n->in[1]));
     case VR_OP_MATMUL_BWD: { /* dout(N,OC), inp(N,C) (absent when only dinp is wanted), w(OC,C) */
+        bool qkvb = false; /* attention's q|k|v projection: its bias gradient from the identities */
+        if ((st = vr__cuda_fuse_qkvb_run(&s->fuse_qkvb, c, a, dt, &qkvb)) || qkvb)
+            return st;
         int C = lastdim(a, n->in[1] >= 0 ? n->in[1] : n->in[2]);
         return vr_cuda_matmul_bwd(c, dt, a->out[0], a->out[1], a->out[2], a->in[0], a->in[1], a->in[2],
                                   rows(a, n->in[0]), C, lastdim(a, n->in[0]), a->acc[0], a->acc[1]);
@@ -873,6 +878,7 @@ static void cuda_state_free(cuda_state *s)
     free(s->cudnn);
     vr__cuda_fuse_ln_free(&s->fuse_ln);
     vr__cuda_fuse_dbias_free(&s->fuse_dbias);
+    vr__cuda_fuse_qkvb_free(&s->fuse_qkvb);
     vr__cuda_fuse_free(&s->fuse);
     vr__cuda_prof_end(s->prof, NULL);
     free(s);
@@ -946,6 +952,8 @@ static vr_status cuda_init(vr_exec *e)
     if (!st)
         st = vr__cuda_fuse_dbias_init(&s->fuse_dbias, e);
     if (!st)
+        st = vr__cuda_fuse_qkvb_init(&s->fuse_qkvb, e);
+    if (!st)
         st = vr__cuda_fuse_init(&s->fuse, e);
     if (!st && !e->cfg.cuda_graph)
         st = vr__cuda_prof_new(e->g->n_nodes, e->cfg.profile, &s->prof);
@@ -968,6 +976,7 @@ static vr_status cuda_init(vr_exec *e)
     e->fused_fwd = s->fuse.fwd;
     e->fused_bwd = s->fuse.bwd;
     e->fused_dbias = s->fuse_dbias.pairs;
+    e->fused_qkvb = s->fuse_qkvb.nodes;
     return VR_OK;
 }
 

@@ -192,6 +192,7 @@ struct vr_exec {
                                    * init, cleared if it falls back to node by node) */
     int fused_fwd, fused_bwd;     /* CUDA: Linear + GELU pairs run as one product (vr_exec_fused_pairs) */
     int fused_dbias;              /* CUDA: bias gradients summed by a layernorm_bwd (vr_exec_fused_bias_grads) */
+    int fused_qkvb;               /* CUDA: q|k|v bias gradients from attention's identities (vr_exec_fused_qkv_bias) */
     bool scaling;                 /* fp16 training: dynamic loss scaling on */
     float loss_scale;             /* the scale the next step runs with (1 without scaling) */
     int scale_good;               /* good steps since the scale last changed */

@@ -299,6 +299,8 @@ void vr_exec_fused_pairs(const vr_exec *e, int *fwd, int *bwd)
 
 int vr_exec_fused_bias_grads(const vr_exec *e) { return e->fused_dbias; }
 
+int vr_exec_fused_qkv_bias(const vr_exec *e) { return e->fused_qkvb; }
+
 void vr_exec_get_loss_scale(const vr_exec *e, float *scale, int *good)
 {
     *scale = e->loss_scale;

@@ -329,6 +329,7 @@ typedef struct step_opts {
     bool fp32;          /* fp32 (VR_PREC_FP32 is 0, so prec cannot say it) */
     int *fused_adds;
     int *fused_bias;    /* not NULL: vr_exec_fused_bias_grads after the steps */
+    int *fused_qkvb;    /* not NULL: vr_exec_fused_qkv_bias after the steps */
     bool deterministic; /* vram's attention with the v1 backward (no atomics in dQ): bit-for-bit repeatable */
     vr_recompute recompute;
     bool split;         /* bf16: a split master (vr_step_config.split_master) */
@@ -433,6 +434,8 @@ static void graph_steps_opts(bool graph, step_opts so, int steps, double *loss, 
     }
     if (so.fused_bias)
         *so.fused_bias = vr_exec_fused_bias_grads(e);
+    if (so.fused_qkvb)
+        *so.fused_qkvb = vr_exec_fused_qkv_bias(e);
     if (so.fused_adds) {
         *so.fused_adds = 0;
         for (int i = 0; i + 1 < o->g->n_nodes; i++) {
@@ -531,10 +534,10 @@ static void steps_ahead_equal_steps(void **state)
  * recompute (the recompute phase's pairs too), fp32 with 2 micro-batches a step (gradients added to). The add + layernorm kernel writes the bytes of the add
  * and the layernorm (test_kernels_cuda checks that bit for bit), so with that fusion alone the steps are
  * equal bit for bit (printed); other executor fusions that vr_exec_config.unfused also turns off (Linear +
- * GELU; the Linear bias gradients summed by the layernorm_bwd before them) round differently, so the
+ * GELU; the Linear bias gradients summed by the layernorm_bwd before them; qkv's by the attention's identities) round differently, so the
  * assertions take fuse_matches' bounds. The tiny GPT's residual adds before ln2, the next ln1 and lnf (2
  * layers: 4, recompute's on top) queue nothing when fused, none when not; its 4 projections' bias gradients
- * come from the layernorm_bwd nodes when fused. */
+ * come from the layernorm_bwd nodes when fused, its 2 q|k|v ones from the identities. */
 static void fused_equals_unfused(void **state)
 {
     (void)state;
@@ -546,20 +549,22 @@ static void fused_equals_unfused(void **state)
         bool fp32 = prec == VR_PREC_FP32;
         vr_recompute rc = v == 3 ? VR_RECOMPUTE_BLOCK : VR_RECOMPUTE_NONE;
         int accum = v == 4 ? 2 : 1; /* the bias gradients added to by the second micro-batch's layernorm_bwd */
-        int fa0 = -1, fa1 = -1, fb0 = -1, fb1 = -1;
+        int fa0 = -1, fa1 = -1, fb0 = -1, fb1 = -1, fq0 = -1, fq1 = -1;
         step_pair r;
         pair_run(&r, graph,
                  (step_opts){.prec = prec, .fp32 = fp32, .fused_adds = graph ? NULL : &fa0, .fused_bias = &fb0,
-                             .deterministic = true, .recompute = rc, .accum = accum},
+                             .fused_qkvb = &fq0, .deterministic = true, .recompute = rc, .accum = accum},
                  graph,
                  (step_opts){.unfused = true, .prec = prec, .fp32 = fp32, .fused_adds = graph ? NULL : &fa1,
-                             .fused_bias = &fb1, .deterministic = true, .recompute = rc, .accum = accum},
+                             .fused_bias = &fb1, .fused_qkvb = &fq1, .deterministic = true, .recompute = rc,
+                             .accum = accum},
                  K);
         printf("fusion (%s%s%s%s): %d steps, loss %.6f..%.6f, fused vs unfused |loss| %.3g |norm| %.3g params %.3g;"
-               " adds without work: fused %d, unfused %d; bias gradients in layernorm_bwd: fused %d, unfused %d\n",
+               " adds without work: fused %d, unfused %d; bias gradients in layernorm_bwd: fused %d, unfused %d;"
+               " q|k|v bias gradients by the identities: fused %d, unfused %d\n",
                fp32 ? "fp32" : "bf16", graph ? ", cuda graph" : "", rc ? ", block recompute" : "",
                accum > 1 ? ", 2 micro-batches" : "", K, r.l0[0],
-               r.l0[K - 1], r.dl, r.dn, (double)r.dp, fa0, fa1, fb0, fb1);
+               r.l0[K - 1], r.dl, r.dn, (double)r.dp, fa0, fa1, fb0, fb1, fq0, fq1);
         assert_true(r.dl < (fp32 ? 1e-5 : 1e-2) && r.dp < (fp32 ? 1e-4f : 1e-2f));
         /* attproj's after ln2.bwd, fcproj's after the next ln1.bwd or lnf.bwd: two a layer; under block
          * recompute the recomputed block comes between ln1.bwd (lnf.bwd) and fcproj.bwd: attproj's at least
@@ -569,6 +574,8 @@ static void fused_equals_unfused(void **state)
         else
             assert_int_equal(fb0, 4);
         assert_int_equal(fb1, 0);
+        assert_int_equal(fq0, 2); /* both layers' qkv.bwd */
+        assert_int_equal(fq1, 0);
         if (!graph) {
             assert_true(rc ? fa0 >= 4 : fa0 == 4);
             assert_true(fa1 == 0);

@@ -984,6 +984,28 @@ static void test_colsum_bench(void **state)
         }
         double us = 1000.0 * ms / 50;
         print_message("    column sums %5d x %4d bf16: %6.1f us, %5.0f GB/s\n", N, OC, us, 2.0 * n / us / 1e3);
+        if (OC % 3 == 0 && (OC / 3) % 256 == 0) { /* a q|k|v projection's: by the identities */
+            int C = OC / 3;
+            void *wp = dnan(VR_CUDA_BF16, (size_t)C * C);
+            OK(vr_cuda_fill(&ctx, VR_CUDA_BF16, wp, (size_t)C * C, 0.5f));
+            for (int pass = 0; pass < 2; pass++) {
+                CU(cudaEventRecord(e0, 0));
+                for (int r = 0; r < 50; r++) OK(vr_cuda_qkv_bias_bwd(&ctx, VR_CUDA_BF16, db, dout, db, wp, N, C, 0));
+                CU(cudaEventRecord(e1, 0));
+                CU(cudaEventSynchronize(e1));
+                CU(cudaEventElapsedTime(&ms, e0, e1));
+            }
+            print_message("    q|k|v bias by the identities %5d x %4d bf16: %6.1f us\n", N, OC, 1000.0 * ms / 50);
+            for (int pass = 0; pass < 2; pass++) { /* without rows: the k and v thirds alone */
+                CU(cudaEventRecord(e0, 0));
+                for (int r = 0; r < 50; r++) OK(vr_cuda_qkv_bias_bwd(&ctx, VR_CUDA_BF16, db, dout, db, wp, 0, C, 0));
+                CU(cudaEventRecord(e1, 0));
+                CU(cudaEventSynchronize(e1));
+                CU(cudaEventElapsedTime(&ms, e0, e1));
+            }
+            print_message("    q|k|v bias, k and v thirds alone       C %4d bf16: %6.1f us\n", C, 1000.0 * ms / 50);
+            cudaFree(wp);
+        }
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
         free(h);
@@ -1089,6 +1111,64 @@ static void run_attention(vr_cuda_dtype dt, int B, int T, int NH, int NKV, int h
     cudaFree(gq), cudaFree(ap);
 }
 
+/* vr_cuda_qkv_bias_bwd against the attention it stands for: GPT's attention (B,T,NH heads of hs) forward and
+ * backward on the device, then the bias gradient of its q|k|v projection by the identities, with the output
+ * projection's weight the identity (dbp = the column sums of dout) and a random one: q's third the column sums
+ * of dq, k's 0 where the column sums of dk are 0 to rounding, v's the column sums of dv; acc = 1 adds to q's,
+ * leaves k's and writes v's. */
+static void run_qkv_bias(vr_cuda_dtype dt, int B, int T, int NH, int hs)
+{
+    int C = NH * hs, W = 3 * C, N = B * T;
+    size_t nqkv = (size_t)N * W, nout = (size_t)N * C;
+    float *qkv = hrand(nqkv, -1.5f, 1.5f), *dout = hrand(nout, -1, 1);
+    void *dq = up(dt, qkv, nqkv), *dd = up(dt, dout, nout), *out = dnan(dt, nout), *gq = dnan(dt, nqkv);
+    float *lse = (float *)dnan(VR_CUDA_F32, (size_t)B * NH * T);
+    size_t sb = vr_cuda_attention_scratch_bytes(B, T, C, NH);
+    void *scratch = dalloc(sb);
+    OK(vr_cuda_attention_fwd(&ctx, dt, out, lse, dq, B, T, C, NH));
+    OK(vr_cuda_attention_bwd(&ctx, dt, gq, dd, dq, out, lse, B, T, C, NH, 0, scratch, sb));
+    float *g = down(dt, gq, nqkv), *sums = hzero(W), *mags = hzero(W), *dbp = hzero(C), *eye = hzero((size_t)C * C);
+    for (int n = 0; n < N; n++) {
+        for (int c = 0; c < W; c++) sums[c] += g[(size_t)n * W + c], mags[c] += fabsf(g[(size_t)n * W + c]);
+        for (int c = 0; c < C; c++) dbp[c] += dout[(size_t)n * C + c];
+    }
+    for (int c = 0; c < C; c++) eye[(size_t)c * C + c] = 1.0f;
+    double tol = tol_for(dt, TOL_F32_LONG), ksum = 0, kmag = 0;
+    for (int c = C; c < 2 * C; c++) ksum += (double)sums[c] * sums[c], kmag += (double)mags[c] * mags[c];
+    print_message("    qkv bias identities B%d T%d NH%d hs%d %-4s: |colsum dk| %.2e of |dk| sums %.2e\n", B, T, NH,
+                  hs, vr_cuda_dtype_name(dt), sqrt(ksum), sqrt(kmag));
+    assert_true(sqrt(ksum) <= tol * sqrt(kmag));
+    void *ddbp = up(dt, dbp, C), *dwp = up(dt, eye, (size_t)C * C), *db = dnan(dt, W);
+    float *want = hzero(W);
+    memcpy(want, sums, (size_t)C * 4);
+    memcpy(want + 2 * C, dbp, (size_t)C * 4);
+    OK(vr_cuda_qkv_bias_bwd(&ctx, dt, db, gq, ddbp, dwp, N, C, 0));
+    expect_close("qkv bias (wp = I) = column sums of dq|0|dout", dt, db, want, W, tol);
+    expect_close("qkv bias (wp = I): v's = column sums of dv", dt, (char *)db + 2 * (size_t)C * vr_cuda_dtype_size(dt),
+                 sums + 2 * C, C, tol);
+    float *hb = down(dt, db, W);
+    for (int c = C; c < 2 * C; c++) assert_true(hb[c] == 0.0f);
+    free(hb);
+    /* a random output projection, then acc = 1 over a prior */
+    float *wp = hrand((size_t)C * C, -0.5f, 0.5f), *prior = hrand(W, -1, 1);
+    void *dwr = up(dt, wp, (size_t)C * C), *dpr = up(dt, prior, W);
+    float *hdbp = down(dt, ddbp, C);
+    for (int c = 0; c < C; c++) {
+        double v = 0;
+        for (int o = 0; o < C; o++) v += (double)hdbp[o] * wp[(size_t)o * C + c];
+        want[2 * C + c] = (float)v;
+    }
+    OK(vr_cuda_qkv_bias_bwd(&ctx, dt, db, gq, ddbp, dwr, N, C, 0));
+    expect_close("qkv bias, random wp", dt, db, want, W, tol);
+    for (int c = 0; c < C; c++) want[c] += prior[c], want[C + c] = prior[C + c];
+    OK(vr_cuda_qkv_bias_bwd(&ctx, dt, dpr, gq, ddbp, dwr, N, C, 1));
+    expect_close("qkv bias, random wp, acc=1", dt, dpr, want, W, tol);
+    free(qkv), free(dout), free(g), free(sums), free(mags), free(dbp), free(eye), free(want), free(wp), free(prior);
+    free(hdbp);
+    cudaFree(dq), cudaFree(dd), cudaFree(out), cudaFree(gq), cudaFree(lse), cudaFree(scratch), cudaFree(ddbp);
+    cudaFree(dwp), cudaFree(db), cudaFree(dwr), cudaFree(dpr);
+}
+
 static void test_attention(void **state)
 {
     (void)state;
@@ -1105,6 +1185,10 @@ static void test_attention(void **state)
         if (dt == VR_CUDA_F16) continue;
         run_attention(dt, 4, 1024, 12, 12, 64);
         run_attention(dt, 2, 1024, 32, 8, 64); // llama3.2-1b's heads
+    }
+    for (int di = 0; di < 3; di++) {
+        run_qkv_bias(DTS[di], 2, 65, 2, 64);
+        run_qkv_bias(DTS[di], 2, 200, 3, 32);
     }
 }
 

@@ -174,9 +174,10 @@ vr_status vr_cu_lt_matmul(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, con
                           int transb, float alpha, float beta, int epilogue, const void *bias,
                           void *aux, int ldaux, const char *op);
 
-/* Column sums: dbias(OC) (=|+=) sum over N rows of dout(N,OC), fp32 accumulation (matmul.cu). */
+/* Column sums: dbias(OC) (=|+=) sum over N rows of dout(N,OC), rows ld >= OC elements apart, fp32
+ * accumulation (matmul.cu). */
 vr_status vr_cu_colsum(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dbias, const void *dout, int N,
-                       int OC, int acc, const char *op);
+                       int OC, int ld, int acc, const char *op);
 
 /* out(C) (=|+=) the sum over k = 0..n-1 of part(n,C) fp32: the second pass of column sums taken over fixed
  * slices of rows (the bias gradient, matmul.cu; RMSNorm's weight gradient, llama.cu). A block per 32 columns,

@@ -254,6 +254,16 @@ vr_status vr_cuda_matmul_gelu_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void
 vr_status vr_cuda_matmul_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
                              void *dbias, const void *dout, const void *inp, const void *w, int N,
                              int C, int OC, int acc_dinp, int acc_dparam);
+/* The bias gradient of attention's fused q|k|v projection (dqkv(N,3C): q, k, v of C columns each, one head
+ * of keys and values per head of queries, no rotary) from the attention's identities, where dbp(C) and
+ * wp(C,C) are the bias gradient and the weight of the Linear that reads the attention's output y(N,C):
+ *   q: the column sums of dqkv's first C columns (=|+= with acc);
+ *   k: 0 (a row of softmax's gradient sums to 0: a key bias shifts every score of a query alike);
+ *   v: dbp wp (a row of softmax sums to 1: the v columns of dqkv sum to those of dy = dout wp, whose
+ *      column sums are dbp wp); written, not added: dbp holds the sum of every micro-batch so far.
+ * One pass over a third of dqkv instead of all of it. */
+vr_status vr_cuda_qkv_bias_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dbias, const void *dqkv,
+                               const void *dbp, const void *wp, int N, int C, int acc);
 
 /* The dinp product of a Linear whose input was gelu(pre), fused with the GELU backward (cuBLASLt's
  * DGELU epilogue): dpre(N,C) = (dout(N,OC) w(OC,C)) * gelu'(pre(N,C)), overwritten. dpre must not

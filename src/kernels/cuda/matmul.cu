@@ -232,14 +232,14 @@ done:
 /* Block: 32 lanes x 32 row lanes; each lane owns 2 adjacent columns of the block's 64. One block per
  * 64 columns walks all rows: no atomics, a fixed order. */
 template <typename T>
-__global__ void k_colsum(T *dbias, const T *dout, int N, int OC, int acc)
+__global__ void k_colsum(T *dbias, const T *dout, int N, int OC, int ld, int acc)
 {
     __shared__ float sh[32][65];
     int lane = threadIdx.x, ry = threadIdx.y;
     int c = blockIdx.x * 64 + lane * 2;
     float s0 = 0.0f, s1 = 0.0f;
     for (int r = ry; r < N; r += 32) {
-        const T *row = dout + (size_t)r * OC;
+        const T *row = dout + (size_t)r * ld;
         if (c < OC) s0 += vr_tof(row[c]);
         if (c + 1 < OC) s1 += vr_tof(row[c + 1]);
     }
@@ -284,7 +284,7 @@ __device__ __forceinline__ void cs_load8(const T *p, float e[8])
 
 template <typename T>
 __global__ void __launch_bounds__(32 * CS_ROWG, 2) k_colsum_part(float *part, const T *dout, int N, int OC,
-                                                             int rows_per_chunk, int vec)
+                                                             int ld, int rows_per_chunk, int vec)
 {
     __shared__ float sh[CS_ROWG][CS_COLS + 1];
     int lane = threadIdx.x, rg = threadIdx.y;
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(32 * CS_ROWG, 2) k_colsum_part(float *part, co
         for (; r + 3 * CS_ROWG < r1; r += 4 * CS_ROWG) {
             float e[4][8];
 #pragma unroll
-            for (int q = 0; q < 4; q++) cs_load8(p + (size_t)(r + q * CS_ROWG) * OC, e[q]);
+            for (int q = 0; q < 4; q++) cs_load8(p + (size_t)(r + q * CS_ROWG) * ld, e[q]);
 #pragma unroll
             for (int q = 0; q < 4; q++)
 #pragma unroll
@@ -305,14 +305,14 @@ __global__ void __launch_bounds__(32 * CS_ROWG, 2) k_colsum_part(float *part, co
         }
         for (; r < r1; r += CS_ROWG) {
             float e[8];
-            cs_load8(p + (size_t)r * OC, e);
+            cs_load8(p + (size_t)r * ld, e);
 #pragma unroll
             for (int j = 0; j < 8; j++) s[j] += e[j];
         }
     } else {
         for (int r = r0 + rg; r < r1; r += CS_ROWG)
             for (int j = 0; j < 8; j++)
-                if (c0 + j < OC) s[j] += vr_tof(dout[(size_t)r * OC + c0 + j]);
+                if (c0 + j < OC) s[j] += vr_tof(dout[(size_t)r * ld + c0 + j]);
     }
 #pragma unroll
     for (int j = 0; j < 8; j++) sh[rg][lane * 8 + j] = s[j];
@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(32 * CS_ROWG, 2) k_colsum_part(float *part, co
 }
 
 template <typename T>
-static vr_status colsum_t(const vr_cuda_ctx *ctx, void *dbias, const void *dout, int N, int OC, int acc,
+static vr_status colsum_t(const vr_cuda_ctx *ctx, void *dbias, const void *dout, int N, int OC, int ld, int acc,
                           const char *op)
 {
     float *part = (float *)lt_reserve(ctx);
@@ -336,23 +336,65 @@ static vr_status colsum_t(const vr_cuda_ctx *ctx, void *dbias, const void *dout,
     int nchunk = min(min(cap, want), (N + CS_ROWG - 1) / CS_ROWG);
     if (nchunk < 2) { /* one block per 64 columns over all rows */
         dim3 block(32, 32);
-        k_colsum<<<(OC + 63) / 64, block, 0, VR_STREAM(ctx)>>>((T *)dbias, (const T *)dout, N, OC, acc);
+        k_colsum<<<(OC + 63) / 64, block, 0, VR_STREAM(ctx)>>>((T *)dbias, (const T *)dout, N, OC, ld, acc);
         return vr_cu_launched(ctx, op);
     }
     int rows = (N + nchunk - 1) / nchunk;
     nchunk = (N + rows - 1) / rows;
-    int vec = ((uintptr_t)dout % 16 == 0) && ((size_t)OC * sizeof(T)) % 16 == 0;
+    int vec = ((uintptr_t)dout % 16 == 0) && ((size_t)ld * sizeof(T)) % 16 == 0;
     k_colsum_part<T><<<dim3(tiles, nchunk), dim3(32, CS_ROWG), 0, VR_STREAM(ctx)>>>(part, (const T *)dout, N, OC,
-                                                                                    rows, vec);
+                                                                                    ld, rows, vec);
     VR_CU_TRY(vr_cu_launched(ctx, op));
     vr_cu_sum_partials(VR_STREAM(ctx), (T *)dbias, part, nchunk, OC, acc);
     return vr_cu_launched(ctx, op);
 }
 
 vr_status vr_cu_colsum(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dbias, const void *dout, int N,
-                       int OC, int acc, const char *op)
+                       int OC, int ld, int acc, const char *op)
 {
-    return VR_CU_DISPATCH(dt, colsum_t, ctx, dbias, dout, N, OC, acc, op);
+    return VR_CU_DISPATCH(dt, colsum_t, ctx, dbias, dout, N, OC, ld, acc, op);
+}
+
+/* The k and v thirds of a q|k|v bias gradient (vr_cuda_qkv_bias_bwd): dk(C) (=|+=) 0, dv(C) = dbp(C) wp(C,C),
+ * i.e. dv[c] = sum over o of dbp[o] wp[o][c]. Blocks of 8 columns by 128 lanes (C / 8 blocks: the GPU full at
+ * GPT-2's widths): lane y adds o = y, y + 128, ... of its column, then 16 lanes add 8 lanes' sums each and the
+ * first the 16 (a fixed order). */
+#define QKVB_X 8
+#define QKVB_Y 128
+template <typename T>
+__global__ void __launch_bounds__(QKVB_X * QKVB_Y) k_qkv_bias_kv(T *dk, T *dv, const T *dbp, const T *wp, int C, int acc)
+{
+    __shared__ float sh[QKVB_Y][QKVB_X + 1];
+    int x = threadIdx.x, y = threadIdx.y, c = blockIdx.x * QKVB_X + x;
+    float t = 0.0f;
+    if (c < C) {
+#pragma unroll 4
+        for (int o = y; o < C; o += QKVB_Y) t += vr_tof(dbp[o]) * vr_tof(wp[(size_t)o * C + c]);
+    }
+    sh[y][x] = t;
+    __syncthreads();
+    if (y < QKVB_Y / 8) {
+        t = 0.0f;
+        for (int k = 0; k < 8; k++) t += sh[8 * y + k][x];
+    }
+    __syncthreads();
+    if (y < QKVB_Y / 8) sh[y][x] = t;
+    __syncthreads();
+    if (y || c >= C) return;
+    t = 0.0f;
+    for (int k = 0; k < QKVB_Y / 8; k++) t += sh[k][x];
+    dv[c] = vr_fromf<T>(t);
+    if (!acc) dk[c] = vr_fromf<T>(0.0f);
+}
+
+template <typename T>
+static vr_status qkv_bias_kv_t(const vr_cuda_ctx *ctx, void *dbias, const void *dbp, const void *wp, int C, int acc)
+{
+    T *d = (T *)dbias;
+    k_qkv_bias_kv<T><<<(C + QKVB_X - 1) / QKVB_X, dim3(QKVB_X, QKVB_Y), 0, VR_STREAM(ctx)>>>(d + C, d + 2 * (size_t)C,
+                                                                                        (const T *)dbp,
+                                                                                        (const T *)wp, C, acc);
+    return vr_cu_launched(ctx, "matmul_bwd (q|k|v bias)");
 }
 
 /* out(N,OC) += bias(OC) per row: the fallback where cuBLASLt has no bias epilogue for a shape. */
@@ -460,8 +502,20 @@ extern "C" vr_status vr_cuda_matmul_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt
             // 1.1-1.5x slower (bench/gpu/lt_algos.cu), more than the column sums below cost
         VR_CU_TRY(vr_cu_lt_matmul(ctx, dt, dw, inp, dout, C, OC, N, C, OC, C, 0, 1, 1.0f,
                                   acc_dparam ? 1.0f : 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, op));
-    if (dbias) VR_CU_TRY(vr_cu_colsum(ctx, dt, dbias, dout, N, OC, acc_dparam, op));
+    if (dbias) VR_CU_TRY(vr_cu_colsum(ctx, dt, dbias, dout, N, OC, OC, acc_dparam, op));
     return VR_OK;
+}
+
+extern "C" vr_status vr_cuda_qkv_bias_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dbias, const void *dqkv,
+                                          const void *dbp, const void *wp, int N, int C, int acc)
+{
+    const char *op = "matmul_bwd (q|k|v bias)";
+    VR_CU_TRY(check_mm(ctx, dt, N, C, 3 * C, op));
+    if (!dbias || !dqkv || !dbp || !wp) return vr_cu_bad(op, "NULL pointer");
+    if (N > 0) VR_CU_TRY(vr_cu_colsum(ctx, dt, dbias, dqkv, N, C, 3 * C, acc, op));
+    else if (!acc) VR_CU_TRY(vr_cuda_zero(ctx, dt, dbias, (size_t)C));
+    if (C == 0) return VR_OK;
+    return VR_CU_DISPATCH(dt, qkv_bias_kv_t, ctx, dbias, dbp, wp, C, acc);
 }
 
 extern "C" vr_status vr_cuda_gemm(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *D, const void *A,
