@@ -181,20 +181,13 @@ static inline uint64_t vr_scratch_cuda_attention_bwd_for(int64_t B, int64_t T, i
 /* ---------------------------------------------------------------- LayerNorm / RMSNorm backward (CUDA) */
 
 /* dw (and db) are summed in two steps: blocks over (columns) x (a slice of rows) write fp32 partial sums,
- * then one thread per column adds the slices in order. RMSNorm: slices of 128 rows, at most 128 of them. */
-#define VR_SCRATCH_NORM_ROWS_PER_SLICE 128
-#define VR_SCRATCH_NORM_MAX_SLICES 128
+ * then one thread per column adds the slices in order. */
 
 /* Slices of `rows` rows over N rows, 1 to `max` of them. */
 static inline int vr_scratch_slices(int64_t N, int64_t rows, int max)
 {
     int64_t s = (N + rows - 1) / rows;
     return s < 1 ? 1 : s > max ? max : (int)s;
-}
-
-static inline int vr_scratch_norm_slices(int64_t N)
-{
-    return vr_scratch_slices(N, VR_SCRATCH_NORM_ROWS_PER_SLICE, VR_SCRATCH_NORM_MAX_SLICES);
 }
 
 /* LayerNorm (vr_cuda_layernorm_bwd): the one-pass kernel's blocks each write a slice's partial sums (as many
@@ -216,10 +209,10 @@ static inline uint64_t vr_scratch_cuda_layernorm_bwd(int64_t N, int64_t C)
     return (uint64_t)vr_scratch_ln_slices(N) * 3u * vr_scratch_dim(C) * 4u;
 }
 
-/* RMSNorm (vr_cuda_rmsnorm_bwd): slices x C fp32. */
+/* RMSNorm (vr_cuda_rmsnorm_bwd): LayerNorm's slices, each C fp32 (dw's partial sums; no bias). */
 static inline uint64_t vr_scratch_cuda_rmsnorm_bwd(int64_t N, int64_t C)
 {
-    return (uint64_t)vr_scratch_norm_slices(N) * vr_scratch_dim(C) * 4u;
+    return (uint64_t)vr_scratch_ln_slices(N) * vr_scratch_dim(C) * 4u;
 }
 
 /* ---------------------------------------------------------------- embedding backward (CUDA) */

@@ -177,7 +177,9 @@ static void close_to_cpu(vr_precision prec)
     run_free(&g);
 }
 
-/* The Llama on CUDA against the CPU: fp32 as fp32_matches_cpu, bf16 as close_to_cpu. */
+/* The Llama on CUDA against the CPU: fp32 as fp32_matches_cpu, bf16 as close_to_cpu; each also without poison,
+ * where the executor fuses the residual adds into the RMSNorms after them (the fused kernel writes the bytes of
+ * the two: test_kernels_cuda). */
 static void llama_matches_cpu(void **state)
 {
     (void)state;
@@ -185,13 +187,15 @@ static void llama_matches_cpu(void **state)
     vr_precision precs[2] = {VR_PREC_FP32, VR_PREC_BF16};
     run_out c;
     run_model("cpu", VR_PREC_FP32, VR_MEMORY_PLANNED, llama_small(), &c);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) {
         run_out g;
-        run_model("cuda", precs[k], VR_MEMORY_PLANNED, llama_small(), &g);
+        run_poison = k < 2;
+        run_model("cuda", precs[k % 2], VR_MEMORY_PLANNED, llama_small(), &g);
+        run_poison = true;
         double d = (double)max_diff(c.params, g.params, c.g->n_params);
-        printf("llama %s: loss cpu %.7f cuda %.7f, norm cpu %.6f cuda %.6f, max param diff %.3g\n",
-               vr_precision_name(precs[k]), c.loss, g.loss, c.norm, g.norm, d);
-        bool fp32 = precs[k] == VR_PREC_FP32;
+        printf("llama %s%s: loss cpu %.7f cuda %.7f, norm cpu %.6f cuda %.6f, max param diff %.3g\n",
+               vr_precision_name(precs[k % 2]), k < 2 ? "" : " (fused)", c.loss, g.loss, c.norm, g.norm, d);
+        bool fp32 = precs[k % 2] == VR_PREC_FP32;
         assert_true(fabs(c.loss - g.loss) < (fp32 ? 1e-4 : 1e-2));
         assert_true(fabs(c.norm - g.norm) < (fp32 ? 1e-4 * (1 + c.norm) : 0.02 * c.norm));
         assert_true(d < (fp32 ? 1e-4 : 1e-2));

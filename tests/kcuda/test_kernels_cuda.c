@@ -953,6 +953,42 @@ static void test_layernorm_bench(void **state)
     if (!b || !*b || !strcmp(b, "0")) skip();
     bench_layernorm_shape(16384, 768); /* GPT-2 124M, B=16 */
     bench_layernorm_shape(8192, 1024); /* GPT-2 medium, B=8 */
+    /* RMSNorm's backward at llama3.2-1b's B=8 T=2048: dinp and dw in one call (one pass where the row fits),
+     * against dinp alone then dw alone (the two kernels, each reading dout and inp) */
+    int N = 16384, C = 2048;
+    size_t n = (size_t)N * C, sb = vr_cuda_rmsnorm_bwd_scratch_bytes(N, C);
+    float *h = hrand(n, -2, 2), *hw = hrand(C, 0.5f, 1.5f);
+    void *x = up(VR_CUDA_BF16, h, n), *g = up(VR_CUDA_BF16, h, n), *w = up(VR_CUDA_BF16, hw, C);
+    void *d = dnan(VR_CUDA_BF16, n), *dw = dnan(VR_CUDA_BF16, C), *scratch = dalloc(sb), *o = dnan(VR_CUDA_BF16, n);
+    float *rstd = (float *)dnan(VR_CUDA_F32, N);
+    OK(vr_cuda_rmsnorm_fwd(&ctx, VR_CUDA_BF16, o, rstd, x, w, N, C, 1e-5f));
+    OK(vr_cuda_zero(&ctx, VR_CUDA_BF16, d, n));
+    cudaEvent_t e0, e1;
+    CU(cudaEventCreate(&e0));
+    CU(cudaEventCreate(&e1));
+    for (int both = 1; both >= 0; both--) {
+        float ms = 0.0f;
+        for (int pass = 0; pass < 2; pass++) {
+            CU(cudaEventRecord(e0, 0));
+            for (int r = 0; r < 20; r++) {
+                if (both) OK(vr_cuda_rmsnorm_bwd(&ctx, VR_CUDA_BF16, d, dw, g, x, w, rstd, N, C, 1, 0, scratch, sb));
+                else {
+                    OK(vr_cuda_rmsnorm_bwd(&ctx, VR_CUDA_BF16, d, NULL, g, x, w, rstd, N, C, 1, 0, scratch, sb));
+                    OK(vr_cuda_rmsnorm_bwd(&ctx, VR_CUDA_BF16, NULL, dw, g, x, w, rstd, N, C, 1, 0, scratch, sb));
+                }
+            }
+            CU(cudaEventRecord(e1, 0));
+            CU(cudaEventSynchronize(e1));
+            CU(cudaEventElapsedTime(&ms, e0, e1));
+        }
+        double us = 1000.0 * ms / 20;
+        print_message("    rmsnorm_bwd += %d x %d bf16, %-28s %7.1f us %6.0f GB/s of 4 rows' bytes\n", N, C,
+                      both ? "dinp and dw in one call" : "dinp alone, then dw alone", us, 4.0 * n * 2 / us / 1e3);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    free(h), free(hw);
+    cudaFree(x), cudaFree(g), cudaFree(w), cudaFree(d), cudaFree(dw), cudaFree(scratch), cudaFree(o), cudaFree(rstd);
 }
 
 /* VRAM_KCUDA_BENCH=1: the bias gradient's column sums alone (matmul_bwd with only dbias), microseconds per call and
@@ -1221,7 +1257,31 @@ static void run_rmsnorm(vr_cuda_dtype dt, int N, int C)
     OK(vr_cuda_rmsnorm_bwd(&ctx, dt, a1, a2, dd, di, dw, rstd, N, C, 1, 1, scratch, sb));
     expect_acc("rmsnorm_bwd dinp", dt, a1, p1, rdi, n);
     expect_acc("rmsnorm_bwd dw", dt, a2, p2, rdw, C);
+    /* one of the two alone: the two-kernel path (where both went through the one-pass kernel above) */
+    poison(dt, gdi, n);
+    poison(dt, gdw, C);
+    OK(vr_cuda_rmsnorm_bwd(&ctx, dt, gdi, NULL, dd, di, dw, rstd, N, C, 0, 0, scratch, sb));
+    OK(vr_cuda_rmsnorm_bwd(&ctx, dt, NULL, gdw, dd, di, dw, rstd, N, C, 0, 0, scratch, sb));
+    expect_close("rmsnorm_bwd dinp alone", dt, gdi, rdi, n, tol_for(dt, TOL_F32_LONG));
+    expect_close("rmsnorm_bwd dw alone", dt, gdw, rdw, C, tol_for(dt, TOL_F32_LONG));
     guard_check("rmsnorm_bwd", scratch, sb, sb);
+    /* add + rmsnorm in one call: the bytes of the add then the rmsnorm (also in place, the sum over a) */
+    size_t es = vr_cuda_dtype_size(dt);
+    void *res = dnan(dt, n), *res2 = dnan(dt, n), *out2 = dnan(dt, n);
+    float *rstd2 = dnan(VR_CUDA_F32, N);
+    OK(vr_cuda_add_rmsnorm_fwd(&ctx, dt, res, out, rstd, di, dd, dw, N, C, 1e-5f));
+    OK(vr_cuda_add_fwd(&ctx, dt, res2, di, dd, n));
+    OK(vr_cuda_rmsnorm_fwd(&ctx, dt, out2, rstd2, res2, dw, N, C, 1e-5f));
+    CU(cudaDeviceSynchronize());
+    if (!kc_same_bytes(res, res2, n * es) || !kc_same_bytes(out, out2, n * es) || !kc_same_bytes(rstd, rstd2, N * 4))
+        fail_msg("add_rmsnorm_fwd N%d C%d (%s): not the bytes of add then rmsnorm", N, C, vr_cuda_dtype_name(dt));
+    poison(dt, out, n);
+    OK(vr_cuda_add_rmsnorm_fwd(&ctx, dt, di, out, rstd, di, dd, dw, N, C, 1e-5f));
+    CU(cudaDeviceSynchronize());
+    if (!kc_same_bytes(di, res2, n * es) || !kc_same_bytes(out, out2, n * es))
+        fail_msg("add_rmsnorm_fwd N%d C%d (%s): in place differs", N, C, vr_cuda_dtype_name(dt));
+    print_message("    add_rmsnorm_fwd N%d C%d %s: bitwise add + rmsnorm (also in place)\n", N, C, vr_cuda_dtype_name(dt));
+    cudaFree(res), cudaFree(res2), cudaFree(out2), cudaFree(rstd2);
     free(inp), free(w), free(dout), free(ref), free(rr), free(rdi), free(rdw), free(p1), free(p2);
     cudaFree(di), cudaFree(dw), cudaFree(dd), cudaFree(out), cudaFree(rstd), cudaFree(scratch), cudaFree(gdi);
     cudaFree(gdw), cudaFree(a1), cudaFree(a2);
@@ -1283,6 +1343,8 @@ static void test_llama_ops(void **state)
         run_rmsnorm(dt, 1, 5);
         run_rmsnorm(dt, 37, 100);
         run_rmsnorm(dt, 4096, 2048);
+        run_rmsnorm(dt, 1000, 576); /* smollm2-135m's width */
+        run_rmsnorm(dt, 513, 960);  /* smollm2-360m's, a ragged last tile */
         run_rope(dt, 2, 33, 4, 2, 64, 0);
         run_rope(dt, 1, 300, 32, 8, 64, 1);
         run_rope(dt, 1, 17, 2, 1, 128, 1);

@@ -381,6 +381,11 @@ void vr__cudnn_attention_pick(int i);
 /* RMSNorm: out(N,C) = inp * rstd * w, rstd(N) fp32 = 1/sqrt(mean(inp^2) + eps); fp32 maths. */
 vr_status vr_cuda_rmsnorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *rstd, const void *inp,
                               const void *w, int N, int C, float eps);
+/* res(N,C) = a + b (rounded to the dtype, as vr_cuda_add_fwd) and out, rstd = rmsnorm(res) as vr_cuda_rmsnorm_fwd,
+ * in one pass where the rows allow (a row in a warp's registers): the same bytes as the two calls. res may be a
+ * or b; out and rstd overlap none of res, a, b. */
+vr_status vr_cuda_add_rmsnorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *res, void *out, float *rstd,
+                                  const void *a, const void *b, const void *w, int N, int C, float eps);
 /* dinp (=|+= per acc_dinp) and dw (=|+= per acc_dw; either may be NULL) from dout, the forward's inp, w
  * and rstd. dw is summed in fp32 over row chunks in scratch (vr_cuda_rmsnorm_bwd_scratch_bytes), then
  * over the chunks in a fixed order: deterministic. */

@@ -21,10 +21,10 @@ static int ln_k(int nv, int kmax)
     return k <= 4 ? k : k <= 6 ? 6 : 8;
 }
 
-template <typename T, int K, bool ADD>
+template <typename T, int K, bool ADD, bool RMS>
 __global__ void __launch_bounds__(256) k_ln_rows_fwd(T *out, float *mean, float *rstd, T *res, const T *inp,
                                                      const T *inp2, const T *w, const T *b, int N, int C,
-                                                     int rows_per_warp)
+                                                     int rows_per_warp, float eps)
 {
     constexpr int V = vr_vec<T>::N;
     int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(256) k_ln_rows_fwd(T *out, float *mean, float 
                 for (int j = 0; j < V; j++) s += vr_tof(xv[k].v[j]);
             }
         }
-        float m = vr_warp_sum(s) * inv_c;
+        float m = RMS ? 0.0f : vr_warp_sum(s) * inv_c; /* RMSNorm: the mean square about 0 */
         float v = 0.0f;
 #pragma unroll
         for (int k = 0; k < K; k++)
@@ -61,20 +61,26 @@ __global__ void __launch_bounds__(256) k_ln_rows_fwd(T *out, float *mean, float 
                     v += d * d;
                 }
             }
-        float rs = rsqrtf(vr_warp_sum(v) * inv_c + VR_LN_EPS);
+        float rs = rsqrtf(vr_warp_sum(v) * inv_c + eps);
 #pragma unroll
         for (int k = 0; k < K; k++) {
             int i = lane + 32 * k;
             if (i < nv) {
-                vr_vec<T> wv = vr_ld16_nc(w + i * V), bv = vr_ld16_nc(b + i * V), o;
+                vr_vec<T> wv = vr_ld16_nc(w + i * V), o;
+                if (RMS) {
 #pragma unroll
-                for (int j = 0; j < V; j++)
-                    o.v[j] = vr_fromf<T>((vr_tof(xv[k].v[j]) - m) * rs * vr_tof(wv.v[j]) + vr_tof(bv.v[j]));
+                    for (int j = 0; j < V; j++) o.v[j] = vr_fromf<T>(vr_tof(xv[k].v[j]) * rs * vr_tof(wv.v[j]));
+                } else {
+                    vr_vec<T> bv = vr_ld16_nc(b + i * V);
+#pragma unroll
+                    for (int j = 0; j < V; j++)
+                        o.v[j] = vr_fromf<T>((vr_tof(xv[k].v[j]) - m) * rs * vr_tof(wv.v[j]) + vr_tof(bv.v[j]));
+                }
                 vr_st16(out + off + i * V, o);
             }
         }
         if (lane == 0) {
-            mean[r] = m;
+            if (!RMS) mean[r] = m;
             rstd[r] = rs;
         }
     }
@@ -106,7 +112,7 @@ static size_t ln_tile_smem(size_t C, size_t es, bool sum)
     return 2 * VR_LN_TILE * sizeof(float) + (sum ? 3 : 2) * (size_t)VR_LN_TILE * C * es;
 }
 
-template <typename T, int K, bool SUM>
+template <typename T, int K, bool SUM, bool RMS>
 __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float *part, float *part_sum,
                                                                  const T *dout, const T *inp, const T *w,
                                                                  const float *mean, const float *rstd, int N,
@@ -128,7 +134,7 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
         int r = t * VR_LN_TILE + warp;
         if (r < N) {
             size_t off = (size_t)r * C;
-            float m = mean[r], rs = rstd[r];
+            float m = RMS ? 0.0f : mean[r], rs = rstd[r];
             vr_vec<T> xv[K], gv[K], dv[K];
 #pragma unroll
             for (int k = 0; k < K; k++) {
@@ -176,7 +182,7 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
                         }
                     }
                 }
-                sgs = vr_warp_sum(sgs) * inv_c;
+                sgs = RMS ? 0.0f : vr_warp_sum(sgs) * inv_c; /* RMSNorm: no mean, so no term for it */
                 sgx = vr_warp_sum(sgx) * inv_c;
 #pragma unroll
                 for (int k = 0; k < K; k++) {
@@ -211,7 +217,7 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
                 for (int j = 0; j < 4; j++) {
                     float g = vr_tof(g4.v[j]);
                     aw[q][j] += g * ((vr_tof(x4.v[j]) - m) * rs);
-                    ab[q][j] += g;
+                    if (!RMS) ab[q][j] += g;
                     if (SUM) as[q][j] += vr_tof(o4.v[j]);
                 }
             }
@@ -219,13 +225,13 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
         __syncthreads();
     }
     if (!part) return;
-    float *p = part + (size_t)blockIdx.x * 2 * C;
+    float *p = part + (size_t)blockIdx.x * (RMS ? 1 : 2) * C;
 #pragma unroll
     for (int q = 0; q < QB; q++) {
         int u = threadIdx.x + q * NT;
         if (u >= nq) continue;
         *(float4 *)(p + 4 * u) = make_float4(aw[q][0], aw[q][1], aw[q][2], aw[q][3]);
-        *(float4 *)(p + C + 4 * u) = make_float4(ab[q][0], ab[q][1], ab[q][2], ab[q][3]);
+        if (!RMS) *(float4 *)(p + C + 4 * u) = make_float4(ab[q][0], ab[q][1], ab[q][2], ab[q][3]);
         if (SUM) {
             float *ps = part_sum + (size_t)blockIdx.x * C;
             *(float4 *)(ps + 4 * u) = make_float4(as[q][0], as[q][1], as[q][2], as[q][3]);
@@ -233,12 +239,13 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
     }
 }
 
+/* RMSNorm where b is NULL (no mean: rstd about 0, eps its own), else LayerNorm (VR_LN_EPS). */
 template <typename T>
 static int rows_fwd_t(const vr_cuda_ctx *ctx, void *out, float *mean, float *rstd, void *res, const void *inp,
-                      const void *inp2, const void *w, const void *b, int N, int C, vr_status *st)
+                      const void *inp2, const void *w, const void *b, int N, int C, float eps, vr_status *st)
 {
     constexpr int V = vr_vec<T>::N;
-    if (C % V || !vr_aligned16(out) || !vr_aligned16(inp) || !vr_aligned16(w) || !vr_aligned16(b) ||
+    if (C % V || !vr_aligned16(out) || !vr_aligned16(inp) || !vr_aligned16(w) || (b && !vr_aligned16(b)) ||
         (inp2 && (!vr_aligned16(inp2) || !vr_aligned16(res))))
         return 0;
     int K = ln_k(C / V, 8);
@@ -250,10 +257,15 @@ static int rows_fwd_t(const vr_cuda_ctx *ctx, void *out, float *mean, float *rst
     const T *x = (const T *)inp, *x2 = (const T *)inp2, *wp = (const T *)w, *bp = (const T *)b;
 #define VR_LN_FWD(KK)                                                                                        \
     case KK:                                                                                                 \
-        if (inp2)                                                                                            \
-            k_ln_rows_fwd<T, KK, true><<<grid, 256, 0, s>>>(o, mean, rstd, rp, x, x2, wp, bp, N, C, rpw);    \
+        if (!b)                                                                                              \
+            k_ln_rows_fwd<T, KK, true, true><<<grid, 256, 0, s>>>(o, mean, rstd, rp, x, x2, wp, bp, N, C, rpw, \
+                                                                  eps);                                      \
+        else if (inp2)                                                                                       \
+            k_ln_rows_fwd<T, KK, true, false><<<grid, 256, 0, s>>>(o, mean, rstd, rp, x, x2, wp, bp, N, C, rpw, \
+                                                                   VR_LN_EPS);                               \
         else                                                                                                 \
-            k_ln_rows_fwd<T, KK, false><<<grid, 256, 0, s>>>(o, mean, rstd, rp, x, x2, wp, bp, N, C, rpw);   \
+            k_ln_rows_fwd<T, KK, false, false><<<grid, 256, 0, s>>>(o, mean, rstd, rp, x, x2, wp, bp, N, C,    \
+                                                                    rpw, VR_LN_EPS);                         \
         break
     switch (K) {
         VR_LN_FWD(1);
@@ -264,14 +276,14 @@ static int rows_fwd_t(const vr_cuda_ctx *ctx, void *out, float *mean, float *rst
         VR_LN_FWD(8);
     }
 #undef VR_LN_FWD
-    *st = vr_cu_launched(ctx, inp2 ? "add_layernorm_fwd" : "layernorm_fwd");
+    *st = vr_cu_launched(ctx, !b ? "add_rmsnorm_fwd" : inp2 ? "add_layernorm_fwd" : "layernorm_fwd");
     return 1;
 }
 
 /* One backward launch: its shared memory (above the 48 KiB default: allowed once per kernel and size; where the
  * GPU does not have it the launch is VR_ERR_UNSUPPORTED, nothing queued, and the caller does without) and its
  * grid: as many blocks as fit the multiprocessors at once, at most *slices; *slices: the blocks launched. */
-template <typename T, int K, bool SUM>
+template <typename T, int K, bool SUM, bool RMS>
 static vr_status ln_bwd_launch_t(const vr_cuda_ctx *ctx, int *slices, T *d, float *part, float *psum, const T *g,
                                  const T *x, const T *wp, const float *mean, const float *rstd, int N, int C,
                                  int acc)
@@ -280,7 +292,7 @@ static vr_status ln_bwd_launch_t(const vr_cuda_ctx *ctx, int *slices, T *d, floa
     static int fit, fit_c; /* blocks a multiprocessor holds at fit_c columns */
     size_t smem = ln_tile_smem((size_t)C, sizeof(T), SUM);
     if (smem > (48u << 10) && smem > opted) {
-        cudaError_t e = cudaFuncSetAttribute(k_ln_tile_bwd<T, K, SUM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaError_t e = cudaFuncSetAttribute(k_ln_tile_bwd<T, K, SUM, RMS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem);
         if (e != cudaSuccess) {
             cudaGetLastError();
@@ -290,7 +302,7 @@ static vr_status ln_bwd_launch_t(const vr_cuda_ctx *ctx, int *slices, T *d, floa
     }
     if (fit_c != C) {
         int n = 0;
-        VR_CU_TRY(vr_cu_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_ln_tile_bwd<T, K, SUM>,
+        VR_CU_TRY(vr_cu_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_ln_tile_bwd<T, K, SUM, RMS>,
                                                                              VR_LN_TILE * 32, smem),
                                "layernorm_bwd", "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
         fit = n > 0 ? n : 1, fit_c = C;
@@ -299,17 +311,17 @@ static vr_status ln_bwd_launch_t(const vr_cuda_ctx *ctx, int *slices, T *d, floa
     grid = grid < *slices ? grid : *slices;
     grid = grid < tiles ? grid : tiles;
     *slices = grid;
-    k_ln_tile_bwd<T, K, SUM><<<grid, VR_LN_TILE * 32, smem, VR_STREAM(ctx)>>>(d, part, psum, g, x, wp, mean, rstd, N,
-                                                                            C, acc);
-    return vr_cu_launched(ctx, "layernorm_bwd");
+    k_ln_tile_bwd<T, K, SUM, RMS><<<grid, VR_LN_TILE * 32, smem, VR_STREAM(ctx)>>>(d, part, psum, g, x, wp, mean,
+                                                                                 rstd, N, C, acc);
+    return vr_cu_launched(ctx, RMS ? "rmsnorm_bwd" : "layernorm_bwd");
 }
 
 template <typename T, int K>
 static vr_status ln_bwd_launch(const vr_cuda_ctx *ctx, int *slices, T *d, float *part, float *psum, const T *g,
                                const T *x, const T *wp, const float *mean, const float *rstd, int N, int C, int acc)
 {
-    return psum ? ln_bwd_launch_t<T, K, true>(ctx, slices, d, part, psum, g, x, wp, mean, rstd, N, C, acc)
-                : ln_bwd_launch_t<T, K, false>(ctx, slices, d, part, psum, g, x, wp, mean, rstd, N, C, acc);
+    return psum ? ln_bwd_launch_t<T, K, true, false>(ctx, slices, d, part, psum, g, x, wp, mean, rstd, N, C, acc)
+                : ln_bwd_launch_t<T, K, false, false>(ctx, slices, d, part, psum, g, x, wp, mean, rstd, N, C, acc);
 }
 
 template <typename T>
@@ -342,10 +354,54 @@ static int rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, float *pa
     return 0;
 }
 
+/* RMSNorm's backward on the same tiles: dinp and dw's partials in one pass where both are wanted (rows up to K 8:
+ * 2048 16-bit or 1024 fp32 columns, the weight gradient without a bias one). */
+template <typename T>
+static int rms_rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, const void *dout, const void *inp,
+                          const void *w, const float *rstd, int N, int C, int *slices, int acc, vr_status *st)
+{
+    constexpr int V = vr_vec<T>::N;
+    if (!dinp || !part || C % V || !vr_aligned16(dout) || !vr_aligned16(inp) || !vr_aligned16(dinp) ||
+        !vr_aligned16(w) || !vr_aligned16(part))
+        return 0;
+    int K = ln_k(C / V, 8);
+    T *d = (T *)dinp;
+    const T *g = (const T *)dout, *x = (const T *)inp, *wp = (const T *)w;
+#define VR_RMS_BWD(KK)                                                                                       \
+    case KK:                                                                                                 \
+        *st = ln_bwd_launch_t<T, KK, false, true>(ctx, slices, d, part, NULL, g, x, wp, NULL, rstd, N, C, acc); \
+        return *st != VR_ERR_UNSUPPORTED; /* without the shared memory: the generic kernels instead */
+    switch (K) {
+        VR_RMS_BWD(1);
+        VR_RMS_BWD(2);
+        VR_RMS_BWD(3);
+        VR_RMS_BWD(4);
+        VR_RMS_BWD(6);
+        VR_RMS_BWD(8);
+    }
+#undef VR_RMS_BWD
+    return 0;
+}
+
+int vr__rms_rows_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, float *part, const void *dout,
+                     const void *inp, const void *w, const float *rstd, int N, int C, int *slices, int acc_dinp,
+                     vr_status *st)
+{
+    return VR_CU_DISPATCH(dt, rms_rows_bwd_t, ctx, dinp, part, dout, inp, w, rstd, N, C, slices, acc_dinp, st);
+}
+
 int vr__ln_rows_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *mean, float *rstd, void *res,
                     const void *inp, const void *inp2, const void *w, const void *b, int N, int C, vr_status *st)
 {
-    return VR_CU_DISPATCH(dt, rows_fwd_t, ctx, out, mean, rstd, res, inp, inp2, w, b, N, C, st);
+    if (!b) return 0; /* LayerNorm has its bias */
+    return VR_CU_DISPATCH(dt, rows_fwd_t, ctx, out, mean, rstd, res, inp, inp2, w, b, N, C, VR_LN_EPS, st);
+}
+
+int vr__add_rms_rows_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *rstd, void *res, const void *a,
+                         const void *b, const void *w, int N, int C, float eps, vr_status *st)
+{
+    if (!a || !b || !res) return 0;
+    return VR_CU_DISPATCH(dt, rows_fwd_t, ctx, out, NULL, rstd, res, a, b, w, NULL, N, C, eps, st);
 }
 
 int vr__ln_rows_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, float *part, float *part_sum,

@@ -23,4 +23,16 @@ int vr__ln_rows_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, float 
                     const void *dout, const void *inp, const void *w, const float *mean, const float *rstd, int N,
                     int C, int *slices, int acc_dinp, vr_status *st);
 
+/* res = a + b rounded to the dtype, out = rmsnorm(res) (rstd about 0, eps), in one pass (0: the rows do not fit
+ * or the alignment; nothing queued). */
+int vr__add_rms_rows_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *rstd, void *res, const void *a,
+                         const void *b, const void *w, int N, int C, float eps, vr_status *st);
+
+/* RMSNorm's dinp and the fp32 partial sums of dw (at most *slices row slices of C, in a fixed order; *slices: how
+ * many were written) in one pass over dout and inp, where both are wanted and the rows fit (0: they do not, or
+ * the GPU lacks the shared memory: nothing queued). */
+int vr__rms_rows_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, float *part, const void *dout,
+                     const void *inp, const void *w, const float *rstd, int N, int C, int *slices, int acc_dinp,
+                     vr_status *st);
+
 #endif

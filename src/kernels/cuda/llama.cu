@@ -3,8 +3,10 @@
  *
  * RMSNorm forward: one warp per row (sum of squares, then the scaled row). Backward: dinp one warp per
  * row, dinp = rstd (g w - x rstd mean_c(g w x rstd)); dw = sum_n g x rstd in two steps as LayerNorm's:
- * blocks over (64 columns) x (a slice of rows) write fp32 partial sums to scratch, then one thread per
- * column adds the slices in order (deterministic, no atomics).
+ * fp32 partial sums over slices of rows to scratch, then one thread per column adds the slices in order
+ * (deterministic, no atomics). Where both are wanted and a row fits a warp's registers, LayerNorm's tile
+ * kernel (layernorm_rows.cu) does both in one read of dout and inp; else a dinp kernel and a partial-sums
+ * kernel over (32 W columns) x (a slice of rows), each reading them.
  * Rope: one thread per (position, head, pair i): rotates (x[i], x[i + hd/2]) of the q and k heads by
  * t * inv_freq[i] (the inverse frequencies come from the host, vr_rope_inv_freq: one definition for the
  * CPU and CUDA), copies the v heads' pairs.
@@ -13,10 +15,11 @@
 #include <math.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
+#include "kernels/cuda/layernorm_rows.cuh"
 #include "kernels/scratch.h"
 
 /* Row slices of dw's partial sums and the scratch they take: kernels/scratch.h (the plan's size too). */
-static int rms_slices(int N) { return vr_scratch_norm_slices(N); }
+static int rms_slices(int N) { return vr_scratch_ln_slices(N); }
 
 extern "C" size_t vr_cuda_rmsnorm_bwd_scratch_bytes(int N, int C)
 {
@@ -128,6 +131,23 @@ extern "C" vr_status vr_cuda_rmsnorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype d
                              eps);
 }
 
+extern "C" vr_status vr_cuda_add_rmsnorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *res, void *out,
+                                             float *rstd, const void *a, const void *b, const void *w, int N, int C,
+                                             float eps)
+{
+    const char *op = "add_rmsnorm_fwd";
+    VR_CU_CTX_OK(ctx, op);
+    VR_CU_DT_OK(dt, op);
+    if (N < 0 || C <= 0) return vr_cu_bad(op, "bad shape");
+    if (N == 0) return VR_OK;
+    if (!res || !out || !rstd || !a || !b || !w) return vr_cu_bad(op, "NULL pointer");
+    vr_status st = VR_OK;
+    if (vr__add_rms_rows_fwd(ctx, dt, out, rstd, res, a, b, w, N, C, eps, &st)) return st;
+    /* the same results in two passes */
+    VR_CU_TRY(vr_cuda_add_fwd(ctx, dt, res, a, b, (size_t)N * (size_t)C));
+    return vr_cuda_rmsnorm_fwd(ctx, dt, out, rstd, res, w, N, C, eps);
+}
+
 template <typename T, int W>
 __global__ void k_rms_bwd_dinp(T *dinp, const T *dout, const T *inp, const T *w, const float *rstd, int N, int C,
                                int acc)
@@ -221,6 +241,14 @@ static vr_status rms_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, const v
     return VR_OK;
 }
 
+/* dw (=|+=) the sum of `slices` rows of partial sums. */
+template <typename T>
+static vr_status rms_final_t(const vr_cuda_ctx *ctx, void *dw, const float *part, int slices, int C, int acc)
+{
+    vr_cu_sum_partials(VR_STREAM(ctx), (T *)dw, part, slices, C, acc);
+    return vr_cu_launched(ctx, "rmsnorm_bwd");
+}
+
 extern "C" vr_status vr_cuda_rmsnorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
                                          const void *dout, const void *inp, const void *w, const float *rstd, int N,
                                          int C, int acc_dinp, int acc_dw, void *scratch, size_t scratch_bytes)
@@ -234,6 +262,12 @@ extern "C" vr_status vr_cuda_rmsnorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype d
     if (dw && N > 0 && (!scratch || scratch_bytes < need))
         return vr_error(VR_ERR_INVALID, "cuda kernels: %s: scratch of %zu bytes < %zu needed", op, scratch_bytes,
                         need);
+    if (dinp && dw && N > 0) { /* both: one pass where the rows fit (layernorm_rows.cu) */
+        int slices = rms_slices(N);
+        vr_status st = VR_OK;
+        if (vr__rms_rows_bwd(ctx, dt, dinp, (float *)scratch, dout, inp, w, rstd, N, C, &slices, acc_dinp, &st))
+            return st ? st : VR_CU_DISPATCH(dt, rms_final_t, ctx, dw, (const float *)scratch, slices, C, acc_dw);
+    }
     int vec = vec_ok(dt, (size_t)C, dinp, dout, inp, dinp ? w : NULL);
     return VR_LLAMA_DISPATCH(dt, vec, rms_bwd_t, ctx, dinp, dw, dout, inp, w, rstd, N, C, acc_dinp, acc_dw, scratch);
 }
