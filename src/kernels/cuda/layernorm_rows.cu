@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(256) k_ln_rows_fwd(T *out, float *mean, float 
                     v += d * d;
                 }
             }
-        float rs = rsqrtf(vr_warp_sum(v) * inv_c + eps);
+        v = vr_warp_sum(v);
+        float rs = rsqrtf((RMS ? v / C : v * inv_c) + eps); /* RMSNorm's as vr_cuda_rmsnorm_fwd rounds it */
 #pragma unroll
         for (int k = 0; k < K; k++) {
             int i = lane + 32 * k;
