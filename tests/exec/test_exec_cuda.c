@@ -535,13 +535,14 @@ static void steps_ahead_equal_steps(void **state)
 
 /* Fused (the default) against unfused, both with deterministic kernels (vram's attention, its v1
  * backward), over several steps: bf16 and fp32 node by node, bf16 under a CUDA graph and with block
- * recompute (the recompute phase's pairs too), fp32 with 2 micro-batches a step (gradients added to). The add + layernorm kernel writes the bytes of the add
- * and the layernorm (test_kernels_cuda checks that bit for bit), so with that fusion alone the steps are
- * equal bit for bit (printed); other executor fusions that vr_exec_config.unfused also turns off (Linear +
- * GELU; the Linear bias gradients summed by the layernorm_bwd before them; qkv's by the attention's identities) round differently, so the
- * assertions take fuse_matches' bounds. The tiny GPT's residual adds before ln2, the next ln1 and lnf (2
- * layers: 4, recompute's on top) queue nothing when fused, none when not; its 4 projections' bias gradients
- * come from the layernorm_bwd nodes when fused, its 2 q|k|v ones from the identities. */
+ * recompute (the recompute phase's pairs too), fp32 with 2 micro-batches a step (gradients added to). The
+ * add + layernorm kernel writes the bytes of the add and the layernorm (test_kernels_cuda checks that bit for
+ * bit), so with that fusion alone the steps are equal bit for bit (printed); other executor fusions that
+ * vr_exec_config.unfused also turns off (Linear + GELU; the Linear bias gradients summed by the layernorm_bwd
+ * before them; q|k|v's from the attention's identities) round differently, so the assertions take
+ * fuse_matches' bounds. The tiny GPT's residual adds before ln2, the next ln1 and lnf (2 layers: 4,
+ * recompute's on top) queue nothing when fused, none when not; its 4 projections' bias gradients come from
+ * the layernorm_bwd nodes when fused, its 2 q|k|v ones from the identities. */
 static void fused_equals_unfused(void **state)
 {
     (void)state;

@@ -1280,7 +1280,8 @@ static void run_rmsnorm(vr_cuda_dtype dt, int N, int C)
     CU(cudaDeviceSynchronize());
     if (!kc_same_bytes(di, res2, n * es) || !kc_same_bytes(out, out2, n * es))
         fail_msg("add_rmsnorm_fwd N%d C%d (%s): in place differs", N, C, vr_cuda_dtype_name(dt));
-    print_message("    add_rmsnorm_fwd N%d C%d %s: bitwise add + rmsnorm (also in place)\n", N, C, vr_cuda_dtype_name(dt));
+    print_message("    add_rmsnorm_fwd N%d C%d %s: bitwise add + rmsnorm (also in place)\n", N, C,
+                  vr_cuda_dtype_name(dt));
     cudaFree(res), cudaFree(res2), cudaFree(out2), cudaFree(rstd2);
     free(inp), free(w), free(dout), free(ref), free(rr), free(rdi), free(rdw), free(p1), free(p2);
     cudaFree(di), cudaFree(dw), cudaFree(dd), cudaFree(out), cudaFree(rstd), cudaFree(scratch), cudaFree(gdi);

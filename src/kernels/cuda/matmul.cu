@@ -362,7 +362,8 @@ vr_status vr_cu_colsum(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dbias, co
 #define QKVB_X 8
 #define QKVB_Y 128
 template <typename T>
-__global__ void __launch_bounds__(QKVB_X * QKVB_Y) k_qkv_bias_kv(T *dk, T *dv, const T *dbp, const T *wp, int C, int acc)
+__global__ void __launch_bounds__(QKVB_X * QKVB_Y) k_qkv_bias_kv(T *dk, T *dv, const T *dbp, const T *wp, int C,
+                                                                  int acc)
 {
     __shared__ float sh[QKVB_Y][QKVB_X + 1];
     int x = threadIdx.x, y = threadIdx.y, c = blockIdx.x * QKVB_X + x;
