@@ -178,12 +178,13 @@ static void gpt2_figures(void **state)
     assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 12, 64, 4, VR_SCRATCH_ATTN_CUDNN), 49152);
     assert_int_equal(vr_scratch_cuda_attention_bwd_for(4, 256, 12, 12, 36, 2, VR_SCRATCH_ATTN_CUDNN), 49152);
     /* LayerNorm: 64 slices of 16 rows, dw, db and the next Linear's bias gradient of 768 fp32 each, at most 256
-     * slices; RMSNorm dw only, 8 slices of 128 rows, at most 128 slices */
+     * slices; RMSNorm the same slices, dw only */
     assert_int_equal(vr_scratch_cuda_layernorm_bwd(1024, 768), 64ull * 3 * 768 * 4);
     assert_int_equal(vr_scratch_cuda_layernorm_bwd(8192, 1024), 256ull * 3 * 1024 * 4);
-    assert_int_equal(vr_scratch_cuda_rmsnorm_bwd(1024, 768), 8ull * 768 * 4);
+    assert_int_equal(vr_scratch_cuda_rmsnorm_bwd(1024, 768), 64ull * 768 * 4);
     assert_int_equal(vr_scratch_cuda_layernorm_bwd(1, 768), 1ull * 3 * 768 * 4);
-    assert_int_equal(vr_scratch_cuda_rmsnorm_bwd(1 << 20, 768), 128ull * 768 * 4);
+    assert_int_equal(vr_scratch_cuda_rmsnorm_bwd(1 << 20, 768), 256ull * 768 * 4);
+    assert_int_equal(vr_scratch_cuda_rmsnorm_bwd(1, 2048), 1ull * 2048 * 4);
     /* the embedding's sort: 4 arrays of 1024 int32, then 1 MiB + 8 bytes a row for CUB */
     assert_int_equal(vr_scratch_cuda_embedding_bwd(4, 256), 4ull * 4096 + (1ull << 20) + 8192);
     assert_int_equal(vr_scratch_cuda_embedding_bwd(1, 3), 4ull * 256 + (1ull << 20) + 256);
