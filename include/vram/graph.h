@@ -83,7 +83,7 @@ typedef enum vr_op {
     VR_OP_EMBEDDING_BWD,  /* in: dx(B,T,C), tok                               out: dwte, dwpe (one acc: a tied
                            * wte that adds while wpe overwrites gets two nodes, one output each) */
     VR_OP_LAYERNORM,      /* in: x(N,C), w(C), b(C)                           out: y(N,C), mean(N), rstd(N) */
-    VR_OP_LAYERNORM_BWD,  /* in: dy, x, w, mean, rstd                         out: dx, dw, db (acc dw == acc db;
+    VR_OP_LAYERNORM_BWD,  /* in: dy, x, w, mean, rstd (from_out: y, b for x, mean) out: dx, dw, db (acc dw == acc db;
                            * only one of dw, db wanted: the scratch (C) takes the other) */
     VR_OP_MATMUL,         /* in: x(N,C), w(OC,C), b(OC)                       out: y(N,OC) */
     VR_OP_MATMUL_BWD,     /* in: dy(N,OC), x, w                               out: dx, dw, db (acc dw == acc db) */
@@ -115,7 +115,7 @@ typedef enum vr_op {
                            * absmax slots (vram/optim_state.h). master -1 with bf16 params: no master copy,
                            * the weights are updated with stochastic rounding. */
     VR_OP_RMSNORM,        /* in: x(N,C), w(C)                                 out: y(N,C), rstd(N) f32; eps */
-    VR_OP_RMSNORM_BWD,    /* in: dy, x, w, rstd                               out: dx, dw (own acc each) */
+    VR_OP_RMSNORM_BWD,    /* in: dy, x|y, w, rstd                             out: dx, dw (own acc each) */
     VR_OP_ROPE,           /* in: qkv(B,T,(NH+2NKV)*hd)                        out: y (q, k rotated); nh, nkv, rope */
     VR_OP_ROPE_BWD,       /* in: dy                                           out: dx */
     VR_OP_SWIGLU,         /* in: x(N,2I) = [gate | up]                        out: y(N,I) = silu(gate) * up */
@@ -229,6 +229,9 @@ typedef struct vr_node {
     int src;                         /* recompute and backward nodes: the forward node they
                                       * re-run / differentiate; -1 otherwise */
     bool host;                       /* runs on the host over host tensors (offloaded sumsq and updates) */
+    bool from_out;                   /* layernorm_bwd, rmsnorm_bwd: in[1] is the forward's output y, not its input,
+                                      * and layernorm_bwd's in[3] its bias (-1: none) instead of mean
+                                      * (vr_step_config.norm_from_out) */
     int root;                        /* reduce, broadcast: the rank that receives / sends */
     int part[VR_NODE_MAX_IN];        /* gather: the parameters or pieces it assembles, in order, on every rank
                                       * (in[k] is part[k] on its owner, -1 elsewhere); each comes from its
@@ -340,6 +343,10 @@ typedef struct vr_step_config {
     vr_offload offload;       /* optim: master (fp32, also for fp32 params) and state in host memory, the
                                * update on the host; needs an optimizer and a master */
     const char *freeze;       /* comma-separated globs over parameter names ('h.*.attn*,wte'); NULL none */
+    bool norm_from_out;       /* the LayerNorm / RMSNorm backward reads the norm's output y (x-hat = (y - b) / w,
+                               * kernels/norm_math.h) instead of its input, which then need not be kept: the
+                               * residual stream's bytes (GPT-2: 2 of the 16 C a token and block saved). A weight
+                               * that reaches 0 loses its gradient (its input cannot be recovered) */
     float grad_clip;          /* > 0: global-norm clipping (sumsq nodes feed every optimizer node) */
     uint64_t workspace_bytes; /* library workspace held for the step (cuBLAS: 32 MiB), role temp; 0 none */
     vr_kernels kernels;       /* whose kernels will run the step, CPU (0) or CUDA: sizes every node's scratch

@@ -165,6 +165,7 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
     if (o->recompute && vr_recompute_parse(o->recompute, "--recompute", &s->recompute))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     s->recompute_layers = (int)o->recompute_layers;
+    s->norm_from_out = o->norm_backward && !strcmp(o->norm_backward, "output");
     if (o->precision && vr_precision_parse(o->precision, "--precision", &s->precision))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     if (o->optim_state && vr_optim_state_parse(o->optim_state, "--optim-state", &s->optim_state))
@@ -259,6 +260,10 @@ void vr_model_flags_add(vr_flagset *fs, vr_model_flags *f, const vr_model_defaul
          .choices = enum_choices(fs, recompute_name, buf, sizeof buf), .help = "activation checkpointing (none)"},
         {"--recompute-layers", VR_FLAG_INT, &f->recompute_layers, "N", .lo = 1, .hi = most,
          .help = "--recompute's policy in the first N blocks only (every block)"},
+        {"--norm-backward", VR_FLAG_CHOICE, &f->norm_backward, NULL, .choices = "input|output",
+         .help = "what the LayerNorm/RMSNorm backward reads: the norm's input (kept for it),\n"
+                 "or its output (x-hat = (y - b) / w), the input then not kept: GPT-2 saves 2\n"
+                 "of its 16 C values a token and block less; a weight at 0 gets no gradient (input)"},
         {"--freeze", VR_FLAG_STRING, &f->freeze, "GLOBS",
          .help = "comma-separated globs over parameter names ('h.*.attn*,wte')"},
         {"--precision", VR_FLAG_CHOICE, &f->precision, NULL,

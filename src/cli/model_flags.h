@@ -1,8 +1,8 @@
 /* vram command: the model and step flags shared by the commands that build a step graph (plan, train, fit,
  * report), as one fragment of their flag tables (flags.h): --model --preset --hf --layers --channels --heads
  * --vocab --padded-vocab --max-seq --kv-heads --head-dim --intermediate --rope-theta --rms-eps --tied
- * --untied --qkv-bias --sizes --act --batch --seq --accum --optim --recompute --recompute-layers --freeze --precision
- * --optim-state --master --offload --attention --clip --gpus --zero and --eval. */
+ * --untied --qkv-bias --sizes --act --batch --seq --accum --optim --recompute --recompute-layers --norm-backward
+ * --freeze --precision --optim-state --master --offload --attention --clip --gpus --zero and --eval. */
 #ifndef VRAM_CLI_MODEL_FLAGS_H
 #define VRAM_CLI_MODEL_FLAGS_H
 
@@ -15,6 +15,7 @@
 typedef struct vr_model_flags {
     const char *model, *preset, *sizes, *act, *optim, *recompute, *freeze, *precision, *optim_state, *master;
     const char *offload;     /* NULL: not given */
+    const char *norm_backward; /* --norm-backward input|output; NULL: not given */
     const char *attention;   /* --attention auto|cudnn|vram|v2|v1|v1-fwd|v1-bwd (v*: vram's kernels); NULL: not given */
     long long layers, channels, heads, vocab, padded_vocab, max_seq, seq, batch, accum; /* 0: not given */
     double clip;     /* 0: not given */

@@ -272,6 +272,12 @@ static vr_status cpu_run_node(const vr_exec_args *a)
                              rows(a, n->in[0]), lastdim(a, n->in[0]));
         return VR_OK;
     case VR_OP_LAYERNORM_BWD:
+        if (n->from_out) { /* dout, out, w, b, rstd */
+            vr_cpu_layernorm_bwd_out(F(a->out[0]), F(a->out[1]), F(a->out[2]), CF(a->in[0]), CF(a->in[1]),
+                                     CF(a->in[2]), CF(a->in[3]), CF(a->in[4]), rows(a, n->in[0]),
+                                     lastdim(a, n->in[0]), a->acc[0], a->acc[1]);
+            return VR_OK;
+        }
         vr_cpu_layernorm_bwd(F(a->out[0]), F(a->out[1]), F(a->out[2]), CF(a->in[0]), CF(a->in[1]), CF(a->in[2]),
                              CF(a->in[3]), CF(a->in[4]), rows(a, n->in[0]), lastdim(a, n->in[0]), a->acc[0],
                              a->acc[1]);
@@ -314,8 +320,10 @@ static vr_status cpu_run_node(const vr_exec_args *a)
                            lastdim(a, n->in[0]), n->eps);
         return VR_OK;
     case VR_OP_RMSNORM_BWD:
-        vr_cpu_rmsnorm_bwd(F(a->out[0]), F(a->out[1]), CF(a->in[0]), CF(a->in[1]), CF(a->in[2]), CF(a->in[3]),
-                           rows(a, n->in[0]), lastdim(a, n->in[0]), a->acc[0], a->acc[1]);
+        (n->from_out ? vr_cpu_rmsnorm_bwd_out : vr_cpu_rmsnorm_bwd)(F(a->out[0]), F(a->out[1]), CF(a->in[0]),
+                                                                 CF(a->in[1]), CF(a->in[2]), CF(a->in[3]),
+                                                                 rows(a, n->in[0]), lastdim(a, n->in[0]), a->acc[0],
+                                                                 a->acc[1]);
         return VR_OK;
     case VR_OP_SWIGLU:
         vr_cpu_swiglu_fwd(F(a->out[0]), CF(a->in[0]), rows(a, n->in[0]), lastdim(a, n->in[0]) / 2);

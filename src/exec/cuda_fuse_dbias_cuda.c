@@ -113,9 +113,14 @@ vr_status vr__cuda_fuse_dbias_ln(vr_cuda_fuse_dbias *f, const vr_cuda_ctx *c, co
     void *db = vr__cuda_arena_ptr(a->exec, m.node->out[2]); /* not bound yet: partner() found its bytes free */
     const vr_node *n = a->node;
     int C = lastdim(a, n->in[0]), N = (int)(vr_tensor_numel(T_(a, n->in[0])) / C);
-    vr_status st = vr_cuda_layernorm_bwd_sum(c, dt, a->out[0], a->out[1], a->out[2], db, a->in[0], a->in[1],
-                                             a->in[2], (const float *)a->in[3], (const float *)a->in[4], N, C,
-                                             a->acc[0], a->acc[1], m.acc[2], a->scratch, (size_t)a->scratch_bytes);
+    vr_status st = n->from_out /* dout, out, w, b, rstd */
+                       ? vr_cuda_layernorm_bwd_out(c, dt, a->out[0], a->out[1], a->out[2], db, a->in[0], a->in[1],
+                                                   a->in[2], a->in[3], (const float *)a->in[4], N, C, a->acc[0],
+                                                   a->acc[1], m.acc[2], a->scratch, (size_t)a->scratch_bytes)
+                       : vr_cuda_layernorm_bwd_sum(c, dt, a->out[0], a->out[1], a->out[2], db, a->in[0], a->in[1],
+                                                   a->in[2], (const float *)a->in[3], (const float *)a->in[4], N, C,
+                                                   a->acc[0], a->acc[1], m.acc[2], a->scratch,
+                                                   (size_t)a->scratch_bytes);
     if (st == VR_ERR_UNSUPPORTED) { /* not this shape: the pair runs apart from now on */
         f->to[i] = -1;
         a->exec->fused_dbias = --f->pairs;

@@ -333,6 +333,10 @@ static vr_status layernorm_bwd(const vr_exec_args *a, const cuda_state *s, vr_cu
     int N = rows(a, n->in[0]), C = lastdim(a, n->in[0]);
     void *dw = a->out[1], *db = a->out[2]; /* either may be absent (a frozen weight or bias) */
     bool dparam = dw || db;            /* their partial sums: the node's planned scratch */
+    if (n->from_out) /* dout, out, w, b, rstd */
+        return vr_cuda_layernorm_bwd_out(&s->ctx, dt, a->out[0], dw, db, NULL, a->in[0], a->in[1], a->in[2], a->in[3],
+                                         CF(a->in[4]), N, C, a->acc[0], a->acc[1], 0, dparam ? a->scratch : NULL,
+                                         dparam ? (size_t)a->scratch_bytes : 0);
     return vr_cuda_layernorm_bwd(&s->ctx, dt, a->out[0], dw, db, a->in[0], a->in[1], a->in[2], CF(a->in[3]),
                                  CF(a->in[4]), N, C, a->acc[0], a->acc[1], dparam ? a->scratch : NULL,
                                  dparam ? (size_t)a->scratch_bytes : 0);
@@ -343,8 +347,9 @@ static vr_status rmsnorm_bwd(const vr_exec_args *a, const cuda_state *s, vr_cuda
     const vr_node *n = a->node;
     int N = rows(a, n->in[0]), C = lastdim(a, n->in[0]);
     void *dw = a->out[1]; /* its partial sums: the node's planned scratch */
-    return vr_cuda_rmsnorm_bwd(&s->ctx, dt, a->out[0], dw, a->in[0], a->in[1], a->in[2], CF(a->in[3]), N, C,
-                               a->acc[0], a->acc[1], dw ? a->scratch : NULL, dw ? (size_t)a->scratch_bytes : 0);
+    return (n->from_out ? vr_cuda_rmsnorm_bwd_out : vr_cuda_rmsnorm_bwd)(
+        &s->ctx, dt, a->out[0], dw, a->in[0], a->in[1], a->in[2], CF(a->in[3]), N, C, a->acc[0], a->acc[1],
+        dw ? a->scratch : NULL, dw ? (size_t)a->scratch_bytes : 0);
 }
 
 /* Nodes with (query, kv) heads over a packed qkv (B,T,(NH+2NKV)hd): attention (GPT's NKV = 0 means NH kv

@@ -122,7 +122,14 @@ void vr_backward_reads(const vr_graph *g, int n, const bool *in_ng, int reads[VR
     for (int k = 0; k < VR_NODE_MAX_IN; k++)
         reads[k] = -1;
     switch (f->op) {
-    case VR_OP_LAYERNORM: /* dout, inp, w, mean, rstd */
+    case VR_OP_LAYERNORM: /* dout, inp, w, mean, rstd; from the output: dout, out, w, b, rstd */
+        if (g->step.norm_from_out) {
+            reads[1] = f->out[0];
+            reads[2] = f->in[1];
+            reads[3] = f->in[2];
+            reads[4] = f->out[2];
+            break;
+        }
         reads[1] = f->in[0];
         reads[2] = in_ng[0] ? f->in[1] : -1;
         reads[3] = f->out[1];
@@ -141,9 +148,9 @@ void vr_backward_reads(const vr_graph *g, int n, const bool *in_ng, int reads[VR
     case VR_OP_SWIGLU:
         reads[1] = f->in[0];
         break;
-    case VR_OP_RMSNORM: /* dout, inp, w, rstd */
-        reads[1] = f->in[0];
-        reads[2] = in_ng[0] ? f->in[1] : -1;
+    case VR_OP_RMSNORM: /* dout, inp | out, w, rstd */
+        reads[1] = g->step.norm_from_out ? f->out[0] : f->in[0];
+        reads[2] = g->step.norm_from_out || in_ng[0] ? f->in[1] : -1; /* x-hat = out / w */
         reads[3] = f->out[1];
         break;
     case VR_OP_RELU: /* dout, out */
@@ -320,6 +327,7 @@ static void backward_op(ad *a, int n)
     b->nkv = f.nkv;
     b->eps = f.eps;
     b->rope = f.rope;
+    b->from_out = g->step.norm_from_out && (f.op == VR_OP_LAYERNORM || f.op == VR_OP_RMSNORM);
     int id2 = -1; /* a second node when two outputs of one kernel call accumulate differently */
     switch (f.op) {
     case VR_OP_EMBEDDING:

@@ -42,6 +42,8 @@ static void step_text(const vr_graph *g, char *buf, size_t cap)
         n += snprintf(buf + n, cap - (size_t)n, " in block 0");
     else if (s->train && s->recompute_layers > 1 && n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, " in blocks 0-%d", s->recompute_layers - 1);
+    if (s->train && s->norm_from_out && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, ", norm backward from the output");
     if (n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, ", %s", vr_precision_name(s->precision));
     if (s->train && s->optim_state != VR_OSTATE_FP32 && n > 0 && (size_t)n < cap)

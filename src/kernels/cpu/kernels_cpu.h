@@ -107,6 +107,11 @@ void vr_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp
 void vr_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C,
                           int acc_dinp, int acc_dparam);
+/* The same from the forward's output (kernels/norm_math.h: xhat = (out - b) / w), without its input or mean;
+ * b NULL: no bias. */
+void vr_cpu_layernorm_bwd_out(float *dinp, float *dw, float *db, const float *dout, const float *out,
+                              const float *w, const float *b, const float *rstd, int N, int C, int acc_dinp,
+                              int acc_dparam);
 
 /* ---------------------------------------------------------------- attention */
 
@@ -144,6 +149,9 @@ void vr_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *
 /* dinp(N,C) (=|+=), dw(C) (=|+=) from dout(N,C), the forward's inp, w and rstd. Either output may be NULL. */
 void vr_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                         const float *rstd, int N, int C, int acc_dinp, int acc_dparam);
+/* The same from the forward's output (kernels/norm_math.h: xhat = out / w), without its input. */
+void vr_cpu_rmsnorm_bwd_out(float *dinp, float *dw, const float *dout, const float *out, const float *w,
+                            const float *rstd, int N, int C, int acc_dinp, int acc_dparam);
 
 /* Rotary position parameters: theta and the optional Llama 3 frequency scaling (scaling = 1). */
 typedef struct {

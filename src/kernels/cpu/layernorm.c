@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/norm_math.h"
 
 #define VR_LN_EPS 1e-5f
 #define VR_LN_COLS 64 /* column block of the parameter-gradient pass */
@@ -90,6 +91,61 @@ void vr_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, 
             }
             for (int c = 0; c < cn; c++) {
                 if (dw) dw[c0 + c] = acc_dparam ? dw[c0 + c] + aw[c] : aw[c];
+                if (db) db[c0 + c] = acc_dparam ? db[c0 + c] + ab[c] : ab[c];
+            }
+        }
+    }
+}
+
+/* The same from the forward's output y (kernels/norm_math.h): xhat = (y - b) iw with iw = 1 / w, so
+ * g xhat = dout (y - b) needs no division, and dw = iw sum_n dout (y - b). b NULL: no bias. */
+VR_CPU_HOT
+void vr_cpu_layernorm_bwd_out(float *dinp, float *dw, float *db, const float *dout, const float *out,
+                              const float *w, const float *b, const float *rstd, int N, int C, int acc_dinp,
+                              int acc_dparam)
+{
+    int par = (size_t)N * C >= VR_CPU_PAR_MIN;
+    if (dinp) {
+#pragma omp parallel for if (par) schedule(static)
+        for (int i = 0; i < N; i++) {
+            const float *y = out + (size_t)i * C, *g = dout + (size_t)i * C;
+            float r = rstd[i];
+            float sg = 0.0f, sgx = 0.0f;
+#pragma omp simd reduction(+ : sg, sgx)
+            for (int c = 0; c < C; c++) {
+                sg += g[c] * w[c];
+                sgx += g[c] * (y[c] - (b ? b[c] : 0.0f));
+            }
+            sg /= C;
+            sgx /= C;
+            float *d = dinp + (size_t)i * C;
+            for (int c = 0; c < C; c++) {
+                float xh = (y[c] - (b ? b[c] : 0.0f)) * vr_norm_inv_w(w[c]);
+                float v = r * (g[c] * w[c] - sg - xh * sgx);
+                d[c] = acc_dinp ? d[c] + v : v;
+            }
+        }
+    }
+    if (dw || db) {
+        int nblk = (C + VR_LN_COLS - 1) / VR_LN_COLS;
+#pragma omp parallel for if (par) schedule(static)
+        for (int blk = 0; blk < nblk; blk++) {
+            int c0 = blk * VR_LN_COLS, cn = C - c0 < VR_LN_COLS ? C - c0 : VR_LN_COLS;
+            float aw[VR_LN_COLS], ab[VR_LN_COLS], bc[VR_LN_COLS];
+            memset(aw, 0, sizeof aw);
+            memset(ab, 0, sizeof ab);
+            for (int c = 0; c < cn; c++) bc[c] = b ? b[c0 + c] : 0.0f;
+            for (int i = 0; i < N; i++) {
+                const float *y = out + (size_t)i * C + c0, *g = dout + (size_t)i * C + c0;
+#pragma omp simd
+                for (int c = 0; c < cn; c++) {
+                    aw[c] += g[c] * (y[c] - bc[c]);
+                    ab[c] += g[c];
+                }
+            }
+            for (int c = 0; c < cn; c++) {
+                float tw = aw[c] * vr_norm_inv_w(w[c0 + c]);
+                if (dw) dw[c0 + c] = acc_dparam ? dw[c0 + c] + tw : tw;
                 if (db) db[c0 + c] = acc_dparam ? db[c0 + c] + ab[c] : ab[c];
             }
         }

@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/norm_math.h"
 
 #define VR_RMS_COLS 64 /* column block of the parameter-gradient pass */
 
@@ -67,6 +68,48 @@ void vr_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *
                 for (int c = 0; c < cn; c++) aw[c] += g[c] * x[c] * r;
             }
             for (int c = 0; c < cn; c++) dw[c0 + c] = acc_dparam ? dw[c0 + c] + aw[c] : aw[c];
+        }
+    }
+}
+
+/* The same from the forward's output y (kernels/norm_math.h): xhat = y iw with iw = 1 / w, so g xhat = dout y
+ * needs no division, and dw = iw sum_n dout y. */
+VR_CPU_HOT
+void vr_cpu_rmsnorm_bwd_out(float *dinp, float *dw, const float *dout, const float *out, const float *w,
+                            const float *rstd, int N, int C, int acc_dinp, int acc_dparam)
+{
+    int par = (size_t)N * C >= VR_CPU_PAR_MIN;
+    if (dinp) {
+#pragma omp parallel for if (par) schedule(static)
+        for (int i = 0; i < N; i++) {
+            const float *y = out + (size_t)i * C, *g = dout + (size_t)i * C;
+            float r = rstd[i], sgx = 0.0f;
+#pragma omp simd reduction(+ : sgx)
+            for (int c = 0; c < C; c++) sgx += g[c] * y[c];
+            sgx /= C;
+            float *d = dinp + (size_t)i * C;
+            for (int c = 0; c < C; c++) {
+                float v = r * (g[c] * w[c] - y[c] * vr_norm_inv_w(w[c]) * sgx);
+                d[c] = acc_dinp ? d[c] + v : v;
+            }
+        }
+    }
+    if (dw) {
+        int nblk = (C + VR_RMS_COLS - 1) / VR_RMS_COLS;
+#pragma omp parallel for if (par) schedule(static)
+        for (int blk = 0; blk < nblk; blk++) {
+            int c0 = blk * VR_RMS_COLS, cn = C - c0 < VR_RMS_COLS ? C - c0 : VR_RMS_COLS;
+            float aw[VR_RMS_COLS];
+            memset(aw, 0, sizeof aw);
+            for (int i = 0; i < N; i++) {
+                const float *y = out + (size_t)i * C + c0, *g = dout + (size_t)i * C + c0;
+#pragma omp simd
+                for (int c = 0; c < cn; c++) aw[c] += g[c] * y[c];
+            }
+            for (int c = 0; c < cn; c++) {
+                float tw = aw[c] * vr_norm_inv_w(w[c0 + c]);
+                dw[c0 + c] = acc_dparam ? dw[c0 + c] + tw : tw;
+            }
         }
     }
 }

@@ -303,6 +303,12 @@ vr_status vr_cuda_layernorm_bwd_sum(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, vo
                                     void *dsum, const void *dout, const void *inp, const void *w, const float *mean,
                                     const float *rstd, int N, int C, int acc_dinp, int acc_dparam, int acc_dsum,
                                     void *scratch, size_t scratch_bytes);
+/* vr_cuda_layernorm_bwd_sum from the forward's output out instead of its input (vr_step_config.norm_from_out):
+ * x-hat = (out - b) / w (kernels/norm_math.h; b NULL: no bias), no mean; w is read for dw | db too. */
+vr_status vr_cuda_layernorm_bwd_out(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw, void *db,
+                                    void *dsum, const void *dout, const void *out, const void *w, const void *b,
+                                    const float *rstd, int N, int C, int acc_dinp, int acc_dparam, int acc_dsum,
+                                    void *scratch, size_t scratch_bytes);
 /* res(N,C) = a + b (rounded to the dtype, as vr_cuda_add_fwd) and out, mean, rstd = layernorm(res) as
  * vr_cuda_layernorm_fwd, in one pass where the rows allow: the same bytes as the two calls. res may be
  * a or b; out, mean and rstd overlap none of res, a, b. */
@@ -392,6 +398,10 @@ vr_status vr_cuda_add_rmsnorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void
 vr_status vr_cuda_rmsnorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw, const void *dout,
                               const void *inp, const void *w, const float *rstd, int N, int C, int acc_dinp,
                               int acc_dw, void *scratch, size_t scratch_bytes);
+/* The same from the forward's output out instead of its input (x-hat = out / w, kernels/norm_math.h). */
+vr_status vr_cuda_rmsnorm_bwd_out(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw, const void *dout,
+                                  const void *out, const void *w, const float *rstd, int N, int C, int acc_dinp,
+                                  int acc_dw, void *scratch, size_t scratch_bytes);
 size_t vr_cuda_rmsnorm_bwd_scratch_bytes(int N, int C);
 
 /* Rotary positions (HF rotate-half) over a packed qkv (B,T,(NH+2NKV)hd): the NH q and NKV k heads of

@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
+#include "kernels/norm_math.h"
 #include "kernels/cuda/layernorm_rows.cuh"
 #include "kernels/scratch.h"
 
@@ -80,60 +81,69 @@ extern "C" vr_status vr_cuda_layernorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype
     return VR_CU_DISPATCH(dt, ln_fwd_t, ctx, out, mean, rstd, inp, w, b, N, C);
 }
 
-template <typename T>
-__global__ void k_ln_bwd_dinp(T *dinp, const T *dout, const T *inp, const T *w, const float *mean,
+/* OUT (every kernel here): inp is the forward's output y, x-hat = (y - b) / w (kernels/norm_math.h; b NULL:
+ * none), mean unused. */
+template <typename T, bool OUT>
+__global__ void k_ln_bwd_dinp(T *dinp, const T *dout, const T *inp, const T *w, const T *b, const float *mean,
                               const float *rstd, int N, int C, int acc)
 {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const T *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
-    float m = mean[row], r = rstd[row];
+    float m = OUT ? 0.0f : mean[row], r = rstd[row];
     float sg = 0.0f, sgx = 0.0f;
     for (int c = lane; c < C; c += 32) {
         float wg = vr_tof(g[c]) * vr_tof(w[c]);
         sg += wg;
-        sgx += wg * (vr_tof(x[c]) - m) * r;
+        sgx += OUT ? vr_tof(g[c]) * (vr_tof(x[c]) - (b ? vr_tof(b[c]) : 0.0f)) : wg * (vr_tof(x[c]) - m) * r;
     }
     sg = vr_warp_sum(sg) / C;
     sgx = vr_warp_sum(sgx) / C;
     T *d = dinp + (size_t)row * C;
     for (int c = lane; c < C; c += 32) {
-        float v = r * (vr_tof(g[c]) * vr_tof(w[c]) - sg - (vr_tof(x[c]) - m) * r * sgx);
+        float xh = OUT ? (vr_tof(x[c]) - (b ? vr_tof(b[c]) : 0.0f)) * vr_norm_inv_w(vr_tof(w[c]))
+                       : (vr_tof(x[c]) - m) * r;
+        float v = r * (vr_tof(g[c]) * vr_tof(w[c]) - sg - xh * sgx);
         d[c] = vr_fromf<T>(acc ? vr_tof(d[c]) + v : v);
     }
 }
 
 /* The same with 16-byte vectors: lane handles VEC consecutive columns at a time (C % VEC == 0 and
  * 16-byte aligned rows). */
-template <typename T>
-__global__ void k_ln_bwd_dinp_vec(T *dinp, const T *dout, const T *inp, const T *w, const float *mean,
+template <typename T, bool OUT>
+__global__ void k_ln_bwd_dinp_vec(T *dinp, const T *dout, const T *inp, const T *w, const T *b, const float *mean,
                                   const float *rstd, int N, int C, int acc)
 {
     constexpr int V = vr_vec<T>::N;
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const T *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
-    float m = mean[row], r = rstd[row];
+    float m = OUT ? 0.0f : mean[row], r = rstd[row];
     float sg = 0.0f, sgx = 0.0f;
     int nv = C / V;
     for (int i = lane; i < nv; i += 32) {
-        vr_vec<T> xv = vr_ld16(x + i * V), gv = vr_ld16(g + i * V), wv = vr_ld16(w + i * V);
+        vr_vec<T> xv = vr_ld16(x + i * V), gv = vr_ld16(g + i * V), wv = vr_ld16(w + i * V), bv;
+        if (OUT && b) bv = vr_ld16(b + i * V);
 #pragma unroll
         for (int k = 0; k < V; k++) {
             float wg = vr_tof(gv.v[k]) * vr_tof(wv.v[k]);
             sg += wg;
-            sgx += wg * (vr_tof(xv.v[k]) - m) * r;
+            sgx += OUT ? vr_tof(gv.v[k]) * (vr_tof(xv.v[k]) - (b ? vr_tof(bv.v[k]) : 0.0f))
+                       : wg * (vr_tof(xv.v[k]) - m) * r;
         }
     }
     sg = vr_warp_sum(sg) / C;
     sgx = vr_warp_sum(sgx) / C;
     T *d = dinp + (size_t)row * C;
     for (int i = lane; i < nv; i += 32) {
-        vr_vec<T> xv = vr_ld16(x + i * V), gv = vr_ld16(g + i * V), wv = vr_ld16(w + i * V), dv, o;
+        vr_vec<T> xv = vr_ld16(x + i * V), gv = vr_ld16(g + i * V), wv = vr_ld16(w + i * V), bv, dv, o;
+        if (OUT && b) bv = vr_ld16(b + i * V);
         if (acc) dv = vr_ld16(d + i * V);
 #pragma unroll
         for (int k = 0; k < V; k++) {
-            float v = r * (vr_tof(gv.v[k]) * vr_tof(wv.v[k]) - sg - (vr_tof(xv.v[k]) - m) * r * sgx);
+            float xh = OUT ? (vr_tof(xv.v[k]) - (b ? vr_tof(bv.v[k]) : 0.0f)) * vr_norm_inv_w(vr_tof(wv.v[k]))
+                           : (vr_tof(xv.v[k]) - m) * r;
+            float v = r * (vr_tof(gv.v[k]) * vr_tof(wv.v[k]) - sg - xh * sgx);
             o.v[k] = vr_fromf<T>(acc ? vr_tof(dv.v[k]) + v : v);
         }
         vr_st16(d + i * V, o);
@@ -141,32 +151,36 @@ __global__ void k_ln_bwd_dinp_vec(T *dinp, const T *dout, const T *inp, const T 
 }
 
 /* Block (32, 8) over 32 * VEC columns: lane owns VEC consecutive columns; 8 row lanes walk the slice. */
-template <typename T>
-__global__ void k_ln_bwd_partial_vec(float *part, const T *dout, const T *inp, const float *mean,
-                                     const float *rstd, int N, int C, int rows_per_slice)
+template <typename T, bool OUT>
+__global__ void k_ln_bwd_partial_vec(float *part, const T *dout, const T *inp, const T *w, const T *b,
+                                     const float *mean, const float *rstd, int N, int C, int rows_per_slice)
 {
     constexpr int V = vr_vec<T>::N, COLS = 32 * V;
     __shared__ float sw[8][COLS + 1], sb[8][COLS + 1];
     int lane = threadIdx.x, ry = threadIdx.y;
     int c0 = blockIdx.x * COLS + lane * V, slice = blockIdx.y;
     int r0 = slice * rows_per_slice, r1 = min(N, r0 + rows_per_slice);
-    float aw[V], ab[V];
+    float aw[V], ab[V], bc[V];
 #pragma unroll
-    for (int k = 0; k < V; k++) aw[k] = ab[k] = 0.0f;
+    for (int k = 0; k < V; k++) {
+        aw[k] = ab[k] = 0.0f;
+        bc[k] = OUT && b && c0 < C ? vr_tof(b[c0 + k]) : 0.0f;
+    }
     if (c0 < C) {
         for (int r = r0 + ry; r < r1; r += 8) {
-            float m = mean[r], rs = rstd[r];
+            float m = OUT ? 0.0f : mean[r], rs = OUT ? 1.0f : rstd[r]; /* OUT: dout (y - b), scaled by 1 / w below */
             vr_vec<T> xv = vr_ld16(inp + (size_t)r * C + c0), gv = vr_ld16(dout + (size_t)r * C + c0);
 #pragma unroll
             for (int k = 0; k < V; k++) {
                 float gg = vr_tof(gv.v[k]);
-                aw[k] += gg * (vr_tof(xv.v[k]) - m) * rs;
+                aw[k] += gg * (vr_tof(xv.v[k]) - m - bc[k]) * rs;
                 ab[k] += gg;
             }
         }
     }
 #pragma unroll
     for (int k = 0; k < V; k++) {
+        if (OUT && c0 < C) aw[k] *= vr_norm_inv_w(vr_tof(w[c0 + k]));
         sw[ry][lane * V + k] = aw[k];
         sb[ry][lane * V + k] = ab[k];
     }
@@ -186,30 +200,37 @@ __global__ void k_ln_bwd_partial_vec(float *part, const T *dout, const T *inp, c
 }
 
 /* Block (32, 8): lane owns columns c0 + lane and c0 + 32 + lane; 8 row lanes walk the slice. */
-template <typename T>
-__global__ void k_ln_bwd_partial(float *part, const T *dout, const T *inp, const float *mean,
-                                 const float *rstd, int N, int C, int rows_per_slice)
+template <typename T, bool OUT>
+__global__ void k_ln_bwd_partial(float *part, const T *dout, const T *inp, const T *w, const T *b,
+                                 const float *mean, const float *rstd, int N, int C, int rows_per_slice)
 {
     __shared__ float sw[8][64], sb[8][64];
     int lane = threadIdx.x, ry = threadIdx.y;
     int c0 = blockIdx.x * 64, slice = blockIdx.y;
     int r0 = slice * rows_per_slice, r1 = min(N, r0 + rows_per_slice);
-    float aw[2] = {0.0f, 0.0f}, ab[2] = {0.0f, 0.0f};
+    float aw[2] = {0.0f, 0.0f}, ab[2] = {0.0f, 0.0f}, bc[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        int c = c0 + j * 32 + lane;
+        bc[j] = OUT && b && c < C ? vr_tof(b[c]) : 0.0f;
+    }
     for (int r = r0 + ry; r < r1; r += 8) {
-        float m = mean[r], rs = rstd[r];
+        float m = OUT ? 0.0f : mean[r], rs = OUT ? 1.0f : rstd[r]; /* OUT: dout (y - b), scaled by 1 / w below */
         const T *x = inp + (size_t)r * C, *g = dout + (size_t)r * C;
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             int c = c0 + j * 32 + lane;
             if (c < C) {
                 float gv = vr_tof(g[c]);
-                aw[j] += gv * (vr_tof(x[c]) - m) * rs;
+                aw[j] += gv * (vr_tof(x[c]) - m - bc[j]) * rs;
                 ab[j] += gv;
             }
         }
     }
 #pragma unroll
     for (int j = 0; j < 2; j++) {
+        int c = c0 + j * 32 + lane;
+        if (OUT && c < C) aw[j] *= vr_norm_inv_w(vr_tof(w[c]));
         sw[ry][j * 32 + lane] = aw[j];
         sb[ry][j * 32 + lane] = ab[j];
     }
@@ -276,21 +297,22 @@ static vr_status ln_bwd_final_t(const vr_cuda_ctx *ctx, void *dw, void *db, cons
     return vr_cu_launched(ctx, "layernorm_bwd");
 }
 
-template <typename T>
+template <typename T, bool OUT>
 static vr_status ln_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, void *db, const void *dout,
-                          const void *inp, const void *w, const float *mean, const float *rstd, int N, int C,
-                          int acc_dinp, int acc_dparam, void *scratch)
+                          const void *inp, const void *w, const void *b, const float *mean, const float *rstd, int N,
+                          int C, int acc_dinp, int acc_dparam, void *scratch)
 {
     cudaStream_t s = VR_STREAM(ctx);
     int vec = C % vr_vec<T>::N == 0 && vr_aligned16(dout) && vr_aligned16(inp) &&
-              (!dinp || (vr_aligned16(dinp) && vr_aligned16(w)));
+              (!dinp || (vr_aligned16(dinp) && vr_aligned16(w))) && (!OUT || !b || vr_aligned16(b));
+    const T *wp = (const T *)w, *bp = (const T *)b;
     if (dinp && N > 0) {
         if (vec)
-            k_ln_bwd_dinp_vec<<<(N + 7) / 8, 256, 0, s>>>((T *)dinp, (const T *)dout, (const T *)inp, (const T *)w,
-                                                         mean, rstd, N, C, acc_dinp);
+            k_ln_bwd_dinp_vec<T, OUT><<<(N + 7) / 8, 256, 0, s>>>((T *)dinp, (const T *)dout, (const T *)inp, wp, bp,
+                                                                 mean, rstd, N, C, acc_dinp);
         else
-            k_ln_bwd_dinp<<<(N + 7) / 8, 256, 0, s>>>((T *)dinp, (const T *)dout, (const T *)inp, (const T *)w,
-                                                     mean, rstd, N, C, acc_dinp);
+            k_ln_bwd_dinp<T, OUT><<<(N + 7) / 8, 256, 0, s>>>((T *)dinp, (const T *)dout, (const T *)inp, wp, bp,
+                                                             mean, rstd, N, C, acc_dinp);
         VR_CU_LAUNCHED(ctx, "layernorm_bwd");
     }
     if (dw || db) {
@@ -301,12 +323,12 @@ static vr_status ln_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, void *db
             if (vec) {
                 constexpr int COLS = 32 * vr_vec<T>::N;
                 dim3 grid((C + COLS - 1) / COLS, slices);
-                k_ln_bwd_partial_vec<<<grid, block, 0, s>>>((float *)scratch, (const T *)dout, (const T *)inp, mean,
-                                                           rstd, N, C, rps);
+                k_ln_bwd_partial_vec<T, OUT><<<grid, block, 0, s>>>((float *)scratch, (const T *)dout, (const T *)inp,
+                                                                   wp, bp, mean, rstd, N, C, rps);
             } else {
                 dim3 grid((C + 63) / 64, slices);
-                k_ln_bwd_partial<<<grid, block, 0, s>>>((float *)scratch, (const T *)dout, (const T *)inp, mean,
-                                                       rstd, N, C, rps);
+                k_ln_bwd_partial<T, OUT><<<grid, block, 0, s>>>((float *)scratch, (const T *)dout, (const T *)inp, wp,
+                                                               bp, mean, rstd, N, C, rps);
             }
             VR_CU_LAUNCHED(ctx, "layernorm_bwd");
         } else {
@@ -317,17 +339,28 @@ static vr_status ln_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, void *db
     return VR_OK;
 }
 
-extern "C" vr_status vr_cuda_layernorm_bwd_sum(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
-                                               void *db, void *dsum, const void *dout, const void *inp,
-                                               const void *w, const float *mean, const float *rstd, int N, int C,
-                                               int acc_dinp, int acc_dparam, int acc_dsum, void *scratch,
-                                               size_t scratch_bytes)
+template <typename T>
+static vr_status ln_bwd_any_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, void *db, const void *dout,
+                              const void *inp, const void *w, const void *b, bool out, const float *mean,
+                              const float *rstd, int N, int C, int acc_dinp, int acc_dparam, void *scratch)
+{
+    return out ? ln_bwd_t<T, true>(ctx, dinp, dw, db, dout, inp, w, b, mean, rstd, N, C, acc_dinp, acc_dparam, scratch)
+               : ln_bwd_t<T, false>(ctx, dinp, dw, db, dout, inp, w, b, mean, rstd, N, C, acc_dinp, acc_dparam,
+                                    scratch);
+}
+
+/* Both sources: out, inp is the forward's output (b its bias or NULL, mean unused). */
+static vr_status ln_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw, void *db, void *dsum,
+                        const void *dout, const void *inp, const void *w, const void *b, bool out, const float *mean,
+                        const float *rstd, int N, int C, int acc_dinp, int acc_dparam, int acc_dsum, void *scratch,
+                        size_t scratch_bytes)
 {
     const char *op = "layernorm_bwd";
     VR_CU_CTX_OK(ctx, op);
     VR_CU_DT_OK(dt, op);
     if (N < 0 || C <= 0) return vr_cu_bad(op, "bad shape");
-    if (N > 0 && (!dout || !inp || !mean || !rstd || (dinp && !w))) return vr_cu_bad(op, "NULL pointer");
+    if (N > 0 && (!dout || !inp || (!out && !mean) || !rstd || ((dinp || out) && !w)))
+        return vr_cu_bad(op, "NULL pointer");
     if ((dw || db) && N > 0 && (!scratch || scratch_bytes < vr_cuda_layernorm_bwd_scratch_bytes(N, C)))
         return vr_error(VR_ERR_INVALID, "cuda kernels: %s: scratch of %zu bytes < %zu needed", op,
                         scratch_bytes, vr_cuda_layernorm_bwd_scratch_bytes(N, C));
@@ -339,15 +372,36 @@ extern "C" vr_status vr_cuda_layernorm_bwd_sum(const vr_cuda_ctx *ctx, vr_cuda_d
         int slices = vr_scratch_ln_slices(N); /* the most the scratch holds; the kernel may take fewer */
         float *part = dw || db ? (float *)scratch : NULL, *psum = dsum ? part + (size_t)slices * 2 * C : NULL;
         vr_status st = VR_OK;
-        if (vr__ln_rows_bwd(ctx, dt, dinp, part, psum, dout, inp, w, mean, rstd, N, C, &slices, acc_dinp, &st)) {
+        if (vr__ln_rows_bwd(ctx, dt, dinp, part, psum, dout, inp, w, b, out, mean, rstd, N, C, &slices, acc_dinp,
+                            &st)) {
             if (st || !part) return st;
             return VR_CU_DISPATCH(dt, ln_bwd_final_t, ctx, dw, db, part, slices, C, acc_dparam, dsum, psum, acc_dsum);
         }
     }
     if (dsum) /* the bandwidth kernel does not take this shape or alignment: nothing was queued */
         return VR_ERR_UNSUPPORTED;
-    return VR_CU_DISPATCH(dt, ln_bwd_t, ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C, acc_dinp,
+    return VR_CU_DISPATCH(dt, ln_bwd_any_t, ctx, dinp, dw, db, dout, inp, w, b, out, mean, rstd, N, C, acc_dinp,
                           acc_dparam, scratch);
+}
+
+extern "C" vr_status vr_cuda_layernorm_bwd_sum(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
+                                               void *db, void *dsum, const void *dout, const void *inp,
+                                               const void *w, const float *mean, const float *rstd, int N, int C,
+                                               int acc_dinp, int acc_dparam, int acc_dsum, void *scratch,
+                                               size_t scratch_bytes)
+{
+    return ln_bwd(ctx, dt, dinp, dw, db, dsum, dout, inp, w, NULL, false, mean, rstd, N, C, acc_dinp, acc_dparam,
+                  acc_dsum, scratch, scratch_bytes);
+}
+
+extern "C" vr_status vr_cuda_layernorm_bwd_out(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
+                                               void *db, void *dsum, const void *dout, const void *out,
+                                               const void *w, const void *b, const float *rstd, int N, int C,
+                                               int acc_dinp, int acc_dparam, int acc_dsum, void *scratch,
+                                               size_t scratch_bytes)
+{
+    return ln_bwd(ctx, dt, dinp, dw, db, dsum, dout, out, w, b, true, NULL, rstd, N, C, acc_dinp, acc_dparam,
+                  acc_dsum, scratch, scratch_bytes);
 }
 
 extern "C" vr_status vr_cuda_layernorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,

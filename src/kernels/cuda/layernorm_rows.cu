@@ -8,6 +8,7 @@
  * Backward: tiles of rows, a row per warp, then the tile's column sums by the block's threads (below). */
 #include "kernels/cuda/cuda_internal.cuh"
 #include "kernels/cuda/layernorm_rows.cuh"
+#include "kernels/norm_math.h"
 
 
 /* The K (vectors per lane) that a row of nv vectors needs, rounded up to an instantiated one; 0: more
@@ -113,11 +114,13 @@ static size_t ln_tile_smem(size_t C, size_t es, bool sum)
     return 2 * VR_LN_TILE * sizeof(float) + (sum ? 3 : 2) * (size_t)VR_LN_TILE * C * es;
 }
 
-template <typename T, int K, bool SUM, bool RMS>
+/* OUT: inp is the forward's output y and x-hat is (y - b) / w (kernels/norm_math.h; b NULL or RMS: no bias),
+ * mean unused; the column pass sums dout (y - b) and scales by 1 / w at the end. */
+template <typename T, int K, bool SUM, bool RMS, bool OUT>
 __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float *part, float *part_sum,
                                                                  const T *dout, const T *inp, const T *w,
-                                                                 const float *mean, const float *rstd, int N,
-                                                                 int C, int acc)
+                                                                 const T *bias, const float *mean,
+                                                                 const float *rstd, int N, int C, int acc)
 {
     constexpr int V = vr_vec<T>::N, NT = VR_LN_TILE * 32, QB = (K * V * 8 + NT - 1) / NT; /* quads a thread */
     extern __shared__ __align__(16) unsigned char ln_sm[];
@@ -125,17 +128,22 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
     T *sx = (T *)(st + 2 * VR_LN_TILE), *sg = sx + (size_t)VR_LN_TILE * C, *so = sg + (size_t)VR_LN_TILE * C;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nv = C / V, nq = C / 4;
     int tiles = (N + VR_LN_TILE - 1) / VR_LN_TILE;
-    float aw[QB][4], ab[QB][4], as[QB][4];
+    float aw[QB][4], ab[QB][4], as[QB][4], bq[QB][4]; /* bq: OUT's bias of the thread's columns */
 #pragma unroll
     for (int q = 0; q < QB; q++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) aw[q][j] = ab[q][j] = as[q][j] = 0.0f;
+        for (int j = 0; j < 4; j++) {
+            int c = 4 * (threadIdx.x + q * NT) + j;
+            aw[q][j] = ab[q][j] = as[q][j] = 0.0f;
+            bq[q][j] = OUT && !RMS && bias && c < C ? vr_tof(bias[c]) : 0.0f;
+        }
+    const bool has_b = OUT && !RMS && bias;
     float inv_c = 1.0f / C;
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int r = t * VR_LN_TILE + warp;
         if (r < N) {
             size_t off = (size_t)r * C;
-            float m = RMS ? 0.0f : mean[r], rs = rstd[r];
+            float m = RMS || OUT ? 0.0f : mean[r], rs = rstd[r];
             vr_vec<T> xv[K], gv[K], dv[K];
 #pragma unroll
             for (int k = 0; k < K; k++) {
@@ -174,12 +182,16 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
                 for (int k = 0; k < K; k++) {
                     int i = lane + 32 * k;
                     if (i < nv) {
-                        vr_vec<T> wv = vr_ld16_nc(w + i * V);
+                        vr_vec<T> wv = vr_ld16_nc(w + i * V), bv;
+                        if (has_b) bv = vr_ld16_nc(bias + i * V);
 #pragma unroll
                         for (int j = 0; j < V; j++) {
                             float wg = vr_tof(gv[k].v[j]) * vr_tof(wv.v[j]);
                             sgs += wg;
-                            sgx += wg * ((vr_tof(xv[k].v[j]) - m) * rs);
+                            if (OUT) /* dout w xhat = dout (y - b) */
+                                sgx += vr_tof(gv[k].v[j]) * (vr_tof(xv[k].v[j]) - (has_b ? vr_tof(bv.v[j]) : 0.0f));
+                            else
+                                sgx += wg * ((vr_tof(xv[k].v[j]) - m) * rs);
                         }
                     }
                 }
@@ -189,10 +201,13 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
                 for (int k = 0; k < K; k++) {
                     int i = lane + 32 * k;
                     if (i < nv) {
-                        vr_vec<T> wv = vr_ld16_nc(w + i * V), o;
+                        vr_vec<T> wv = vr_ld16_nc(w + i * V), bv, o;
+                        if (has_b) bv = vr_ld16_nc(bias + i * V);
 #pragma unroll
                         for (int j = 0; j < V; j++) {
-                            float xh = (vr_tof(xv[k].v[j]) - m) * rs;
+                            float xh = OUT ? (vr_tof(xv[k].v[j]) - (has_b ? vr_tof(bv.v[j]) : 0.0f)) *
+                                                 vr_norm_inv_w(vr_tof(wv.v[j]))
+                                           : (vr_tof(xv[k].v[j]) - m) * rs;
                             float d = rs * (vr_tof(gv[k].v[j]) * vr_tof(wv.v[j]) - sgs - xh * sgx);
                             o.v[j] = vr_fromf<T>(acc ? vr_tof(dv[k].v[j]) + d : d);
                         }
@@ -217,7 +232,7 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     float g = vr_tof(g4.v[j]);
-                    aw[q][j] += g * ((vr_tof(x4.v[j]) - m) * rs);
+                    aw[q][j] += g * (OUT ? vr_tof(x4.v[j]) - bq[q][j] : (vr_tof(x4.v[j]) - m) * rs);
                     if (!RMS) ab[q][j] += g;
                     if (SUM) as[q][j] += vr_tof(o4.v[j]);
                 }
@@ -231,6 +246,9 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
     for (int q = 0; q < QB; q++) {
         int u = threadIdx.x + q * NT;
         if (u >= nq) continue;
+        if (OUT) /* dw = (1 / w) sum dout (y - b) */
+#pragma unroll
+            for (int j = 0; j < 4; j++) aw[q][j] *= vr_norm_inv_w(vr_tof(w[4 * u + j]));
         *(float4 *)(p + 4 * u) = make_float4(aw[q][0], aw[q][1], aw[q][2], aw[q][3]);
         if (!RMS) *(float4 *)(p + C + 4 * u) = make_float4(ab[q][0], ab[q][1], ab[q][2], ab[q][3]);
         if (SUM) {
@@ -284,16 +302,16 @@ static int rows_fwd_t(const vr_cuda_ctx *ctx, void *out, float *mean, float *rst
 /* One backward launch: its shared memory (above the 48 KiB default: allowed once per kernel and size; where the
  * GPU does not have it the launch is VR_ERR_UNSUPPORTED, nothing queued, and the caller does without) and its
  * grid: as many blocks as fit the multiprocessors at once, at most *slices; *slices: the blocks launched. */
-template <typename T, int K, bool SUM, bool RMS>
+template <typename T, int K, bool SUM, bool RMS, bool OUT>
 static vr_status ln_bwd_launch_t(const vr_cuda_ctx *ctx, int *slices, T *d, float *part, float *psum, const T *g,
-                                 const T *x, const T *wp, const float *mean, const float *rstd, int N, int C,
-                                 int acc)
+                                 const T *x, const T *wp, const T *bp, const float *mean, const float *rstd, int N,
+                                 int C, int acc)
 {
     static size_t opted;   /* the largest size allowed so far (a race asks twice, harmlessly) */
     static int fit, fit_c; /* blocks a multiprocessor holds at fit_c columns */
     size_t smem = ln_tile_smem((size_t)C, sizeof(T), SUM);
     if (smem > (48u << 10) && smem > opted) {
-        cudaError_t e = cudaFuncSetAttribute(k_ln_tile_bwd<T, K, SUM, RMS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaError_t e = cudaFuncSetAttribute(k_ln_tile_bwd<T, K, SUM, RMS, OUT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem);
         if (e != cudaSuccess) {
             cudaGetLastError();
@@ -303,7 +321,7 @@ static vr_status ln_bwd_launch_t(const vr_cuda_ctx *ctx, int *slices, T *d, floa
     }
     if (fit_c != C) {
         int n = 0;
-        VR_CU_TRY(vr_cu_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_ln_tile_bwd<T, K, SUM, RMS>,
+        VR_CU_TRY(vr_cu_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_ln_tile_bwd<T, K, SUM, RMS, OUT>,
                                                                              VR_LN_TILE * 32, smem),
                                "layernorm_bwd", "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
         fit = n > 0 ? n : 1, fit_c = C;
@@ -312,26 +330,31 @@ static vr_status ln_bwd_launch_t(const vr_cuda_ctx *ctx, int *slices, T *d, floa
     grid = grid < *slices ? grid : *slices;
     grid = grid < tiles ? grid : tiles;
     *slices = grid;
-    k_ln_tile_bwd<T, K, SUM, RMS><<<grid, VR_LN_TILE * 32, smem, VR_STREAM(ctx)>>>(d, part, psum, g, x, wp, mean,
-                                                                                 rstd, N, C, acc);
+    k_ln_tile_bwd<T, K, SUM, RMS, OUT><<<grid, VR_LN_TILE * 32, smem, VR_STREAM(ctx)>>>(d, part, psum, g, x, wp, bp,
+                                                                                      mean, rstd, N, C, acc);
     return vr_cu_launched(ctx, RMS ? "rmsnorm_bwd" : "layernorm_bwd");
 }
 
 template <typename T, int K>
 static vr_status ln_bwd_launch(const vr_cuda_ctx *ctx, int *slices, T *d, float *part, float *psum, const T *g,
-                               const T *x, const T *wp, const float *mean, const float *rstd, int N, int C, int acc)
+                               const T *x, const T *wp, const T *bp, bool out, const float *mean,
+                               const float *rstd, int N, int C, int acc)
 {
-    return psum ? ln_bwd_launch_t<T, K, true, false>(ctx, slices, d, part, psum, g, x, wp, mean, rstd, N, C, acc)
-                : ln_bwd_launch_t<T, K, false, false>(ctx, slices, d, part, psum, g, x, wp, mean, rstd, N, C, acc);
+#define VR_LN_GO(S, O) ln_bwd_launch_t<T, K, S, false, O>(ctx, slices, d, part, psum, g, x, wp, bp, mean, rstd, N, C, acc)
+    return psum ? (out ? VR_LN_GO(true, true) : VR_LN_GO(true, false))
+                : (out ? VR_LN_GO(false, true) : VR_LN_GO(false, false));
+#undef VR_LN_GO
 }
 
+/* out: inp is the forward's output (the OUT kernels; bias b, NULL: none). */
 template <typename T>
 static int rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, float *part_sum, const void *dout,
-                      const void *inp, const void *w, const float *mean, const float *rstd, int N, int C,
-                      int *slices, int acc, vr_status *st)
+                      const void *inp, const void *w, const void *b, bool out, const float *mean,
+                      const float *rstd, int N, int C, int *slices, int acc, vr_status *st)
 {
     constexpr int V = vr_vec<T>::N;
-    if (C % V || !vr_aligned16(dout) || !vr_aligned16(inp) || (dinp && (!vr_aligned16(dinp) || !vr_aligned16(w))) ||
+    if (C % V || !vr_aligned16(dout) || !vr_aligned16(inp) ||
+        ((dinp || out) && (!vr_aligned16(w) || (b && !vr_aligned16(b)))) || (dinp && !vr_aligned16(dinp)) ||
         (part && !vr_aligned16(part)) || (part_sum && !vr_aligned16(part_sum)))
         return 0;
     if (part_sum && (!dinp || !part)) /* the sums of dinp ride on the partial sums of dw | db */
@@ -339,10 +362,10 @@ static int rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, float *pa
     int K = ln_k(C / V, sizeof(T) == 4 ? 6 : 4);
     if (!K) return 0;
     T *d = (T *)dinp;
-    const T *g = (const T *)dout, *x = (const T *)inp, *wp = (const T *)w;
+    const T *g = (const T *)dout, *x = (const T *)inp, *wp = (const T *)w, *bp = out ? (const T *)b : NULL;
 #define VR_LN_BWD(KK)                                                                                        \
     case KK:                                                                                                 \
-        *st = ln_bwd_launch<T, KK>(ctx, slices, d, part, part_sum, g, x, wp, mean, rstd, N, C, acc);         \
+        *st = ln_bwd_launch<T, KK>(ctx, slices, d, part, part_sum, g, x, wp, bp, out, mean, rstd, N, C, acc); \
         return *st != VR_ERR_UNSUPPORTED || part_sum; /* without the sums: the generic kernels instead */
     switch (K) {
         VR_LN_BWD(1);
@@ -359,7 +382,8 @@ static int rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, float *pa
  * 2048 16-bit or 1024 fp32 columns, the weight gradient without a bias one). */
 template <typename T>
 static int rms_rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, const void *dout, const void *inp,
-                          const void *w, const float *rstd, int N, int C, int *slices, int acc, vr_status *st)
+                          const void *w, bool out, const float *rstd, int N, int C, int *slices, int acc,
+                          vr_status *st)
 {
     constexpr int V = vr_vec<T>::N;
     if (!dinp || !part || C % V || !vr_aligned16(dout) || !vr_aligned16(inp) || !vr_aligned16(dinp) ||
@@ -370,7 +394,10 @@ static int rms_rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, const
     const T *g = (const T *)dout, *x = (const T *)inp, *wp = (const T *)w;
 #define VR_RMS_BWD(KK)                                                                                       \
     case KK:                                                                                                 \
-        *st = ln_bwd_launch_t<T, KK, false, true>(ctx, slices, d, part, NULL, g, x, wp, NULL, rstd, N, C, acc); \
+        *st = out ? ln_bwd_launch_t<T, KK, false, true, true>(ctx, slices, d, part, NULL, g, x, wp, NULL, NULL,  \
+                                                              rstd, N, C, acc)                               \
+                  : ln_bwd_launch_t<T, KK, false, true, false>(ctx, slices, d, part, NULL, g, x, wp, NULL, NULL, \
+                                                               rstd, N, C, acc);                             \
         return *st != VR_ERR_UNSUPPORTED; /* without the shared memory: the generic kernels instead */
     switch (K) {
         VR_RMS_BWD(1);
@@ -385,10 +412,10 @@ static int rms_rows_bwd_t(const vr_cuda_ctx *ctx, void *dinp, float *part, const
 }
 
 int vr__rms_rows_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, float *part, const void *dout,
-                     const void *inp, const void *w, const float *rstd, int N, int C, int *slices, int acc_dinp,
-                     vr_status *st)
+                     const void *inp, const void *w, bool out, const float *rstd, int N, int C, int *slices,
+                     int acc_dinp, vr_status *st)
 {
-    return VR_CU_DISPATCH(dt, rms_rows_bwd_t, ctx, dinp, part, dout, inp, w, rstd, N, C, slices, acc_dinp, st);
+    return VR_CU_DISPATCH(dt, rms_rows_bwd_t, ctx, dinp, part, dout, inp, w, out, rstd, N, C, slices, acc_dinp, st);
 }
 
 int vr__ln_rows_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *mean, float *rstd, void *res,
@@ -406,9 +433,9 @@ int vr__add_rms_rows_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, fl
 }
 
 int vr__ln_rows_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, float *part, float *part_sum,
-                    const void *dout, const void *inp, const void *w, const float *mean, const float *rstd, int N,
-                    int C, int *slices, int acc_dinp, vr_status *st)
+                    const void *dout, const void *inp, const void *w, const void *b, bool out, const float *mean,
+                    const float *rstd, int N, int C, int *slices, int acc_dinp, vr_status *st)
 {
-    return VR_CU_DISPATCH(dt, rows_bwd_t, ctx, dinp, part, part_sum, dout, inp, w, mean, rstd, N, C, slices,
+    return VR_CU_DISPATCH(dt, rows_bwd_t, ctx, dinp, part, part_sum, dout, inp, w, b, out, mean, rstd, N, C, slices,
                           acc_dinp, st);
 }

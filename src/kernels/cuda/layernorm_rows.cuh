@@ -5,6 +5,8 @@
 #ifndef VRAM_KERNELS_CUDA_LAYERNORM_ROWS_CUH
 #define VRAM_KERNELS_CUDA_LAYERNORM_ROWS_CUH
 
+#include <stdbool.h>
+
 #include "kernels/cuda/kernels_cuda.h"
 
 #define VR_LN_EPS 1e-5f
@@ -19,9 +21,11 @@ int vr__ln_rows_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, float *
  * summed in a fixed order; when part_sum is not NULL (dinp and part then not NULL) also each slice's column
  * sums of dinp as written, slice s's at part_sum + s C (*st VR_ERR_UNSUPPORTED, nothing queued, on a GPU
  * without the shared memory that takes). */
+/* out: inp is the forward's output and x-hat = (inp - b) / w (kernels/norm_math.h; b NULL: no bias; mean
+ * unused). */
 int vr__ln_rows_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, float *part, float *part_sum,
-                    const void *dout, const void *inp, const void *w, const float *mean, const float *rstd, int N,
-                    int C, int *slices, int acc_dinp, vr_status *st);
+                    const void *dout, const void *inp, const void *w, const void *b, bool out, const float *mean,
+                    const float *rstd, int N, int C, int *slices, int acc_dinp, vr_status *st);
 
 /* res = a + b rounded to the dtype, out = rmsnorm(res) (rstd about 0, eps), in one pass (0: the rows do not fit
  * or the alignment; nothing queued). */
@@ -30,9 +34,9 @@ int vr__add_rms_rows_fwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *out, fl
 
 /* RMSNorm's dinp and the fp32 partial sums of dw (at most *slices row slices of C, in a fixed order; *slices: how
  * many were written) in one pass over dout and inp, where both are wanted and the rows fit (0: they do not, or
- * the GPU lacks the shared memory: nothing queued). */
+ * the GPU lacks the shared memory: nothing queued). out: inp is the forward's output (x-hat = inp / w). */
 int vr__rms_rows_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, float *part, const void *dout,
-                     const void *inp, const void *w, const float *rstd, int N, int C, int *slices, int acc_dinp,
-                     vr_status *st);
+                     const void *inp, const void *w, bool out, const float *rstd, int N, int C, int *slices,
+                     int acc_dinp, vr_status *st);
 
 #endif

@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/cuda_internal.cuh"
 #include "kernels/cuda/layernorm_rows.cuh"
+#include "kernels/norm_math.h"
 #include "kernels/scratch.h"
 
 /* Row slices of dw's partial sums and the scratch they take: kernels/scratch.h (the plan's size too). */
@@ -148,9 +149,10 @@ extern "C" vr_status vr_cuda_add_rmsnorm_fwd(const vr_cuda_ctx *ctx, vr_cuda_dty
     return vr_cuda_rmsnorm_fwd(ctx, dt, out, rstd, res, w, N, C, eps);
 }
 
+/* out (these kernels): inp is the forward's output y, x-hat = y / w (kernels/norm_math.h). */
 template <typename T, int W>
-__global__ void k_rms_bwd_dinp(T *dinp, const T *dout, const T *inp, const T *w, const float *rstd, int N, int C,
-                               int acc)
+__global__ void k_rms_bwd_dinp(T *dinp, const T *dout, const T *inp, const T *w, bool out, const float *rstd, int N,
+                               int C, int acc)
 {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
@@ -161,9 +163,9 @@ __global__ void k_rms_bwd_dinp(T *dinp, const T *dout, const T *inp, const T *w,
         ldf(gv, g + c);
         ldf(wv, w + c);
 #pragma unroll
-        for (int k = 0; k < W; k++) sgx += gv[k] * wv[k] * xv[k];
+        for (int k = 0; k < W; k++) sgx += out ? gv[k] * xv[k] : gv[k] * wv[k] * xv[k];
     }
-    sgx = vr_warp_sum(sgx) * r / C;
+    sgx = out ? vr_warp_sum(sgx) / C : vr_warp_sum(sgx) * r / C;
     T *d = dinp + (size_t)row * C;
     for (int c = lane * W; c < C; c += 32 * W) {
         ldf(xv, x + c);
@@ -172,7 +174,7 @@ __global__ void k_rms_bwd_dinp(T *dinp, const T *dout, const T *inp, const T *w,
         if (acc) ldf(dv, d + c);
 #pragma unroll
         for (int k = 0; k < W; k++) {
-            float v = r * (gv[k] * wv[k] - xv[k] * r * sgx);
+            float v = r * (gv[k] * wv[k] - (out ? xv[k] * vr_norm_inv_w(wv[k]) : xv[k] * r) * sgx);
             dv[k] = acc ? dv[k] + v : v;
         }
         stf(d + c, dv);
@@ -181,8 +183,8 @@ __global__ void k_rms_bwd_dinp(T *dinp, const T *dout, const T *inp, const T *w,
 
 /* Block (32, 8) over 32 W columns: lane owns W consecutive columns; 8 row lanes walk the slice. */
 template <typename T, int W>
-__global__ void k_rms_bwd_partial(float *part, const T *dout, const T *inp, const float *rstd, int N, int C,
-                                  int rows_per_slice)
+__global__ void k_rms_bwd_partial(float *part, const T *dout, const T *inp, const T *w, bool out, const float *rstd,
+                                  int N, int C, int rows_per_slice)
 {
     constexpr int COLS = 32 * W;
     __shared__ float sw[8][COLS + 1];
@@ -194,7 +196,7 @@ __global__ void k_rms_bwd_partial(float *part, const T *dout, const T *inp, cons
     for (int k = 0; k < W; k++) aw[k] = 0.0f;
     if (c0 + W <= C) {
         for (int r = r0 + ry; r < r1; r += 8) {
-            float rs = rstd[r];
+            float rs = out ? 1.0f : rstd[r]; /* out: dout y, scaled by 1 / w below */
             ldf(xv, inp + (size_t)r * C + c0);
             ldf(gv, dout + (size_t)r * C + c0);
 #pragma unroll
@@ -203,10 +205,14 @@ __global__ void k_rms_bwd_partial(float *part, const T *dout, const T *inp, cons
     } else { /* the scalar kernel's ragged last block */
         for (int r = r0 + ry; r < r1; r += 8)
             for (int k = 0; k < W && c0 + k < C; k++)
-                aw[k] += vr_tof(dout[(size_t)r * C + c0 + k]) * vr_tof(inp[(size_t)r * C + c0 + k]) * rstd[r];
+                aw[k] += vr_tof(dout[(size_t)r * C + c0 + k]) * vr_tof(inp[(size_t)r * C + c0 + k]) *
+                         (out ? 1.0f : rstd[r]);
     }
 #pragma unroll
-    for (int k = 0; k < W; k++) sw[ry][lane * W + k] = aw[k];
+    for (int k = 0; k < W; k++) {
+        if (out && c0 + k < C) aw[k] *= vr_norm_inv_w(vr_tof(w[c0 + k]));
+        sw[ry][lane * W + k] = aw[k];
+    }
     __syncthreads();
     for (int col = ry * 32 + lane; col < COLS; col += 256) {
         int c = blockIdx.x * COLS + col;
@@ -218,12 +224,13 @@ __global__ void k_rms_bwd_partial(float *part, const T *dout, const T *inp, cons
 
 template <typename T, int W>
 static vr_status rms_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, const void *dout, const void *inp,
-                           const void *w, const float *rstd, int N, int C, int acc_dinp, int acc_dw, void *scratch)
+                           const void *w, bool out, const float *rstd, int N, int C, int acc_dinp, int acc_dw,
+                           void *scratch)
 {
     cudaStream_t s = VR_STREAM(ctx);
     if (dinp && N > 0) {
         k_rms_bwd_dinp<T, W><<<(N + 7) / 8, 256, 0, s>>>((T *)dinp, (const T *)dout, (const T *)inp, (const T *)w,
-                                                         rstd, N, C, acc_dinp);
+                                                         out, rstd, N, C, acc_dinp);
         VR_CU_LAUNCHED(ctx, "rmsnorm_bwd");
     }
     if (dw) {
@@ -231,8 +238,8 @@ static vr_status rms_bwd_t(const vr_cuda_ctx *ctx, void *dinp, void *dw, const v
         if (N > 0) {
             int rps = (N + slices - 1) / slices;
             dim3 grid((C + 32 * W - 1) / (32 * W), slices), block(32, 8);
-            k_rms_bwd_partial<T, W><<<grid, block, 0, s>>>((float *)scratch, (const T *)dout, (const T *)inp, rstd,
-                                                          N, C, rps);
+            k_rms_bwd_partial<T, W><<<grid, block, 0, s>>>((float *)scratch, (const T *)dout, (const T *)inp,
+                                                          (const T *)w, out, rstd, N, C, rps);
             VR_CU_LAUNCHED(ctx, "rmsnorm_bwd");
         }
         vr_cu_sum_partials(s, (T *)dw, (const float *)scratch, slices, C, acc_dw);
@@ -249,15 +256,16 @@ static vr_status rms_final_t(const vr_cuda_ctx *ctx, void *dw, const float *part
     return vr_cu_launched(ctx, "rmsnorm_bwd");
 }
 
-extern "C" vr_status vr_cuda_rmsnorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
-                                         const void *dout, const void *inp, const void *w, const float *rstd, int N,
-                                         int C, int acc_dinp, int acc_dw, void *scratch, size_t scratch_bytes)
+/* out: inp is the forward's output. */
+static vr_status rms_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw, const void *dout,
+                         const void *inp, const void *w, bool out, const float *rstd, int N, int C, int acc_dinp,
+                         int acc_dw, void *scratch, size_t scratch_bytes)
 {
     const char *op = "rmsnorm_bwd";
     VR_CU_CTX_OK(ctx, op);
     VR_CU_DT_OK(dt, op);
     if (N < 0 || C <= 0) return vr_cu_bad(op, "bad shape");
-    if (N > 0 && (!dout || !inp || !rstd || (dinp && !w))) return vr_cu_bad(op, "NULL pointer");
+    if (N > 0 && (!dout || !inp || !rstd || ((dinp || out) && !w))) return vr_cu_bad(op, "NULL pointer");
     size_t need = vr_cuda_rmsnorm_bwd_scratch_bytes(N, C);
     if (dw && N > 0 && (!scratch || scratch_bytes < need))
         return vr_error(VR_ERR_INVALID, "cuda kernels: %s: scratch of %zu bytes < %zu needed", op, scratch_bytes,
@@ -265,11 +273,27 @@ extern "C" vr_status vr_cuda_rmsnorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype d
     if (dinp && dw && N > 0) { /* both: one pass where the rows fit (layernorm_rows.cu) */
         int slices = rms_slices(N);
         vr_status st = VR_OK;
-        if (vr__rms_rows_bwd(ctx, dt, dinp, (float *)scratch, dout, inp, w, rstd, N, C, &slices, acc_dinp, &st))
+        if (vr__rms_rows_bwd(ctx, dt, dinp, (float *)scratch, dout, inp, w, out, rstd, N, C, &slices, acc_dinp, &st))
             return st ? st : VR_CU_DISPATCH(dt, rms_final_t, ctx, dw, (const float *)scratch, slices, C, acc_dw);
     }
-    int vec = vec_ok(dt, (size_t)C, dinp, dout, inp, dinp ? w : NULL);
-    return VR_LLAMA_DISPATCH(dt, vec, rms_bwd_t, ctx, dinp, dw, dout, inp, w, rstd, N, C, acc_dinp, acc_dw, scratch);
+    int vec = vec_ok(dt, (size_t)C, dinp, dout, inp, dinp || out ? w : NULL);
+    return VR_LLAMA_DISPATCH(dt, vec, rms_bwd_t, ctx, dinp, dw, dout, inp, w, out, rstd, N, C, acc_dinp, acc_dw,
+                             scratch);
+}
+
+extern "C" vr_status vr_cuda_rmsnorm_bwd(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
+                                         const void *dout, const void *inp, const void *w, const float *rstd, int N,
+                                         int C, int acc_dinp, int acc_dw, void *scratch, size_t scratch_bytes)
+{
+    return rms_bwd(ctx, dt, dinp, dw, dout, inp, w, false, rstd, N, C, acc_dinp, acc_dw, scratch, scratch_bytes);
+}
+
+extern "C" vr_status vr_cuda_rmsnorm_bwd_out(const vr_cuda_ctx *ctx, vr_cuda_dtype dt, void *dinp, void *dw,
+                                             const void *dout, const void *out, const void *w, const float *rstd,
+                                             int N, int C, int acc_dinp, int acc_dw, void *scratch,
+                                             size_t scratch_bytes)
+{
+    return rms_bwd(ctx, dt, dinp, dw, dout, out, w, true, rstd, N, C, acc_dinp, acc_dw, scratch, scratch_bytes);
 }
 
 /* ---------------------------------------------------------------- rope */

@@ -1,0 +1,29 @@
+/* vram kernels — the norms' backward from their output (vr_step_config.norm_from_out): LayerNorm's x-hat is
+ * (y - b) / w and RMSNorm's y / w, so the norm's input (the residual stream) need not be kept for the backward.
+ * One definition for the CPU and CUDA kernels, so that both divide the same way.
+ *
+ * A weight of magnitude under VR_NORM_W_MIN is taken as +-VR_NORM_W_MIN: a weight of exactly 0 gives x-hat 0
+ * (its output is b whatever the input, so the input cannot be recovered) and no NaN; near 0 the recovered x-hat
+ * carries the output's rounding divided by |w| (in 16-bit activations, ~2^-9 |y| / |w|). */
+#ifndef VRAM_KERNELS_NORM_MATH_H
+#define VRAM_KERNELS_NORM_MATH_H
+
+#ifndef VR_HD /* also in kernels/optim_math.h */
+#ifdef __CUDACC__
+#define VR_HD __host__ __device__ __forceinline__
+#else
+#define VR_HD static inline
+#endif
+#endif
+
+#define VR_NORM_W_MIN 1e-6f
+
+/* 1 / w with |w| floored at VR_NORM_W_MIN (the sign kept; 0 counts as positive). */
+VR_HD float vr_norm_inv_w(float w)
+{
+    float a = w < 0.0f ? -w : w;
+    float s = w < 0.0f ? -1.0f : 1.0f;
+    return s / (a > VR_NORM_W_MIN ? a : VR_NORM_W_MIN);
+}
+
+#endif
