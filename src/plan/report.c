@@ -161,6 +161,7 @@ char *vr_plan_json(const vr_plan *p, bool timeline)
     cJSON_AddStringToObject(step, "optim", vr_optim_name(g->step.optim));
     cJSON_AddStringToObject(step, "recompute", vr_recompute_name(g->step.recompute));
     cJSON_AddNumberToObject(step, "recompute_layers", g->step.recompute_layers); /* 0: every block */
+    cJSON_AddStringToObject(step, "norm_backward", g->step.norm_from_out ? "output" : "input");
     cJSON_AddStringToObject(step, "precision", vr_precision_name(g->step.precision));
     cJSON_AddStringToObject(step, "optim_state", vr_optim_state_name(g->step.optim_state));
     cJSON_AddStringToObject(step, "master", vr_master_name(g->step.no_master, g->step.split_master));

@@ -44,12 +44,14 @@ static bool gpu_present(void)
 }
 
 static bool run_poison = true; /* run_model's executor poisons (which turns the executor's fusions off) */
+static bool run_norm_out;      /* run_model's step: the norms' backward from their output */
 
 static void run_model(const char *dev_spec, vr_precision prec, vr_memory_mode mode, vr_model_config m, run_out *o)
 {
     memset(o, 0, sizeof *o);
     bool cuda = !strncmp(dev_spec, "cuda", 4);
-    vr_step_config s = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .precision = prec, .grad_clip = 1.0f};
+    vr_step_config s = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .precision = prec, .grad_clip = 1.0f,
+                        .norm_from_out = run_norm_out};
     if (cuda) {
         s.kernels = VR_KERNELS_CUDA;
         s.workspace_bytes = (uint64_t)4 << 20;
@@ -204,6 +206,41 @@ static void llama_matches_cpu(void **state)
         run_free(&g);
     }
     run_free(&c);
+}
+
+/* The norms' backward from their output on CUDA (GPT's LayerNorms, with the next Linear's bias gradient in their
+ * pass when not poisoned; the Llama's RMSNorms) against the CPU's step from the input in fp32: as fp32_matches_cpu
+ * and close_to_cpu; the plan equals the run. */
+static void norm_from_out_matches_cpu(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    for (int model = 0; model < 2; model++) {
+        vr_model_config m = model ? llama_small() : et_gpt(4, 32);
+        run_out c;
+        run_model("cpu", VR_PREC_FP32, VR_MEMORY_PLANNED, m, &c);
+        for (int k = 0; k < 4; k++) {
+            vr_precision prec = k % 2 ? VR_PREC_BF16 : VR_PREC_FP32;
+            run_out g;
+            run_poison = k < 2;
+            run_norm_out = true;
+            run_model("cuda", prec, VR_MEMORY_PLANNED, m, &g);
+            run_norm_out = false;
+            run_poison = true;
+            double d = (double)max_diff(c.params, g.params, c.g->n_params);
+            printf("%s norm from output %s%s: loss cpu %.7f cuda %.7f, norm cpu %.6f cuda %.6f, max param diff %.3g\n",
+                   model ? "llama" : "gpt", vr_precision_name(prec), k < 2 ? "" : " (fused)", c.loss, g.loss, c.norm,
+                   g.norm, d);
+            bool fp32 = prec == VR_PREC_FP32;
+            assert_true(fabs(c.loss - g.loss) < (fp32 ? 1e-4 : 1e-2));
+            assert_true(fabs(c.norm - g.norm) < (fp32 ? 1e-4 * (1 + c.norm) : 0.02 * c.norm));
+            assert_true(d < (fp32 ? 1e-4 : 1e-2));
+            check_plan_equals_run(&g);
+            assert_true(g.mem.arena == g.plan->arena_size);
+            run_free(&g);
+        }
+        run_free(&c);
+    }
 }
 
 static void bf16_close_to_cpu(void **state)
@@ -1087,6 +1124,7 @@ int main(void)
         cmocka_unit_test(bf16_close_to_cpu),
         cmocka_unit_test(fp16_close_to_cpu),
         cmocka_unit_test(llama_matches_cpu),
+        cmocka_unit_test(norm_from_out_matches_cpu),
         cmocka_unit_test(fp16_loss_scaling),
         cmocka_unit_test(dynamic_equals_plan),
         cmocka_unit_test(cuda_graph_equals_nodes),

@@ -7,6 +7,7 @@
  * plan's replay; also with outputs planned in place over dying inputs. Every tensor is poisoned (NaN) when it becomes live, and the
  * two modes must give bit-identical parameters, so a plan that let two live
  * tensors share bytes, or a kernel reading what nothing wrote, fails here. */
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -172,6 +173,62 @@ static void gpt_recompute(void **st)
     both_modes("gpt block, first block", &m, &s);
 }
 
+/* Acts bytes the plan of (m, s) saves for the backward. */
+static uint64_t acts_total(const vr_model_config *m, const vr_step_config *s)
+{
+    vr_graph *g = NULL;
+    assert_int_equal(vr_graph_build(m, s, &g), VR_OK);
+    vr_plan_config pc = {.memory = VR_MEMORY_PLANNED};
+    vr_plan *p = NULL;
+    assert_int_equal(vr_plan_create(g, &pc, &p), VR_OK);
+    uint64_t n = p->total[VR_ROLE_ACT];
+    vr_plan_free(p);
+    vr_graph_free(g);
+    return n;
+}
+
+/* The norms' backward from their output: plan equals reality in both modes (poisoned), the norms' inputs (the
+ * residual stream and the embedding's sum) and their means are no longer saved (to the byte), and the step is
+ * the input-reading backward's within fp32 rounding; also with clipping, accumulation, selective recompute and
+ * a frozen norm. */
+static void gpt_norm_from_out(void **st)
+{
+    (void)st;
+    vr_model_config m = et_gpt(2, 16);
+    vr_step_config s = train_cfg(VR_OPTIM_SGD); /* the gradients as they are (Adam makes ~0 ones +-lr) */
+    s.grad_clip = 1.0f;
+    uint64_t acts_in = acts_total(&m, &s);
+    run_out ref = run_case("gpt norm from input", &m, &s, VR_MEMORY_PLANNED);
+    s.norm_from_out = true;
+    run_out got = run_case("gpt norm from output", &m, &s, VR_MEMORY_PLANNED);
+    uint64_t N = (uint64_t)m.B * (uint64_t)m.T, norms = 2u * (uint64_t)m.gpt.L + 1u;
+    /* every norm's input and mean no longer saved; ln_f's output now is (the classifier used it up before) */
+    assert_int_equal(acts_in - acts_total(&m, &s), (norms - 1u) * N * (uint64_t)m.gpt.C * 4u + norms * N * 4u);
+    vr_gpt_config c = m.gpt;
+    vr_gpt_config_check(&c);
+    int64_t n = vr_gpt_num_params(&c);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got.params[i] - ref.params[i]) / (fabs(ref.params[i]) + 1e-3);
+        worst = d > worst ? d : worst;
+    }
+    if (worst > 1e-4 || fabs(got.loss[1] - ref.loss[1]) > 1e-5 * fabs(ref.loss[1]))
+        fail_msg("norm from output: params differ by %g (relative), loss %.7f vs %.7f", worst, got.loss[1],
+                 ref.loss[1]);
+    free(ref.params);
+    free(got.params);
+    s.optim = VR_OPTIM_ADAMW;
+    both_modes("gpt norm from output", &m, &s);
+    s.accum = 2;
+    both_modes("gpt norm from output, accum 2", &m, &s);
+    s.accum = 1;
+    s.recompute = VR_RECOMPUTE_SELECTIVE;
+    both_modes("gpt norm from output, selective", &m, &s);
+    s.recompute = VR_RECOMPUTE_NONE;
+    s.freeze = "h.0.ln_1*";
+    both_modes("gpt norm from output, frozen ln_1", &m, &s);
+}
+
 static void gpt_accum_clip(void **st)
 {
     (void)st;
@@ -320,7 +377,7 @@ static void in_place(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(gpt_plain),  cmocka_unit_test(gpt_recompute),
+        cmocka_unit_test(gpt_plain),  cmocka_unit_test(gpt_recompute), cmocka_unit_test(gpt_norm_from_out),
         cmocka_unit_test(gpt_accum_clip), cmocka_unit_test(gpt_frozen),
         cmocka_unit_test(gpt_eval_and_backward_only), cmocka_unit_test(mlp_all),
         cmocka_unit_test(gpt_optim_state),  cmocka_unit_test(gpt_offload),

@@ -1335,6 +1335,144 @@ static void run_swiglu(vr_cuda_dtype dt, int N, int HI)
     cudaFree(dx), cudaFree(dd), cudaFree(out), cudaFree(gdx), cudaFree(ap);
 }
 
+/* The norms' backward from their output (vr_cuda_layernorm_bwd_out, vr_cuda_rmsnorm_bwd_out): against the CPU's
+ * from the same output y (as the forward wrote it) and rstd; in fp32 also against the backward from the input;
+ * acc = 1; dw | db alone; LayerNorm's bias gradient of the next Linear (dsum) where the one-pass kernel runs; no
+ * bias; and a weight of 0 at column 1 (no NaN anywhere, its dw 0). Weights of both signs. */
+static void run_norm_from_out(vr_cuda_dtype dt, int N, int C, int rms)
+{
+    size_t n = (size_t)N * C;
+    float *inp = hrand(n, -2, 2), *w = hrand(C, 0.5f, 1.5f), *b = hrand(C, -0.5f, 0.5f), *dout = hrand(n, -1, 1);
+    for (int c = 0; c < C; c += 3) w[c] = -w[c];
+    void *di = up(dt, inp, n), *dw = up(dt, w, C), *dbb = up(dt, b, C), *dd = up(dt, dout, n), *y = dnan(dt, n);
+    float *mean = dnan(VR_CUDA_F32, N), *rstd = dnan(VR_CUDA_F32, N);
+    if (rms)
+        OK(vr_cuda_rmsnorm_fwd(&ctx, dt, y, rstd, di, dw, N, C, 1e-5f));
+    else
+        OK(vr_cuda_layernorm_fwd(&ctx, dt, y, mean, rstd, di, dw, dbb, N, C));
+    CU(cudaDeviceSynchronize());
+    float *hy = down(dt, y, n), *hr = down(VR_CUDA_F32, rstd, N), *hm = rms ? NULL : down(VR_CUDA_F32, mean, N);
+    float *hw = down(dt, dw, C), *hb = down(dt, dbb, C), *hx = down(dt, di, n), *hg = down(dt, dd, n);
+    float *rdi = hzero(n), *rdw = hzero(C), *rdb = hzero(C), *idi = hzero(n), *idw = hzero(C), *idb = hzero(C);
+    if (rms) {
+        vr_cpu_rmsnorm_bwd_out(rdi, rdw, hg, hy, hw, hr, N, C, 0, 0);
+        vr_cpu_rmsnorm_bwd(idi, idw, hg, hx, hw, hr, N, C, 0, 0);
+    } else {
+        vr_cpu_layernorm_bwd_out(rdi, rdw, rdb, hg, hy, hw, hb, hr, N, C, 0, 0);
+        vr_cpu_layernorm_bwd(idi, idw, idb, hg, hx, hw, hm, hr, N, C, 0, 0);
+    }
+    char what[96];
+    if (dt == VR_CUDA_F32) { /* the recovered x-hat is the input's to fp32 rounding */
+        snprintf(what, sizeof what, "%s from out = from inp (cpu) N%d C%d", rms ? "rmsnorm" : "layernorm", N, C);
+        assert_true(relerr(rdi, idi, n) < 1e-4 && relerr(rdw, idw, C) < 1e-4 && (rms || relerr(rdb, idb, C) < 1e-5));
+        print_message("    %-44s dinp %.1e dw %.1e\n", what, relerr(rdi, idi, n), relerr(rdw, idw, C));
+    }
+    size_t sb = rms ? vr_cuda_rmsnorm_bwd_scratch_bytes(N, C) : vr_cuda_layernorm_bwd_scratch_bytes(N, C);
+    void *scratch = dalloc_guarded(sb);
+    guard_set(scratch, sb, sb);
+    void *gdi = dnan(dt, n), *gdw = dnan(dt, C), *gdb = dnan(dt, C);
+    float *p1 = hrand(n, -1, 1), *p2 = hrand(C, -1, 1), *p3 = hrand(C, -1, 1);
+    for (int acc = 0; acc < 2; acc++) {
+        if (acc) {
+            cudaFree(gdi), cudaFree(gdw), cudaFree(gdb);
+            gdi = up(dt, p1, n), gdw = up(dt, p2, C), gdb = up(dt, p3, C);
+        }
+        if (rms)
+            OK(vr_cuda_rmsnorm_bwd_out(&ctx, dt, gdi, gdw, dd, y, dw, rstd, N, C, acc, acc, scratch, sb));
+        else
+            OK(vr_cuda_layernorm_bwd_out(&ctx, dt, gdi, gdw, gdb, NULL, dd, y, dw, dbb, rstd, N, C, acc, acc, 0, scratch,
+                                         sb));
+        snprintf(what, sizeof what, "%s_bwd_out N%d C%d", rms ? "rmsnorm" : "layernorm", N, C);
+        if (!acc) {
+            expect_close(what, dt, gdi, rdi, n, tol_for(dt, TOL_F32_LONG));
+            expect_close(what, dt, gdw, rdw, C, tol_for(dt, TOL_F32_LONG));
+            if (!rms) expect_close(what, dt, gdb, rdb, C, tol_for(dt, TOL_F32_LONG));
+        } else {
+            expect_acc(what, dt, gdi, p1, rdi, n);
+            expect_acc(what, dt, gdw, p2, rdw, C);
+            if (!rms) expect_acc(what, dt, gdb, p3, rdb, C);
+        }
+    }
+    /* dw alone (a frozen bias, or RMSNorm's two-kernel path) */
+    poison(dt, gdw, C);
+    if (rms)
+        OK(vr_cuda_rmsnorm_bwd_out(&ctx, dt, NULL, gdw, dd, y, dw, rstd, N, C, 0, 0, scratch, sb));
+    else
+        OK(vr_cuda_layernorm_bwd_out(&ctx, dt, NULL, gdw, NULL, NULL, dd, y, dw, dbb, rstd, N, C, 0, 0, 0, scratch, sb));
+    expect_close("  dw alone", dt, gdw, rdw, C, tol_for(dt, TOL_F32_LONG));
+    if (!rms) { /* dsum where the one-pass kernel takes the rows (else VR_ERR_UNSUPPORTED, nothing queued) */
+        void *ds = dnan(dt, C);
+        vr_status st = vr_cuda_layernorm_bwd_out(&ctx, dt, gdi, gdw, gdb, ds, dd, y, dw, dbb, rstd, N, C, 0, 0, 0,
+                                                 scratch, sb);
+        assert_true(st == VR_OK || st == VR_ERR_UNSUPPORTED);
+        if (st == VR_OK) {
+            float *h = down(dt, gdi, n), *ref = hzero(C);
+            for (int c = 0; c < C; c++) {
+                double t = 0.0;
+                for (int r = 0; r < N; r++) t += h[(size_t)r * C + c];
+                ref[c] = (float)t;
+            }
+            expect_close("  dsum", dt, ds, ref, C, tol_for(dt, TOL_F32_LONG));
+            expect_close("  dinp with dsum", dt, gdi, rdi, n, tol_for(dt, TOL_F32_LONG));
+            free(h), free(ref);
+        }
+        cudaFree(ds);
+        /* no bias: y = w xhat */
+        float *rdi0 = hzero(n), *rdw0 = hzero(C), *y0 = hzero(n);
+        for (size_t i = 0; i < n; i++) y0[i] = hy[i] - hb[i % (size_t)C];
+        void *dy0 = up(dt, y0, n);
+        float *hy0 = down(dt, dy0, n);
+        vr_cpu_layernorm_bwd_out(rdi0, rdw0, NULL, hg, hy0, hw, NULL, hr, N, C, 0, 0);
+        OK(vr_cuda_layernorm_bwd_out(&ctx, dt, gdi, gdw, NULL, NULL, dd, dy0, dw, NULL, rstd, N, C, 0, 0, 0, scratch,
+                                     sb));
+        expect_close("  no bias dinp", dt, gdi, rdi0, n, tol_for(dt, TOL_F32_LONG));
+        expect_close("  no bias dw", dt, gdw, rdw0, C, tol_for(dt, TOL_F32_LONG));
+        free(rdi0), free(rdw0), free(y0), free(hy0);
+        cudaFree(dy0);
+    }
+    /* a weight of 0 (its output is the bias whatever the input): finite everywhere, that weight's gradient 0 */
+    if (C > 1) {
+        float zero = 0.0f;
+        void *z = up(dt, &zero, 1);
+        CU(cudaMemcpy((char *)dw + vr_cuda_dtype_size(dt), z, vr_cuda_dtype_size(dt), cudaMemcpyDeviceToDevice));
+        cudaFree(z);
+        if (rms)
+            OK(vr_cuda_rmsnorm_bwd_out(&ctx, dt, gdi, gdw, dd, y, dw, rstd, N, C, 0, 0, scratch, sb));
+        else
+            OK(vr_cuda_layernorm_bwd_out(&ctx, dt, gdi, gdw, gdb, NULL, dd, y, dw, dbb, rstd, N, C, 0, 0, 0, scratch,
+                                         sb));
+        CU(cudaDeviceSynchronize());
+        float *h = down(dt, gdi, n), *hdw = down(dt, gdw, C);
+        for (size_t i = 0; i < n; i++) assert_true(isfinite(h[i]));
+        for (int c = 0; c < C; c++) assert_true(isfinite(hdw[c]));
+        free(h), free(hdw);
+    }
+    guard_check("norm_bwd_out", scratch, sb, sb);
+    free(inp), free(w), free(b), free(dout), free(hy), free(hr), free(hm), free(hw), free(hb), free(hx), free(hg);
+    free(rdi), free(rdw), free(rdb), free(idi), free(idw), free(idb), free(p1), free(p2), free(p3);
+    cudaFree(di), cudaFree(dw), cudaFree(dbb), cudaFree(dd), cudaFree(y), cudaFree(mean), cudaFree(rstd);
+    cudaFree(scratch), cudaFree(gdi), cudaFree(gdw), cudaFree(gdb);
+}
+
+static void test_norm_from_out(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    static const int shapes[][2] = {{37, 100}, {4096, 768}, {8192, 1024}, {129, 1600}, {513, 200}, {33, 2048},
+                                    {1000, 576}, {65, 4096}};
+    for (int di = 0; di < 3; di++)
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            int N = shapes[k][0], C = shapes[k][1];
+            if (DTS[di] == VR_CUDA_F16 && N > 600) continue;
+            run_norm_from_out(DTS[di], N, C, 0);
+            run_norm_from_out(DTS[di], N, C, 1);
+        }
+    vr__cuda_layernorm_generic(1); /* LayerNorm's generic kernels */
+    run_norm_from_out(VR_CUDA_BF16, 4096, 768, 0);
+    run_norm_from_out(VR_CUDA_F32, 129, 768, 0);
+    vr__cuda_layernorm_generic(0);
+}
+
 static void test_llama_ops(void **state)
 {
     (void)state;
@@ -1584,6 +1722,7 @@ int main(void)
         cmocka_unit_test(test_reductions),   cmocka_unit_test(test_loss_scaling),
         cmocka_unit_test(test_embedding),    cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_layernorm_bench), cmocka_unit_test(test_colsum_bench), cmocka_unit_test(test_attention), cmocka_unit_test(test_llama_ops),
+        cmocka_unit_test(test_norm_from_out),
         cmocka_unit_test(test_classifier),   cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_optimizers),   cmocka_unit_test(test_bad_arguments),
     };
