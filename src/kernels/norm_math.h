@@ -18,12 +18,18 @@
 
 #define VR_NORM_W_MIN 1e-6f
 
-/* 1 / w with |w| floored at VR_NORM_W_MIN (the sign kept; 0 counts as positive). */
+/* 1 / w with |w| floored at VR_NORM_W_MIN (the sign kept; 0 counts as positive), rounded to nearest on both
+ * (the device's reciprocal instead of a division: the same value, a few instructions where a division is ~20). */
 VR_HD float vr_norm_inv_w(float w)
 {
     float a = w < 0.0f ? -w : w;
-    float s = w < 0.0f ? -1.0f : 1.0f;
-    return s / (a > VR_NORM_W_MIN ? a : VR_NORM_W_MIN);
+    a = a > VR_NORM_W_MIN ? a : VR_NORM_W_MIN;
+#ifdef __CUDA_ARCH__
+    float r = __frcp_rn(a);
+#else
+    float r = 1.0f / a;
+#endif
+    return w < 0.0f ? -r : r;
 }
 
 #endif

@@ -1436,6 +1436,10 @@ static void run_norm_from_out(vr_cuda_dtype dt, int N, int C, int rms)
         void *z = up(dt, &zero, 1);
         CU(cudaMemcpy((char *)dw + vr_cuda_dtype_size(dt), z, vr_cuda_dtype_size(dt), cudaMemcpyDeviceToDevice));
         cudaFree(z);
+        if (rms) /* the forward again with it */
+            OK(vr_cuda_rmsnorm_fwd(&ctx, dt, y, rstd, di, dw, N, C, 1e-5f));
+        else
+            OK(vr_cuda_layernorm_fwd(&ctx, dt, y, mean, rstd, di, dw, dbb, N, C));
         if (rms)
             OK(vr_cuda_rmsnorm_bwd_out(&ctx, dt, gdi, gdw, dd, y, dw, rstd, N, C, 0, 0, scratch, sb));
         else
@@ -1445,6 +1449,7 @@ static void run_norm_from_out(vr_cuda_dtype dt, int N, int C, int rms)
         float *h = down(dt, gdi, n), *hdw = down(dt, gdw, C);
         for (size_t i = 0; i < n; i++) assert_true(isfinite(h[i]));
         for (int c = 0; c < C; c++) assert_true(isfinite(hdw[c]));
+        assert_true(hdw[1] == 0.0f);
         free(h), free(hdw);
     }
     guard_check("norm_bwd_out", scratch, sb, sb);

@@ -115,7 +115,10 @@ static size_t ln_tile_smem(size_t C, size_t es, bool sum)
 }
 
 /* OUT: inp is the forward's output y and x-hat is (y - b) / w (kernels/norm_math.h; b NULL or RMS: no bias),
- * mean unused; the column pass sums dout (y - b) and scales by 1 / w at the end. */
+ * mean unused. u = y - b, rounded to the dtype (its own rounding: the precision y has), takes x's registers and
+ * shared memory as the row is read (one load of b more; where b was loaded again for x-hat in the dinp pass,
+ * LayerNorm's backward on medium's rows took 21% longer, its shared memory and L1 being what bound it); the
+ * column pass sums dout u and scales by 1 / w at the end. */
 template <typename T, int K, bool SUM, bool RMS, bool OUT>
 __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float *part, float *part_sum,
                                                                  const T *dout, const T *inp, const T *w,
@@ -128,16 +131,11 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
     T *sx = (T *)(st + 2 * VR_LN_TILE), *sg = sx + (size_t)VR_LN_TILE * C, *so = sg + (size_t)VR_LN_TILE * C;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nv = C / V, nq = C / 4;
     int tiles = (N + VR_LN_TILE - 1) / VR_LN_TILE;
-    float aw[QB][4], ab[QB][4], as[QB][4], bq[QB][4]; /* bq: OUT's bias of the thread's columns */
+    float aw[QB][4], ab[QB][4], as[QB][4];
 #pragma unroll
     for (int q = 0; q < QB; q++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int c = 4 * (threadIdx.x + q * NT) + j;
-            aw[q][j] = ab[q][j] = as[q][j] = 0.0f;
-            bq[q][j] = OUT && !RMS && bias && c < C ? vr_tof(bias[c]) : 0.0f;
-        }
-    const bool has_b = OUT && !RMS && bias;
+        for (int j = 0; j < 4; j++) aw[q][j] = ab[q][j] = as[q][j] = 0.0f;
     float inv_c = 1.0f / C;
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int r = t * VR_LN_TILE + warp;
@@ -152,6 +150,11 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
                     xv[k] = vr_ld16(inp + off + i * V);
                     gv[k] = vr_ld16(dout + off + i * V);
                     if (dinp && acc) dv[k] = vr_ld16(dinp + off + i * V);
+                    if (OUT && !RMS && bias) { /* u = y - b */
+                        vr_vec<T> bv = vr_ld16_nc(bias + i * V);
+#pragma unroll
+                        for (int j = 0; j < V; j++) xv[k].v[j] = vr_fromf<T>(vr_tof(xv[k].v[j]) - vr_tof(bv.v[j]));
+                    }
                 }
             }
             if (r + gridDim.x * VR_LN_TILE < N) { /* the warp's next row on its way to L2 while this one computes */
@@ -182,14 +185,13 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
                 for (int k = 0; k < K; k++) {
                     int i = lane + 32 * k;
                     if (i < nv) {
-                        vr_vec<T> wv = vr_ld16_nc(w + i * V), bv;
-                        if (has_b) bv = vr_ld16_nc(bias + i * V);
+                        vr_vec<T> wv = vr_ld16_nc(w + i * V);
 #pragma unroll
                         for (int j = 0; j < V; j++) {
                             float wg = vr_tof(gv[k].v[j]) * vr_tof(wv.v[j]);
                             sgs += wg;
-                            if (OUT) /* dout w xhat = dout (y - b) */
-                                sgx += vr_tof(gv[k].v[j]) * (vr_tof(xv[k].v[j]) - (has_b ? vr_tof(bv.v[j]) : 0.0f));
+                            if (OUT) /* dout w xhat = dout u */
+                                sgx += vr_tof(gv[k].v[j]) * vr_tof(xv[k].v[j]);
                             else
                                 sgx += wg * ((vr_tof(xv[k].v[j]) - m) * rs);
                         }
@@ -201,12 +203,10 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
                 for (int k = 0; k < K; k++) {
                     int i = lane + 32 * k;
                     if (i < nv) {
-                        vr_vec<T> wv = vr_ld16_nc(w + i * V), bv, o;
-                        if (has_b) bv = vr_ld16_nc(bias + i * V);
+                        vr_vec<T> wv = vr_ld16_nc(w + i * V), o;
 #pragma unroll
                         for (int j = 0; j < V; j++) {
-                            float xh = OUT ? (vr_tof(xv[k].v[j]) - (has_b ? vr_tof(bv.v[j]) : 0.0f)) *
-                                                 vr_norm_inv_w(vr_tof(wv.v[j]))
+                            float xh = OUT ? vr_tof(xv[k].v[j]) * vr_norm_inv_w(vr_tof(wv.v[j]))
                                            : (vr_tof(xv[k].v[j]) - m) * rs;
                             float d = rs * (vr_tof(gv[k].v[j]) * vr_tof(wv.v[j]) - sgs - xh * sgx);
                             o.v[j] = vr_fromf<T>(acc ? vr_tof(dv[k].v[j]) + d : d);
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     float g = vr_tof(g4.v[j]);
-                    aw[q][j] += g * (OUT ? vr_tof(x4.v[j]) - bq[q][j] : (vr_tof(x4.v[j]) - m) * rs);
+                    aw[q][j] += g * (OUT ? vr_tof(x4.v[j]) : (vr_tof(x4.v[j]) - m) * rs);
                     if (!RMS) ab[q][j] += g;
                     if (SUM) as[q][j] += vr_tof(o4.v[j]);
                 }
