@@ -108,23 +108,18 @@ template <typename T> struct alignas(4 * sizeof(T)) ln_q4 {
     T v[4];
 };
 
-/* Shared memory of a block: mean and rstd of the tile's rows, then its x, dout and (SUM) dinp rows, then (out)
- * the fp32 columns 1 / w and -b / w. */
-static size_t ln_tile_smem(size_t C, size_t es, bool sum, bool out)
+/* Shared memory of a block: mean and rstd of the tile's rows, then its x, dout and (SUM) dinp rows. */
+static size_t ln_tile_smem(size_t C, size_t es, bool sum)
 {
-    return 2 * VR_LN_TILE * sizeof(float) + (sum ? 3 : 2) * (size_t)VR_LN_TILE * C * es + (out ? 2 * C * 4 : 0);
-}
-
-/* x-hat from the row's value v: OUT fma(v, 1 / w, -b / w) (the forward's output), else (v - mean) rstd. */
-template <bool OUT> __device__ __forceinline__ float ln_xhat(float v, float m, float rs, float iw, float nb)
-{
-    return OUT ? fmaf(v, iw, nb) : (v - m) * rs;
+    return 2 * VR_LN_TILE * sizeof(float) + (sum ? 3 : 2) * (size_t)VR_LN_TILE * C * es;
 }
 
 /* OUT: inp is the forward's output y and x-hat is (y - b) / w (kernels/norm_math.h; b NULL or RMS: no bias),
- * mean unused. The block first puts each column's 1 / w and -b / w in shared memory, so that x-hat costs one FMA
- * as (x - mean) rstd costs two: this kernel's issue rate is what bounds it (a reciprocal per element cost
- * LayerNorm's backward on medium's rows 23% more, an IEEE one 36%). */
+ * mean unused. u = y - b, rounded to the dtype (the precision y has), takes x's registers and shared memory once
+ * the row's loads are on their way (one load of b; x-hat = u / w in the dinp pass); the column pass sums dout u
+ * and scales by 1 / w at the end. This kernel is bound by its instruction rate: GPT-2 medium's steps (H100,
+ * three rounds, the input's backward first) 40.71 / 40.87 / 40.75 ms against 40.76 / 40.77 / 40.74 from the
+ * output; b loaded twice and an IEEE reciprocal +0.3-0.5 ms, 1 / w and -b / w tables in shared memory +0.4. */
 template <typename T, int K, bool SUM, bool RMS, bool OUT>
 __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float *part, float *part_sum,
                                                                  const T *dout, const T *inp, const T *w,
@@ -135,27 +130,13 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
     extern __shared__ __align__(16) unsigned char ln_sm[];
     float *st = (float *)ln_sm; /* mean, rstd of row q at 2q, 2q + 1 */
     T *sx = (T *)(st + 2 * VR_LN_TILE), *sg = sx + (size_t)VR_LN_TILE * C, *so = sg + (size_t)VR_LN_TILE * C;
-    float *tiw = (float *)(sx + (size_t)(SUM ? 3 : 2) * VR_LN_TILE * C), *tnb = tiw + C; /* OUT's columns */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nv = C / V, nq = C / 4;
-    if (OUT) {
-        for (int c = threadIdx.x; c < C; c += NT) {
-            float iw = vr_norm_inv_w(vr_tof(w[c]));
-            tiw[c] = iw;
-            tnb[c] = !RMS && bias ? -vr_tof(bias[c]) * iw : 0.0f;
-        }
-        __syncthreads();
-    }
     int tiles = (N + VR_LN_TILE - 1) / VR_LN_TILE;
-    float aw[QB][4], ab[QB][4], as[QB][4], iwq[QB][4], nbq[QB][4]; /* OUT: the thread's columns' 1/w, -b/w */
+    float aw[QB][4], ab[QB][4], as[QB][4];
 #pragma unroll
     for (int q = 0; q < QB; q++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int c = 4 * (threadIdx.x + q * NT) + j;
-            aw[q][j] = ab[q][j] = as[q][j] = 0.0f;
-            iwq[q][j] = OUT && c < C ? tiw[c] : 0.0f;
-            nbq[q][j] = OUT && c < C ? tnb[c] : 0.0f;
-        }
+        for (int j = 0; j < 4; j++) aw[q][j] = ab[q][j] = as[q][j] = 0.0f;
     float inv_c = 1.0f / C;
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int r = t * VR_LN_TILE + warp;
@@ -170,6 +151,11 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
                     xv[k] = vr_ld16(inp + off + i * V);
                     gv[k] = vr_ld16(dout + off + i * V);
                     if (dinp && acc) dv[k] = vr_ld16(dinp + off + i * V);
+                    if (OUT && !RMS && bias) { /* u = y - b */
+                        vr_vec<T> bv = vr_ld16_nc(bias + i * V);
+#pragma unroll
+                        for (int j = 0; j < V; j++) xv[k].v[j] = vr_fromf<T>(vr_tof(xv[k].v[j]) - vr_tof(bv.v[j]));
+                    }
                 }
             }
             if (r + gridDim.x * VR_LN_TILE < N) { /* the warp's next row on its way to L2 while this one computes */
@@ -205,8 +191,10 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
                         for (int j = 0; j < V; j++) {
                             float wg = vr_tof(gv[k].v[j]) * vr_tof(wv.v[j]);
                             sgs += wg;
-                            sgx += wg * ln_xhat<OUT>(vr_tof(xv[k].v[j]), m, rs, OUT ? tiw[i * V + j] : 0.0f,
-                                                     OUT ? tnb[i * V + j] : 0.0f);
+                            if (OUT) /* dout w xhat = dout u */
+                                sgx += vr_tof(gv[k].v[j]) * vr_tof(xv[k].v[j]);
+                            else
+                                sgx += wg * ((vr_tof(xv[k].v[j]) - m) * rs);
                         }
                     }
                 }
@@ -219,8 +207,8 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
                         vr_vec<T> wv = vr_ld16_nc(w + i * V), o;
 #pragma unroll
                         for (int j = 0; j < V; j++) {
-                            float xh = ln_xhat<OUT>(vr_tof(xv[k].v[j]), m, rs, OUT ? tiw[i * V + j] : 0.0f,
-                                                    OUT ? tnb[i * V + j] : 0.0f);
+                            float xh = OUT ? vr_tof(xv[k].v[j]) * vr_norm_inv_w(vr_tof(wv.v[j]))
+                                           : (vr_tof(xv[k].v[j]) - m) * rs;
                             float d = rs * (vr_tof(gv[k].v[j]) * vr_tof(wv.v[j]) - sgs - xh * sgx);
                             o.v[j] = vr_fromf<T>(acc ? vr_tof(dv[k].v[j]) + d : d);
                         }
@@ -245,7 +233,7 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     float g = vr_tof(g4.v[j]);
-                    aw[q][j] += g * ln_xhat<OUT>(vr_tof(x4.v[j]), m, rs, iwq[q][j], nbq[q][j]);
+                    aw[q][j] += g * (OUT ? vr_tof(x4.v[j]) : (vr_tof(x4.v[j]) - m) * rs);
                     if (!RMS) ab[q][j] += g;
                     if (SUM) as[q][j] += vr_tof(o4.v[j]);
                 }
@@ -259,6 +247,9 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
     for (int q = 0; q < QB; q++) {
         int u = threadIdx.x + q * NT;
         if (u >= nq) continue;
+        if (OUT) /* dw = (1 / w) sum dout (y - b) */
+#pragma unroll
+            for (int j = 0; j < 4; j++) aw[q][j] *= vr_norm_inv_w(vr_tof(w[4 * u + j]));
         *(float4 *)(p + 4 * u) = make_float4(aw[q][0], aw[q][1], aw[q][2], aw[q][3]);
         if (!RMS) *(float4 *)(p + C + 4 * u) = make_float4(ab[q][0], ab[q][1], ab[q][2], ab[q][3]);
         if (SUM) {
@@ -319,7 +310,7 @@ static vr_status ln_bwd_launch_t(const vr_cuda_ctx *ctx, int *slices, T *d, floa
 {
     static size_t opted;   /* the largest size allowed so far (a race asks twice, harmlessly) */
     static int fit, fit_c; /* blocks a multiprocessor holds at fit_c columns */
-    size_t smem = ln_tile_smem((size_t)C, sizeof(T), SUM, OUT);
+    size_t smem = ln_tile_smem((size_t)C, sizeof(T), SUM);
     if (smem > (48u << 10) && smem > opted) {
         cudaError_t e = cudaFuncSetAttribute(k_ln_tile_bwd<T, K, SUM, RMS, OUT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem);
