@@ -26,6 +26,14 @@ p=$("$vram" plan --preset gpt2 --batch 4 --seq 256 --precision bf16 --device met
 [ "$m" = "$c" ] || { echo "meta --kernels cuda arena $m != cuda arena $c"; exit 1; }
 [ "$m" != "$p" ] || { echo "the CUDA kernels' scratch should change the arena ($m)"; exit 1; }
 
+# --norm-backward output: said in the step line and the JSON; the residual stream no longer saved (GPT-2 124M
+# B=4 T=256 fp32: 24 norm inputs of 4 x 256 x 768 x 4 bytes less, ln_f's output more, 25 means less)
+"$vram" plan --preset gpt2 --batch 4 --seq 256 --norm-backward output >"$tmp/nb" || { echo "norm-backward plan failed"; exit 1; }
+grep -q "norm backward from the output" "$tmp/nb" || { echo "the step line should say the norm backward"; cat "$tmp/nb"; exit 1; }
+a_in=$("$vram" plan --preset gpt2 --batch 4 --seq 256 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["roles"]["acts"]["total"])')
+a_out=$("$vram" plan --preset gpt2 --batch 4 --seq 256 --norm-backward output --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["step"]["norm_backward"]=="output"; print(d["roles"]["acts"]["total"])')
+[ $((a_in - a_out)) -eq $((24 * 4 * 256 * 768 * 4 + 25 * 4 * 256 * 4)) ] || { echo "acts $a_in -> $a_out: not the norms' inputs"; exit 1; }
+
 # --json parses; roles add up to the peak; the arena is at least the peak
 "$vram" plan --preset tiny --batch 4 --memory dynamic --timeline --json >"$tmp/json"
 python3 - "$tmp/json" <<'PY'
@@ -75,6 +83,7 @@ bad --recompute --recompute some
 bad --recompute-layers --recompute-layers 0 --recompute act
 bad --recompute-layers --recompute-layers 2
 bad --recompute-layers --recompute-layers 99 --recompute act
+bad --norm-backward --norm-backward sideways
 bad --precision --precision fp8
 bad --memory --memory lots
 bad --device --device tpu

@@ -377,6 +377,31 @@ static void test_layernorm(void **state)
         vr_cpu_layernorm_bwd(NULL, NULL, only, r, inp, w, mean, rstd, N, C, 0, 0);
         assert_memory_equal(only, db, (size_t)C * sizeof(float));
         free(only);
+        /* from the forward's output (vr_step_config.norm_from_out): the same gradients, acc too */
+        float *o1 = ref_falloc(n), *o2 = ref_falloc(C), *o3 = ref_falloc(C);
+        vr_cpu_layernorm_bwd_out(o1, o2, o3, r, out, w, b, rstd, N, C, 0, 0);
+        fd_check(o1, c.inp, n, ln_loss, &c, &rng, "layernorm from out dinp");
+        fd_check(o2, c.w, C, ln_loss, &c, &rng, "layernorm from out dw");
+        fd_check(o3, c.b, C, ln_loss, &c, &rng, "layernorm from out db");
+        memcpy(a1, p1, n * sizeof(float));
+        vr_cpu_layernorm_bwd_out(a1, NULL, NULL, r, out, w, b, rstd, N, C, 1, 0);
+        expect_acc(a1, p1, o1, n, "layernorm from out dinp");
+        memcpy(a2, p2, (size_t)C * sizeof(float));
+        memcpy(a3, p3, (size_t)C * sizeof(float));
+        vr_cpu_layernorm_bwd_out(NULL, a2, a3, r, out, w, b, rstd, N, C, 0, 1);
+        expect_acc(a2, p2, o2, C, "layernorm from out dw");
+        expect_acc(a3, p3, o3, C, "layernorm from out db");
+        /* a weight of 0 (and one negative): its output is b whatever the input, so no gradient, and no NaN */
+        w[0] = 0.0f;
+        w[C - 1] = -w[C - 1];
+        vr_cpu_layernorm_fwd(out, mean, rstd, inp, w, b, N, C);
+        vr_cpu_layernorm_bwd_out(o1, o2, o3, r, out, w, b, rstd, N, C, 0, 0);
+        vr_cpu_layernorm_bwd(dinp, dw, db, r, inp, w, mean, rstd, N, C, 0, 0);
+        assert_true(o2[0] == 0.0f);
+        for (size_t i = 0; i < n; i++) assert_true(isfinite(o1[i]));
+        if (C > 1) /* the negative weight's gradient as from the input */
+            assert_true(fabsf(o2[C - 1] - dw[C - 1]) <= 1e-4f * (1.0f + fabsf(dw[C - 1])));
+        free(o1), free(o2), free(o3);
         free(inp), free(w), free(b), free(out), free(r), free(mean), free(rstd), free(md), free(rd);
         free(dinp), free(dw), free(db), free(p1), free(p2), free(p3), free(a1), free(a2), free(a3);
         free(c.inp), free(c.w), free(c.b), free(c.r), free(c.out);

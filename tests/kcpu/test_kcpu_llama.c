@@ -105,6 +105,17 @@ static void test_rmsnorm(void **state)
         vr_cpu_rmsnorm_bwd(NULL, a2, r, inp, w, rstd, N, C, 0, 1);
         expect_acc(a1, p1, dinp, n, "rmsnorm dinp acc");
         expect_acc(a2, p2, dw, C, "rmsnorm dw acc");
+        /* from the forward's output (vr_step_config.norm_from_out): the same gradients, acc too */
+        float *o1 = ref_falloc(n), *o2 = ref_falloc(C);
+        vr_cpu_rmsnorm_bwd_out(o1, o2, r, out, w, rstd, N, C, 0, 0);
+        fd_check(o1, c.inp, n, rms_loss, &c, &rng, "rmsnorm from out dinp");
+        fd_check(o2, c.w, C, rms_loss, &c, &rng, "rmsnorm from out dw");
+        memcpy(a1, p1, n * sizeof(float));
+        memcpy(a2, p2, (size_t)C * sizeof(float));
+        vr_cpu_rmsnorm_bwd_out(a1, a2, r, out, w, rstd, N, C, 1, 1);
+        expect_acc(a1, p1, o1, n, "rmsnorm from out dinp acc");
+        expect_acc(a2, p2, o2, C, "rmsnorm from out dw acc");
+        free(o1), free(o2);
         vr_cpu_rmsnorm_fwd(inp, rstd, inp, w, N, C, epss[si]); // in place
         assert_memory_equal(inp, out, n * sizeof(float));
         free(inp), free(w), free(out), free(r), free(rstd), free(dinp), free(dw);
