@@ -500,10 +500,15 @@ void vr_graph_print(const vr_graph *g, FILE *f)
         const vr_node *n = &g->nodes[i];
         const vr_op_info *info = vr_op_get_info(n->op);
         fprintf(f, "%4d %-9s %-16s %-24s", i, vr_phase_name(n->phase), info->name, n->name);
+        static const char *const from_out[VR_NODE_MAX_IN] = {"dout", "out", "w", "b", "rstd"}; /* norms' slots */
         for (int k = 0; k < VR_NODE_MAX_IN; k++)
-            if (n->in[k] >= 0)
-                fprintf(f, " %s=%s%s", info->in[k] ? info->in[k] : "?", g->tensors[n->in[k]].name,
+            if (n->in[k] >= 0) {
+                const char *slot = n->from_out && (k == 1 || (k == 3 && n->op == VR_OP_LAYERNORM_BWD)) ? from_out[k]
+                                   : info->in[k]                                                     ? info->in[k]
+                                                                                                     : "?";
+                fprintf(f, " %s=%s%s", slot, g->tensors[n->in[k]].name,
                         vr_tensor_shape_str(&g->tensors[n->in[k]], sh, sizeof sh));
+            }
         fprintf(f, " ->");
         for (int k = 0; k < VR_NODE_MAX_OUT; k++)
             if (n->out[k] >= 0)
