@@ -35,6 +35,9 @@ vr_status vr_step_config_check(const vr_step_config *s)
                         "(%s%s%s): the bf16 weights are the high half of the fp32 master on the device",
                         vr_precision_name(s->precision), s->no_master ? ", no master" : "",
                         s->offload ? ", offload optim: the host's update keeps a full fp32 master" : "");
+    if (s->norm_from_out && !s->train)
+        return vr_error(VR_ERR_INVALID, "vr_step_config.norm_from_out: the norms' backward from their output needs a "
+                        "training step (an evaluation has no backward)");
     if ((unsigned)s->offload > VR_OFFLOAD_OPTIM)
         return vr_error(VR_ERR_INVALID, "step config: bad offload value %d", (int)s->offload);
     if ((unsigned)s->attention > VR_ATTENTION_CUDNN)

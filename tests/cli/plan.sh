@@ -84,6 +84,7 @@ bad --recompute-layers --recompute-layers 0 --recompute act
 bad --recompute-layers --recompute-layers 2
 bad --recompute-layers --recompute-layers 99 --recompute act
 bad --norm-backward --norm-backward sideways
+bad --norm-backward --norm-backward output --eval
 bad --precision --precision fp8
 bad --memory --memory lots
 bad --device --device tpu
