@@ -8,13 +8,7 @@
 #ifndef VRAM_KERNELS_NORM_MATH_H
 #define VRAM_KERNELS_NORM_MATH_H
 
-#ifndef VR_HD /* also in kernels/optim_math.h */
-#ifdef __CUDACC__
-#define VR_HD __host__ __device__ __forceinline__
-#else
-#define VR_HD static inline
-#endif
-#endif
+#include "kernels/hd.h"
 
 #define VR_NORM_W_MIN 1e-6f
 

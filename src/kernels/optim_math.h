@@ -14,13 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifndef VR_HD /* also in kernels/norm_math.h */
-#ifdef __CUDACC__
-#define VR_HD __host__ __device__ __forceinline__
-#else
-#define VR_HD static inline
-#endif
-#endif
+#include "kernels/hd.h"
 
 /* Streams of random bits of one step: momentum (M), Adam's m and v together (MV: m the low 16 bits, v the high
  * 16, vr_sr_mv), and the weights (W). */

@@ -179,6 +179,21 @@ static void close_to_cpu(vr_precision prec)
     run_free(&g);
 }
 
+/* A CUDA step g against the CPU's fp32 step c: fp32 as fp32_matches_cpu, 16 bits as close_to_cpu; the plan equals
+ * the run. Prints what (and "(fused)" when not poisoned). */
+static void expect_like_cpu(const char *what, const run_out *c, const run_out *g, vr_precision prec, bool fused)
+{
+    double d = (double)max_diff(c->params, g->params, c->g->n_params);
+    printf("%s %s%s: loss cpu %.7f cuda %.7f, norm cpu %.6f cuda %.6f, max param diff %.3g\n", what,
+           vr_precision_name(prec), fused ? " (fused)" : "", c->loss, g->loss, c->norm, g->norm, d);
+    bool fp32 = prec == VR_PREC_FP32;
+    assert_true(fabs(c->loss - g->loss) < (fp32 ? 1e-4 : 1e-2));
+    assert_true(fabs(c->norm - g->norm) < (fp32 ? 1e-4 * (1 + c->norm) : 0.02 * c->norm));
+    assert_true(d < (fp32 ? 1e-4 : 1e-2));
+    check_plan_equals_run(g);
+    assert_true(g->mem.arena == g->plan->arena_size);
+}
+
 /* The Llama on CUDA against the CPU: fp32 as fp32_matches_cpu, bf16 as close_to_cpu; each also without poison,
  * where the executor fuses the residual adds into the RMSNorms after them (the fused kernel writes the bytes of
  * the two: test_kernels_cuda). */
@@ -194,15 +209,7 @@ static void llama_matches_cpu(void **state)
         run_poison = k < 2;
         run_model("cuda", precs[k % 2], VR_MEMORY_PLANNED, llama_small(), &g);
         run_poison = true;
-        double d = (double)max_diff(c.params, g.params, c.g->n_params);
-        printf("llama %s%s: loss cpu %.7f cuda %.7f, norm cpu %.6f cuda %.6f, max param diff %.3g\n",
-               vr_precision_name(precs[k % 2]), k < 2 ? "" : " (fused)", c.loss, g.loss, c.norm, g.norm, d);
-        bool fp32 = precs[k % 2] == VR_PREC_FP32;
-        assert_true(fabs(c.loss - g.loss) < (fp32 ? 1e-4 : 1e-2));
-        assert_true(fabs(c.norm - g.norm) < (fp32 ? 1e-4 * (1 + c.norm) : 0.02 * c.norm));
-        assert_true(d < (fp32 ? 1e-4 : 1e-2));
-        check_plan_equals_run(&g);
-        assert_true(g.mem.arena == g.plan->arena_size);
+        expect_like_cpu("llama", &c, &g, precs[k % 2], k >= 2);
         run_free(&g);
     }
     run_free(&c);
@@ -227,16 +234,7 @@ static void norm_from_out_matches_cpu(void **state)
             run_model("cuda", prec, VR_MEMORY_PLANNED, m, &g);
             run_norm_out = false;
             run_poison = true;
-            double d = (double)max_diff(c.params, g.params, c.g->n_params);
-            printf("%s norm from output %s%s: loss cpu %.7f cuda %.7f, norm cpu %.6f cuda %.6f, max param diff %.3g\n",
-                   model ? "llama" : "gpt", vr_precision_name(prec), k < 2 ? "" : " (fused)", c.loss, g.loss, c.norm,
-                   g.norm, d);
-            bool fp32 = prec == VR_PREC_FP32;
-            assert_true(fabs(c.loss - g.loss) < (fp32 ? 1e-4 : 1e-2));
-            assert_true(fabs(c.norm - g.norm) < (fp32 ? 1e-4 * (1 + c.norm) : 0.02 * c.norm));
-            assert_true(d < (fp32 ? 1e-4 : 1e-2));
-            check_plan_equals_run(&g);
-            assert_true(g.mem.arena == g.plan->arena_size);
+            expect_like_cpu(model ? "llama norm from output" : "gpt norm from output", &c, &g, prec, k >= 2);
             run_free(&g);
         }
         run_free(&c);
