@@ -119,7 +119,8 @@ static size_t ln_tile_smem(size_t C, size_t es, bool sum)
  * the row's loads are on their way (one load of b; x-hat = u / w in the dinp pass); the column pass sums dout u
  * and scales by 1 / w at the end. This kernel is bound by its instruction rate: GPT-2 medium's steps (H100,
  * three rounds, the input's backward first) 40.71 / 40.87 / 40.75 ms against 40.76 / 40.77 / 40.74 from the
- * output; b loaded twice and an IEEE reciprocal +0.3-0.5 ms, 1 / w and -b / w tables in shared memory +0.4. */
+ * output; u computed as each vector arrives (its loads waiting on one another), b loaded twice, an IEEE
+ * reciprocal, or 1 / w and -b / w tables in shared memory each cost more (bench/gpu/README.md). */
 template <typename T, int K, bool SUM, bool RMS, bool OUT>
 __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float *part, float *part_sum,
                                                                  const T *dout, const T *inp, const T *w,
@@ -151,11 +152,6 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
                     xv[k] = vr_ld16(inp + off + i * V);
                     gv[k] = vr_ld16(dout + off + i * V);
                     if (dinp && acc) dv[k] = vr_ld16(dinp + off + i * V);
-                    if (OUT && !RMS && bias) { /* u = y - b */
-                        vr_vec<T> bv = vr_ld16_nc(bias + i * V);
-#pragma unroll
-                        for (int j = 0; j < V; j++) xv[k].v[j] = vr_fromf<T>(vr_tof(xv[k].v[j]) - vr_tof(bv.v[j]));
-                    }
                 }
             }
             if (r + gridDim.x * VR_LN_TILE < N) { /* the warp's next row on its way to L2 while this one computes */
@@ -166,6 +162,17 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
                     if (i < nv) {
                         ln_prefetch_l2(inp + nx + i * V);
                         ln_prefetch_l2(dout + nx + i * V);
+                    }
+                }
+            }
+            if (OUT && !RMS && bias) { /* u = y - b, once the row's loads are all on their way */
+#pragma unroll
+                for (int k = 0; k < K; k++) {
+                    int i = lane + 32 * k;
+                    if (i < nv) {
+                        vr_vec<T> bv = vr_ld16_nc(bias + i * V);
+#pragma unroll
+                        for (int j = 0; j < V; j++) xv[k].v[j] = vr_fromf<T>(vr_tof(xv[k].v[j]) - vr_tof(bv.v[j]));
                     }
                 }
             }
