@@ -64,6 +64,7 @@ static void ln_bwd(float *dinp, float *dw, float *db, const float *dout, const f
             sg /= C;
             sgx /= C;
             float *d = dinp + (size_t)i * C;
+#pragma omp simd
             for (int c = 0; c < C; c++) {
                 float xh = out ? (x[c] - (b ? b[c] : 0.0f)) * vr_norm_inv_w(w[c]) : (x[c] - m) * r;
                 float v = r * (g[c] * w[c] - sg - xh * sgx);

@@ -47,6 +47,7 @@ static void rms_bwd(float *dinp, float *dw, const float *dout, const float *src,
             for (int c = 0; c < C; c++) sgx += out ? g[c] * x[c] : g[c] * w[c] * x[c] * r;
             sgx /= C;
             float *d = dinp + (size_t)i * C;
+#pragma omp simd
             for (int c = 0; c < C; c++) {
                 float v = r * (g[c] * w[c] - (out ? x[c] * vr_norm_inv_w(w[c]) : x[c] * r) * sgx);
                 d[c] = acc_dinp ? d[c] + v : v;
