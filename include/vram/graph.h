@@ -347,6 +347,11 @@ typedef struct vr_step_config {
                                * kernels/norm_math.h) instead of its input, which then need not be kept: the
                                * residual stream's bytes (GPT-2: 2 of the 16 C a token and block saved). A weight
                                * that reaches 0 loses its gradient (its input cannot be recovered) */
+    int classifier_rows;      /* CUDA: rows of logits in each chunk of the fused classifier (its scratch, role temp,
+                               * rows x V padded to 64, in the activations' dtype); 0: the default (kernels/
+                               * scratch.h: 4096, fewer where those take over 512 MiB). Fewer rows: less memory
+                               * where the classifier sets the peak, more and smaller products. The CPU kernels'
+                               * chunk is fixed (128 rows of fp32) */
     float grad_clip;          /* > 0: global-norm clipping (sumsq nodes feed every optimizer node) */
     uint64_t workspace_bytes; /* library workspace held for the step (cuBLAS: 32 MiB), role temp; 0 none */
     vr_kernels kernels;       /* whose kernels will run the step, CPU (0) or CUDA: sizes every node's scratch

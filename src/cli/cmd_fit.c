@@ -354,12 +354,15 @@ static int report(const opts *o, const target *t, uint64_t step_cap, const vr_st
             if (best->recompute_layers)
                 snprintf(rl, sizeof rl, " in the first %d block%s (--recompute-layers %d)", best->recompute_layers,
                          best->recompute_layers == 1 ? "" : "s", best->recompute_layers);
-            printf("\nbest      %s, recompute %s%s, %s optimizer state%s%s%s%s, micro-batch %d x accum %d: need %s, "
+            char cr[48] = "";
+            if (s->classifier_rows > 0 && t->cuda)
+                snprintf(cr, sizeof cr, ", classifier chunks of %d rows", s->classifier_rows);
+            printf("\nbest      %s, recompute %s%s, %s optimizer state%s%s%s%s%s, micro-batch %d x accum %d: need %s, "
                    "est. %.2f ms/step, %.0f tokens/s\n", vr_precision_name(best->precision),
                    vr_recompute_name(best->recompute), rl, vr_optim_state_name(best->optim_state),
                    best->no_master ? ", no master weights" : best->split_master ? ", split master" : "",
                    best->offload ? ", master and state offloaded to the host" : "",
-                   s->norm_from_out ? ", norm backward from the output" : "", zs,
+                   s->norm_from_out ? ", norm backward from the output" : "", cr, zs,
                    best->micro, best->accum, vr_format_size(best->point.need, a, sizeof a),
                    best->cost.seconds * 1e3, best->tokens_per_s);
             print_roles(&r->model, s, best);

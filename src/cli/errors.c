@@ -47,6 +47,7 @@ static const vr_cli_field_flag field_flags[] = {
     {"vr_step_config.optim", "--optim"},
     {"vr_step_config.recompute", "--recompute"},
     {"vr_step_config.recompute_layers", "--recompute-layers"},
+    {"vr_step_config.classifier_rows", "--classifier-rows"},
     {"vr_step_config.norm_from_out", "--norm-backward"},
     {"vr_step_config.precision", "--precision"},
     {"vr_step_config.optim_state", "--optim-state"},

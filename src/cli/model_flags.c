@@ -166,6 +166,7 @@ int vr_model_flags_configure(const char *cmd, const vr_model_flags *o, const vr_
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     s->recompute_layers = (int)o->recompute_layers;
     s->norm_from_out = o->norm_backward && !strcmp(o->norm_backward, "output");
+    s->classifier_rows = (int)o->classifier_rows;
     if (o->precision && vr_precision_parse(o->precision, "--precision", &s->precision))
         return vr_cli_fail(cmd, 2, "%s", vr_last_error());
     if (o->optim_state && vr_optim_state_parse(o->optim_state, "--optim-state", &s->optim_state))
@@ -264,6 +265,10 @@ void vr_model_flags_add(vr_flagset *fs, vr_model_flags *f, const vr_model_defaul
          .help = "what the LayerNorm/RMSNorm backward reads: the norm's input (kept for it),\n"
                  "or its output (x-hat = (y - b) / w), the input then not kept: GPT-2 saves 2\n"
                  "of its 16 C values a token and block less; a weight at 0 gets no gradient (input)"},
+        {"--classifier-rows", VR_FLAG_INT, &f->classifier_rows, "N", .lo = 1, .hi = most,
+         .help = "CUDA: rows of logits in each chunk of the fused classifier (4096, fewer\n"
+                 "where those take over 512 MiB): fewer rows, less memory where the\n"
+                 "classifier sets the peak, smaller products"},
         {"--freeze", VR_FLAG_STRING, &f->freeze, "GLOBS",
          .help = "comma-separated globs over parameter names ('h.*.attn*,wte')"},
         {"--precision", VR_FLAG_CHOICE, &f->precision, NULL,

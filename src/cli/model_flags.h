@@ -28,6 +28,7 @@ typedef struct vr_model_flags {
     long long gpus;  /* --gpus N: data-parallel ranks (0: not given) */
     long long zero;  /* --zero S */
     long long recompute_layers;  /* --recompute-layers N (0: not given) */
+    long long classifier_rows;   /* --classifier-rows N (0: not given) */
     bool zero_given;
 } vr_model_flags;
 

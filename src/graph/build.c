@@ -38,6 +38,9 @@ vr_status vr_step_config_check(const vr_step_config *s)
     if (s->norm_from_out && !s->train)
         return vr_error(VR_ERR_INVALID, "vr_step_config.norm_from_out: the norms' backward from their output needs a "
                         "training step (an evaluation has no backward)");
+    if (s->classifier_rows < 0)
+        return vr_error(VR_ERR_INVALID, "vr_step_config.classifier_rows: %d is negative (0: the default)",
+                        s->classifier_rows);
     if ((unsigned)s->offload > VR_OFFLOAD_OPTIM)
         return vr_error(VR_ERR_INVALID, "step config: bad offload value %d", (int)s->offload);
     if ((unsigned)s->attention > VR_ATTENTION_CUDNN)

@@ -436,7 +436,7 @@ uint64_t vr_node_scratch_bytes_for(const vr_graph *g, const vr_node *n, vr_kerne
         int64_t N = vr_tensor_numel(&g->tensors[n->in[2]]);
         if (cuda)
             return vr_scratch_cuda_classifier(N, vr_tensor_rows(&g->tensors[n->in[1]]),
-                                              (int64_t)vr_dtype_size(in0->dtype));
+                                              (int64_t)vr_dtype_size(in0->dtype), g->step.classifier_rows);
         return vr_scratch_cpu_classifier(N, n->vocab);
     }
     case VR_OP_ATTENTION_BWD: { /* dout (B,T,NH hd), qkv (B,T,(NH+2NKV)hd) */

@@ -41,9 +41,10 @@ static inline uint64_t vr_scratch_cpu_classifier(int64_t N, int64_t V)
 }
 
 /* CUDA (vr_cuda_classifier): rows of wte's Vw logits padded to a multiple of 64 elements (every row starts
- * 16-byte aligned) in the activations' dtype (esize bytes); planned: min(N, 4096) rows, fewer where those
- * would take more than 512 MiB (1024 rows at least; one row at least). The kernel runs chunks of as many
- * rows as the scratch it is given holds (one at least). Fewer, larger chunks make faster products (the
+ * 16-byte aligned) in the activations' dtype (esize bytes); planned: min(N, rows) rows where rows > 0 is asked
+ * for (vr_step_config.classifier_rows), else min(N, 4096), fewer where those would take more than 512 MiB
+ * (1024 rows at least; one row at least). The kernel runs chunks of as many rows as the scratch it is given
+ * holds (one at least). Fewer, larger chunks make faster products (the
  * dwte product accumulates once per chunk): GPT-2 124M's three products over B*T = 16384 rows take 5.4 ms
  * in chunks of 1024 rows and 4.6 ms in chunks of 4096 on the H100 (bench/gpu/lt_algos.cu). */
 #define VR_SCRATCH_CUDA_CLASSIFIER_ROWS 4096
@@ -58,12 +59,13 @@ static inline uint64_t vr_scratch_cuda_classifier_vp(int64_t Vw)
            VR_SCRATCH_CUDA_CLASSIFIER_PAD;
 }
 
-static inline uint64_t vr_scratch_cuda_classifier(int64_t N, int64_t Vw, int64_t esize)
+static inline uint64_t vr_scratch_cuda_classifier(int64_t N, int64_t Vw, int64_t esize, int64_t rows_asked)
 {
     uint64_t row = vr_scratch_cuda_classifier_vp(Vw) * vr_scratch_dim(esize);
     uint64_t most = row ? VR_SCRATCH_CUDA_CLASSIFIER_CAP / row : VR_SCRATCH_CUDA_CLASSIFIER_ROWS;
     if (most > VR_SCRATCH_CUDA_CLASSIFIER_ROWS) most = VR_SCRATCH_CUDA_CLASSIFIER_ROWS;
     if (most < VR_SCRATCH_CUDA_CLASSIFIER_MIN_ROWS) most = VR_SCRATCH_CUDA_CLASSIFIER_MIN_ROWS;
+    if (rows_asked > 0) most = (uint64_t)rows_asked;
     uint64_t rows = N < (int64_t)most ? (N > 0 ? (uint64_t)N : 1) : most;
     return rows * row;
 }

@@ -44,6 +44,8 @@ static void step_text(const vr_graph *g, char *buf, size_t cap)
         n += snprintf(buf + n, cap - (size_t)n, " in blocks 0-%d", s->recompute_layers - 1);
     if (s->train && s->norm_from_out && n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, ", norm backward from the output");
+    if (s->classifier_rows > 0 && s->kernels == VR_KERNELS_CUDA && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, ", classifier chunks of %d rows", s->classifier_rows);
     if (n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, ", %s", vr_precision_name(s->precision));
     if (s->train && s->optim_state != VR_OSTATE_FP32 && n > 0 && (size_t)n < cap)
@@ -162,6 +164,7 @@ char *vr_plan_json(const vr_plan *p, bool timeline)
     cJSON_AddStringToObject(step, "recompute", vr_recompute_name(g->step.recompute));
     cJSON_AddNumberToObject(step, "recompute_layers", g->step.recompute_layers); /* 0: every block */
     cJSON_AddStringToObject(step, "norm_backward", g->step.norm_from_out ? "output" : "input");
+    cJSON_AddNumberToObject(step, "classifier_rows", g->step.classifier_rows); /* 0: the default */
     cJSON_AddStringToObject(step, "precision", vr_precision_name(g->step.precision));
     cJSON_AddStringToObject(step, "optim_state", vr_optim_state_name(g->step.optim_state));
     cJSON_AddStringToObject(step, "master", vr_master_name(g->step.no_master, g->step.split_master));

@@ -34,6 +34,14 @@ a_in=$("$vram" plan --preset gpt2 --batch 4 --seq 256 --json | python3 -c 'impor
 a_out=$("$vram" plan --preset gpt2 --batch 4 --seq 256 --norm-backward output --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["step"]["norm_backward"]=="output"; print(d["roles"]["acts"]["total"])')
 [ $((a_in - a_out)) -eq $((24 * 4 * 256 * 768 * 4 + 25 * 4 * 256 * 4)) ] || { echo "acts $a_in -> $a_out: not the norms' inputs"; exit 1; }
 
+# --classifier-rows: the CUDA classifier's scratch is that many rows of 50304 16-bit logits (GPT-2 124M B=8 bf16:
+# 4096 rows by default, 1024 asked for), said in the step line and the JSON; the CPU kernels' chunk is their own
+cr() { "$vram" plan --preset gpt2 --batch 8 --seq 1024 --precision bf16 --kernels cuda --json "$@" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["step"]["classifier_rows"], d["roles"]["temp"]["total"])'; }
+read -r r0 t0 <<<"$(cr)"; read -r r1 t1 <<<"$(cr --classifier-rows 1024)"
+[ "$r0" = 0 ] && [ "$r1" = 1024 ] || { echo "classifier_rows in the JSON: $r0 $r1"; exit 1; }
+[ $((t0 - t1)) -eq $(((4096 - 1024) * 50304 * 2)) ] || { echo "temp $t0 -> $t1: not 3072 rows of logits less"; exit 1; }
+"$vram" plan --preset gpt2 --batch 8 --seq 1024 --precision bf16 --kernels cuda --classifier-rows 1024 | grep -q "classifier chunks of 1024 rows" || { echo "the step line should say the classifier's rows"; exit 1; }
+
 # --json parses; roles add up to the peak; the arena is at least the peak
 "$vram" plan --preset tiny --batch 4 --memory dynamic --timeline --json >"$tmp/json"
 python3 - "$tmp/json" <<'PY'
@@ -86,6 +94,8 @@ bad --recompute-layers --recompute-layers 99 --recompute act
 bad --norm-backward --norm-backward sideways
 bad --norm-backward --norm-backward output --eval
 bad --precision --precision fp8
+bad --classifier-rows --classifier-rows 0
+bad --classifier-rows --classifier-rows many
 bad --memory --memory lots
 bad --device --device tpu
 bad --kernels --kernels tpu

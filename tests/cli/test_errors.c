@@ -99,7 +99,7 @@ static const struct {
     MEMBER(vr_llama_config, V),      MEMBER(vr_llama_config, Vp),      MEMBER(vr_llama_config, maxT),
     MEMBER(vr_llama_config, rms_eps), MEMBER(vr_llama_config, rope.theta), MEMBER(vr_mlp_config, sizes),
     MEMBER(vr_mlp_config, act),      MEMBER(vr_step_config, accum),    MEMBER(vr_step_config, optim),
-    MEMBER(vr_step_config, recompute), MEMBER(vr_step_config, recompute_layers), MEMBER(vr_step_config, precision),
+    MEMBER(vr_step_config, recompute), MEMBER(vr_step_config, recompute_layers), MEMBER(vr_step_config, classifier_rows), MEMBER(vr_step_config, precision),
     MEMBER(vr_step_config, norm_from_out),
     MEMBER(vr_step_config, optim_state),
     MEMBER(vr_step_config, no_master), MEMBER(vr_step_config, split_master), MEMBER(vr_alloc_config, stitch_granule), MEMBER(vr_step_config, offload), MEMBER(vr_step_config, attention),

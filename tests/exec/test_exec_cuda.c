@@ -27,6 +27,7 @@
 #include "exec/cuda_fuse.h"
 #include "exec/cuda_fuse_dbias.h"
 #include "exec/exec_internal.h"
+#include "kernels/scratch.h"
 #include "vram/device.h"
 
 typedef struct run_out {
@@ -45,13 +46,14 @@ static bool gpu_present(void)
 
 static bool run_poison = true; /* run_model's executor poisons (which turns the executor's fusions off) */
 static bool run_norm_out;      /* run_model's step: the norms' backward from their output */
+static int run_cls_rows;       /* run_model's step: vr_step_config.classifier_rows (0: the default) */
 
 static void run_model(const char *dev_spec, vr_precision prec, vr_memory_mode mode, vr_model_config m, run_out *o)
 {
     memset(o, 0, sizeof *o);
     bool cuda = !strncmp(dev_spec, "cuda", 4);
     vr_step_config s = {.train = true, .accum = 1, .optim = VR_OPTIM_ADAMW, .precision = prec, .grad_clip = 1.0f,
-                        .norm_from_out = run_norm_out};
+                        .norm_from_out = run_norm_out, .classifier_rows = run_cls_rows};
     if (cuda) {
         s.kernels = VR_KERNELS_CUDA;
         s.workspace_bytes = (uint64_t)4 << 20;
@@ -239,6 +241,45 @@ static void norm_from_out_matches_cpu(void **state)
         }
         run_free(&c);
     }
+}
+
+/* The classifier in chunks of the rows asked for (vr_step_config.classifier_rows: 24 of GPT's 128 rows, the last
+ * chunk partial; 1 row; more than N) against the CPU's step, poisoned and fused, as fp32_matches_cpu and
+ * close_to_cpu; the node's planned scratch is those rows of padded logits and the plan equals the run. */
+static void classifier_rows_match_cpu(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    vr_model_config m = et_gpt(4, 32);
+    run_out c;
+    run_model("cpu", VR_PREC_FP32, VR_MEMORY_PLANNED, m, &c);
+    const int rows[3] = {24, 1, 1000};
+    for (int k = 0; k < 6; k++) {
+        vr_precision prec = k % 2 ? VR_PREC_BF16 : VR_PREC_FP32;
+        run_out g;
+        run_poison = k < 4;
+        run_cls_rows = rows[k / 2];
+        run_model("cuda", prec, VR_MEMORY_PLANNED, m, &g);
+        run_poison = true;
+        int seen = 0;
+        for (int i = 0; i < g.g->n_nodes; i++) {
+            const vr_node *n = &g.g->nodes[i];
+            if (n->op != VR_OP_CLASSIFIER)
+                continue;
+            int64_t want_rows = run_cls_rows < 4 * 32 ? run_cls_rows : 4 * 32;
+            uint64_t vp = vr_scratch_cuda_classifier_vp(g.g->tensors[n->in[1]].shape[0]); /* wte's rows */
+            assert_int_equal(vr_tensor_bytes(&g.g->tensors[n->scratch]),
+                             (uint64_t)want_rows * vp * (prec == VR_PREC_FP32 ? 4 : 2));
+            seen++;
+        }
+        assert_int_equal(seen, 1);
+        char what[64];
+        snprintf(what, sizeof what, "classifier chunks of %d rows", run_cls_rows);
+        run_cls_rows = 0;
+        expect_like_cpu(what, &c, &g, prec, k >= 4);
+        run_free(&g);
+    }
+    run_free(&c);
 }
 
 static void bf16_close_to_cpu(void **state)
@@ -1123,6 +1164,7 @@ int main(void)
         cmocka_unit_test(fp16_close_to_cpu),
         cmocka_unit_test(llama_matches_cpu),
         cmocka_unit_test(norm_from_out_matches_cpu),
+        cmocka_unit_test(classifier_rows_match_cpu),
         cmocka_unit_test(fp16_loss_scaling),
         cmocka_unit_test(dynamic_equals_plan),
         cmocka_unit_test(cuda_graph_equals_nodes),

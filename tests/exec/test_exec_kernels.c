@@ -135,7 +135,7 @@ static void planned_scratch_is_the_kernels(void **state)
                 assert_int_equal(vr_cuda_rmsnorm_bwd_scratch_bytes(N, C), vr_scratch_cuda_rmsnorm_bwd(N, C));
                 assert_int_equal(vr_cuda_embedding_bwd_scratch_bytes(B, T, C * 31), vr_scratch_cuda_embedding_bwd(B, T));
                 assert_int_equal(vr_cuda_classifier_scratch_bytes(N, C * 31, VR_CUDA_BF16),
-                                 vr_scratch_cuda_classifier(N, C * 31, 2));
+                                 vr_scratch_cuda_classifier(N, C * 31, 2, 0));
                 for (int NH = 1; NH <= 25; NH += 8) {
                     assert_int_equal(vr_cuda_attention_scratch_bytes(B, T, NH * 64, NH),
                                      vr_scratch_cuda_attention_delta(B, T, NH));

@@ -25,13 +25,13 @@ typedef struct shape {
 static int64_t esize_of(vr_precision p) { return p == VR_PREC_FP32 ? 4 : 2; }
 
 /* The scratch node n's kernel takes, from the model's numbers (N = B*T rows everywhere). */
-static uint64_t expected(const vr_node *n, const shape *sh, vr_kernels k, vr_precision p, vr_attention a)
+static uint64_t expected(const vr_node *n, const shape *sh, vr_kernels k, vr_precision p, vr_attention a, int cls_rows)
 {
     int64_t N = (int64_t)sh->B * sh->T, es = esize_of(p);
     bool cuda = k == VR_KERNELS_CUDA;
     switch (n->op) {
     case VR_OP_CLASSIFIER:
-        return cuda ? vr_scratch_cuda_classifier(N, sh->Vp, es) : vr_scratch_cpu_classifier(N, sh->V);
+        return cuda ? vr_scratch_cuda_classifier(N, sh->Vp, es, cls_rows) : vr_scratch_cpu_classifier(N, sh->V);
     case VR_OP_ATTENTION_BWD: { /* vram's; cuDNN's (16 bits, head size a multiple of 8 up to 128) by the choice */
         if (!cuda)
             return 0;
@@ -80,7 +80,7 @@ static void check_graph(const vr_graph *g, const shape *sh, vr_kernels k, vr_pre
 {
     for (int i = 0; i < g->n_nodes; i++) {
         const vr_node *n = &g->nodes[i];
-        uint64_t want = expected(n, sh, k, p, g->step.attention);
+        uint64_t want = expected(n, sh, k, p, g->step.attention, g->step.classifier_rows);
         uint64_t have = n->scratch >= 0 ? vr_tensor_bytes(&g->tensors[n->scratch]) : 0;
         if (have != want || vr_node_scratch_bytes_for(g, n, k) != want)
             fail_msg("%s %s B%d T%d C%d NH%d NKV%d hd%d V%d Vp%d %s %s: node %s (%s) scratch %llu, the kernels "
@@ -121,7 +121,7 @@ static void scratch_by_shape(void **state)
                     for (int at = 0; at < 3; at++) {
                         vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .precision = precs[pk],
                                             .recompute = recs[r], .kernels = (vr_kernels)k,
-                                            .attention = (vr_attention)at};
+                                            .attention = (vr_attention)at, .classifier_rows = at == 1 ? 3 : 0};
                         vr_graph *g = build(&sh, s);
                         check_graph(g, &sh, (vr_kernels)k, precs[pk], seen[k]);
                         vr_graph_free(g);
@@ -144,13 +144,18 @@ static void gpt2_figures(void **state)
 {
     (void)state;
     /* the classifier: 1024 rows of 50304 (a multiple of 64) bf16 logits; CPU: 128 rows of 50257 fp32 */
-    assert_int_equal(vr_scratch_cuda_classifier(1024, 50304, 2), 1024ull * 50304 * 2);
-    assert_int_equal(vr_scratch_cuda_classifier(1024, 50257, 2), 1024ull * 50304 * 2);
-    assert_int_equal(vr_scratch_cuda_classifier(16384, 50257, 2), 4096ull * 50304 * 2);   /* 393 MiB */
-    assert_int_equal(vr_scratch_cuda_classifier(16384, 50257, 4), 2668ull * 50304 * 4);   /* the 512 MiB cap */
-    assert_int_equal(vr_scratch_cuda_classifier(16384, 128256, 4), 1046ull * 128256 * 4);
-    assert_int_equal(vr_scratch_cuda_classifier(16384, 300032, 4), 1024ull * 300032 * 4); /* at least 1024 */
-    assert_int_equal(vr_scratch_cuda_classifier(5, 50257, 4), 5ull * 50304 * 4);
+    assert_int_equal(vr_scratch_cuda_classifier(1024, 50304, 2, 0), 1024ull * 50304 * 2);
+    assert_int_equal(vr_scratch_cuda_classifier(1024, 50257, 2, 0), 1024ull * 50304 * 2);
+    assert_int_equal(vr_scratch_cuda_classifier(16384, 50257, 2, 0), 4096ull * 50304 * 2);   /* 393 MiB */
+    assert_int_equal(vr_scratch_cuda_classifier(16384, 50257, 4, 0), 2668ull * 50304 * 4);   /* the 512 MiB cap */
+    assert_int_equal(vr_scratch_cuda_classifier(16384, 128256, 4, 0), 1046ull * 128256 * 4);
+    assert_int_equal(vr_scratch_cuda_classifier(16384, 300032, 4, 0), 1024ull * 300032 * 4); /* at least 1024 */
+    assert_int_equal(vr_scratch_cuda_classifier(5, 50257, 4, 0), 5ull * 50304 * 4);
+    /* rows asked for (vr_step_config.classifier_rows): that many, N at most, below the default's 1024 too */
+    assert_int_equal(vr_scratch_cuda_classifier(16384, 50257, 2, 2048), 2048ull * 50304 * 2); /* 196.5 MiB */
+    assert_int_equal(vr_scratch_cuda_classifier(16384, 50257, 4, 8192), 8192ull * 50304 * 4); /* above the cap */
+    assert_int_equal(vr_scratch_cuda_classifier(16384, 300032, 4, 100), 100ull * 300032 * 4);
+    assert_int_equal(vr_scratch_cuda_classifier(5, 50257, 4, 2048), 5ull * 50304 * 4);
     assert_int_equal(vr_scratch_cpu_classifier(1024, 50257), 128ull * 50257 * 4);
     assert_int_equal(vr_scratch_cpu_classifier(0, 50257), 50257ull * 4); /* one row at least */
     /* attention: delta (4,12,256) fp32 = 49152 bytes; bf16 adds every head's fp32 dQ (4*12*256*64*4) */
@@ -260,7 +265,7 @@ static void planned_step_holds_the_need(void **state)
                 uint64_t temp_need = 0;
                 for (int j = 0; j < g->n_nodes; j++) {
                     const vr_node *n = &g->nodes[j];
-                    uint64_t need = expected(n, &sh, VR_KERNELS_CUDA, precs[pk], g->step.attention);
+                    uint64_t need = expected(n, &sh, VR_KERNELS_CUDA, precs[pk], g->step.attention, 0);
                     if (!need)
                         continue;
                     with++;

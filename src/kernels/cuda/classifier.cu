@@ -31,7 +31,7 @@ extern "C" int vr_cuda_classifier_chunk_rows(size_t scratch_bytes, int V, vr_cud
 
 extern "C" size_t vr_cuda_classifier_scratch_bytes(int N, int V, vr_cuda_dtype dt)
 {
-    return (size_t)vr_scratch_cuda_classifier(N, V, (int64_t)vr_cuda_dtype_size(dt));
+    return (size_t)vr_scratch_cuda_classifier(N, V, (int64_t)vr_cuda_dtype_size(dt), 0);
 }
 
 /* Block-wide online max/normaliser over z[0..V), then loss and (grad) in-place dlogits.
