@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "graph/graph_internal.h"
+#include "kernels/scratch.h"
 
 bool vr_step_config_split_master_ok(const vr_step_config *s)
 {
@@ -70,6 +71,9 @@ vr_status vr_graph_build(const vr_model_config *m, const vr_step_config *s, vr_g
     vr_status cst = vr_step_config_check(s);
     if (cst)
         return cst;
+    if (s->classifier_rows > 0 && s->kernels != VR_KERNELS_CUDA) /* known here, not when the flags are read */
+        return vr_error(VR_ERR_INVALID, "vr_step_config.classifier_rows: sizes the CUDA kernels' classifier chunks; "
+                        "the CPU kernels' are %d rows", VR_SCRATCH_CPU_CLASSIFIER_ROWS);
     vr_graph *g = vr_graph_new(s->precision);
     if (!g)
         return vr_error(VR_ERR_OOM, "graph: out of host memory");

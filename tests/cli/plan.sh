@@ -96,6 +96,7 @@ bad --norm-backward --norm-backward output --eval
 bad --precision --precision fp8
 bad --classifier-rows --classifier-rows 0
 bad --classifier-rows --classifier-rows many
+bad --classifier-rows --classifier-rows 64 --kernels cpu
 bad --memory --memory lots
 bad --device --device tpu
 bad --kernels --kernels tpu

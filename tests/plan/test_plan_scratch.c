@@ -121,12 +121,21 @@ static void scratch_by_shape(void **state)
                     for (int at = 0; at < 3; at++) {
                         vr_step_config s = {.train = true, .optim = VR_OPTIM_ADAMW, .precision = precs[pk],
                                             .recompute = recs[r], .kernels = (vr_kernels)k,
-                                            .attention = (vr_attention)at, .classifier_rows = at == 1 ? 3 : 0};
+                                            .attention = (vr_attention)at,
+                                            .classifier_rows = at == 1 && k == VR_KERNELS_CUDA ? 3 : 0};
                         vr_graph *g = build(&sh, s);
                         check_graph(g, &sh, (vr_kernels)k, precs[pk], seen[k]);
                         vr_graph_free(g);
                     }
     }
+    /* classifier rows asked for with the CPU kernels (whose chunk is their own): refused, naming the field */
+    vr_model_config m = {.kind = VR_MODEL_GPT, .B = 2, .T = 8,
+                         .gpt = {.L = 1, .C = 64, .NH = 1, .V = 50, .Vp = 64, .maxT = 8}};
+    vr_step_config sc = {.train = true, .optim = VR_OPTIM_ADAMW, .classifier_rows = 4};
+    vr_graph *g = NULL;
+    assert_int_equal(vr_graph_build(&m, &sc, &g), VR_ERR_INVALID);
+    assert_null(g);
+    assert_non_null(strstr(vr_last_error(), "vr_step_config.classifier_rows"));
     /* every op that takes scratch was met (else the loop above checked nothing of it) */
     assert_true(seen[VR_KERNELS_CPU][VR_OP_CLASSIFIER] > 0);
     for (int op = 0; op < VR_OP_COUNT; op++)
