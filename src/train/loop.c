@@ -309,6 +309,7 @@ vr_status vr__trainer_eval_setup(vr_trainer *t)
     s.precision = c->step.precision;
     s.kernels = c->step.kernels;
     s.attention = c->step.attention;
+    s.classifier_rows = c->step.classifier_rows; /* the classifier's chunks as the training step's */
     s.workspace_bytes = c->step.workspace_bytes; /* cuBLASLt's and cuDNN's, as the training step's */
     vr_status st = vr_graph_build(&c->model, &s, &t->eg);
     vr_plan_config pc = {.memory = c->memory, .alloc_policy = c->alloc_policy, .inplace = c->inplace};
