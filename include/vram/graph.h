@@ -350,8 +350,9 @@ typedef struct vr_step_config {
     int classifier_rows;      /* CUDA: rows of logits in each chunk of the fused classifier (its scratch, role temp,
                                * rows x V padded to 64, in the activations' dtype); 0: the default (kernels/
                                * scratch.h: 4096, fewer where those take over 512 MiB). Fewer rows: less memory
-                               * where the classifier sets the peak, more and smaller products. The CPU kernels'
-                               * chunk is fixed (128 rows of fp32) */
+                               * where the classifier sets the peak, more and smaller products, and wte's gradient
+                               * added up over more chunks in its dtype (16 bits: a rounding a chunk). The CPU
+                               * kernels' chunk is fixed (128 rows of fp32): refused with them */
     float grad_clip;          /* > 0: global-norm clipping (sumsq nodes feed every optimizer node) */
     uint64_t workspace_bytes; /* library workspace held for the step (cuBLAS: 32 MiB), role temp; 0 none */
     vr_kernels kernels;       /* whose kernels will run the step, CPU (0) or CUDA: sizes every node's scratch
