@@ -129,6 +129,8 @@ typedef struct vr_fit_options {
     unsigned offloads;         /* bit (1u << vr_offload) per placement; 0: both when training with an optimizer */
     unsigned zeros;            /* with ranks (step.world > 1): bit (1u << stage) per ZeRO stage; 0: all four */
     uint64_t host_capacity;    /* host bytes an offloaded row may pin (0: no limit) */
+    bool norm_backward_pinned; /* the step's norm backward (vr_step_config.norm_from_out) only: the best row does not
+                                * take the norms' backward from their output to spare recompute */
     vr_fit_cost_model cost;    /* throughput figures (all 0: vr_fit_cost_h100) */
 } vr_fit_options;
 
@@ -137,6 +139,8 @@ typedef struct vr_fit_row {
     vr_precision precision;
     vr_recompute recompute;
     int recompute_layers;      /* the best row: recompute in the first N blocks only, the fewest that fit (0: all) */
+    bool norm_from_out;        /* the best row: the norms' backward from their output (vr_step_config.norm_from_out,
+                                * not pinned), where that spares recompute: none, or fewer blocks of it */
     vr_optim_state optim_state;
     bool no_master;
     bool split_master;
@@ -168,7 +172,10 @@ typedef struct vr_fit_result {
  * under the cost model a larger micro-batch is never slower, the FLOPs being the
  * same), its plan and its cost; ranked, fastest first. A configuration that fits
  * nowhere is a row with fits = false, not an error. The best row, when it recomputes, does so in the fewest
- * first blocks that still fit (its recompute_layers). */
+ * first blocks that still fit (its recompute_layers); a GPT or Llama training step's best row that recomputes
+ * then takes the norms' backward from their output (its norm_from_out) where the same batching needs no recompute
+ * with it, or fewer blocks (the norms' inputs not kept: the residual stream's bytes), unless s has it already or
+ * o->norm_backward_pinned. */
 vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const vr_fit_options *o,
                         vr_fit_result *out);
 

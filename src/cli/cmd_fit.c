@@ -362,7 +362,10 @@ static int report(const opts *o, const target *t, uint64_t step_cap, const vr_st
                    vr_recompute_name(best->recompute), rl, vr_optim_state_name(best->optim_state),
                    best->no_master ? ", no master weights" : best->split_master ? ", split master" : "",
                    best->offload ? ", master and state offloaded to the host" : "",
-                   s->norm_from_out ? ", norm backward from the output" : "", cr, zs,
+                   s->norm_from_out    ? ", norm backward from the output"
+                   : best->norm_from_out ? ", norm backward from the output (--norm-backward output)"
+                                         : "",
+                   cr, zs,
                    best->micro, best->accum, vr_format_size(best->point.need, a, sizeof a),
                    best->cost.seconds * 1e3, best->tokens_per_s);
             print_roles(&r->model, s, best);
@@ -411,6 +414,7 @@ static int run(int argc, char **argv)
         fo.offloads = 1u << s.offload;
     if (o.m.zero_given)
         fo.zeros = 1u << s.zero;
+    fo.norm_backward_pinned = o.m.norm_backward != NULL;
     fo.host_capacity = o.host_capacity ? o.host_capacity : vr_host_mem_available();
     vr_fit_batch b;
     vr_fit_result *r = calloc(1, sizeof *r);

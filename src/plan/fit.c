@@ -190,6 +190,8 @@ void vr_fit_row_step(const vr_fit_row *w, vr_step_config *s)
     s->precision = w->precision;
     s->recompute = w->recompute;
     s->recompute_layers = w->recompute_layers;
+    if (w->norm_from_out)
+        s->norm_from_out = true;
     s->optim_state = w->optim_state;
     s->no_master = w->no_master;
     s->split_master = w->split_master;
@@ -231,6 +233,43 @@ static vr_status fewest_blocks(const vr_model_config *m, vr_step_config s, const
         row->cost = cost;
         row->tokens_per_s = cost.seconds > 0 ? (double)row->tokens / cost.seconds : 0;
     }
+    return VR_OK;
+}
+
+/* Blocks a row recomputes: its first recompute_layers, or all L (0); none without a policy. */
+static int blocks_recomputed(const vr_fit_row *w, int L)
+{
+    return w->recompute == VR_RECOMPUTE_NONE ? 0 : w->recompute_layers ? w->recompute_layers : L;
+}
+
+/* The best row recomputes at its batching and the step reads the norms' inputs: the same row with the norms'
+ * backward from their output (their inputs, the residual stream, not kept), taken when it needs no recompute, else
+ * when it needs fewer blocks of the row's policy (fewest_blocks with it). */
+static vr_status spare_recompute(const vr_model_config *m, vr_step_config s, const vr_fit_options *o, vr_fit_row *row,
+                                 int *plans)
+{
+    int L = m->kind == VR_MODEL_GPT ? m->gpt.L : m->kind == VR_MODEL_LLAMA ? m->llama.L : 0;
+    if (!row->fits || row->recompute == VR_RECOMPUTE_NONE || !s.train || s.norm_from_out || o->norm_backward_pinned ||
+        L < 1)
+        return VR_OK;
+    vr_fit_row w = *row;
+    w.norm_from_out = true;
+    w.recompute = VR_RECOMPUTE_NONE;
+    w.recompute_layers = 0;
+    vr_step_config t = s;
+    vr_fit_row_step(&w, &t);
+    vr_status st = probe(m, &t, w.micro, o->capacity, &w.point, &o->cost, &w.cost, plans, NULL);
+    if (st)
+        return st;
+    if (!w.point.fits || (o->host_capacity && w.point.host > o->host_capacity)) {
+        w.recompute = row->recompute; /* every block fits (less than the row without it): the fewest that do */
+        if ((st = fewest_blocks(m, s, o, &w, plans)))
+            return st;
+        if (blocks_recomputed(&w, L) >= blocks_recomputed(row, L))
+            return VR_OK;
+    }
+    w.tokens_per_s = w.cost.seconds > 0 ? (double)w.tokens / w.cost.seconds : 0;
+    *row = w;
     return VR_OK;
 }
 
@@ -326,6 +365,8 @@ vr_status vr_fit_search(const vr_model_config *m, const vr_step_config *s, const
             out->smallest_need = out->rows[i].point.need;
     if (out->best >= 0) {
         vr_status st = fewest_blocks(m, *s, opt, &out->rows[out->best], &out->plans);
+        if (!st)
+            st = spare_recompute(m, *s, opt, &out->rows[out->best], &out->plans);
         if (st)
             return st;
     }

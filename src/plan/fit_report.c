@@ -46,8 +46,10 @@ void vr_fit_print(const vr_fit_result *r, FILE *f)
     for (int i = 0; i < r->n_rows; i++) {
         const vr_fit_row *w = &r->rows[i];
         char mb[32], pk[32], nd[32], hs[32] = "-", tm[32] = "-", tps[32] = "-", tf[32] = "-", tok[32] = "-", rc[32];
-        snprintf(rc, sizeof rc, w->recompute_layers ? "%s:%d" : "%s", vr_recompute_name(w->recompute),
-                 w->recompute_layers); /* act:18: the first 18 blocks */
+        int n = snprintf(rc, sizeof rc, w->recompute_layers ? "%s:%d" : "%s", vr_recompute_name(w->recompute),
+                         w->recompute_layers); /* act:18: the first 18 blocks */
+        if (w->norm_from_out && n > 0 && (size_t)n < sizeof rc) /* +out: the norms' backward from their output */
+            snprintf(rc + n, sizeof rc - (size_t)n, "+out");
         if (w->point.host)
             vr_format_size(w->point.host, hs, sizeof hs);
         if (w->micro)
@@ -112,6 +114,7 @@ void *vr_fit_json(const vr_fit_result *r)
         cJSON_AddStringToObject(j, "precision", vr_precision_name(w->precision));
         cJSON_AddStringToObject(j, "recompute", vr_recompute_name(w->recompute));
         cJSON_AddNumberToObject(j, "recompute_layers", w->recompute_layers); /* 0: every block */
+        cJSON_AddStringToObject(j, "norm_backward", w->norm_from_out || r->step.norm_from_out ? "output" : "input");
         cJSON_AddStringToObject(j, "optim_state", vr_optim_state_name(w->optim_state));
         cJSON_AddStringToObject(j, "master",
                                 w->precision == VR_PREC_FP32 ? "-" : vr_master_name(w->no_master, w->split_master));

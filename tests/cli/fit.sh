@@ -48,13 +48,30 @@ print("json ok:", [(r["precision"], r["recompute"], r["micro_batch"], r["accum"]
 PY
 "$vram" fit --preset tiny --capacity 4MiB --recompute block --precision bf16 --optim-state 8bit --master none --offload none --json |
   python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["rows"]; assert len(r)==1 and r[0]["recompute"]=="block" and r[0]["precision"]=="bf16" and r[0]["optim_state"]=="8bit" and r[0]["master"]=="none", r'
-# the best row recomputes only as many first blocks as it needs: N fits (vram plan agrees), N - 1 does not
-"$vram" fit --preset gpt2-medium --capacity 10GiB --global-batch 8 --precision bf16 --optim-state fp32 --master split \
-  --offload none --json >"$tmp/fl.json"
-n=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); b=d["rows"][d["best"]]; assert b["recompute"]=="act" and 0 < b["recompute_layers"] < 24, b; print(b["recompute_layers"])' "$tmp/fl.json")
-plan() { "$vram" plan --preset gpt2-medium --batch 8 --precision bf16 --recompute act --recompute-layers "$1" --capacity 10GiB | tail -1; }
-plan "$n" | grep -q "fits" && ! plan "$n" | grep -q "DOES NOT FIT" || { echo "act:$n does not fit"; exit 1; }
-[ "$n" -eq 1 ] || plan $((n - 1)) | grep -q "DOES NOT FIT" || { echo "act:$((n - 1)) fits too"; exit 1; }
+# the best row recomputes only as many first blocks as it needs: N fits (vram plan agrees), N - 1 does not; with the
+# norm backward pinned to the input, and, unpinned, with the norms' backward from their output: fewer blocks (9 GiB:
+# act:M, M < N), or none (10 GiB)
+best() {
+  "$vram" fit --preset gpt2-medium --capacity "$1" --global-batch 8 --precision bf16 --optim-state fp32 --master split \
+    --offload none --json "${@:2}" | python3 -c 'import json,sys; d=json.load(sys.stdin); b=d["rows"][d["best"]]; assert b["micro_batch"] == 8, b; print(b["recompute"], b["recompute_layers"], b["norm_backward"])'
+}
+plan() { "$vram" plan --preset gpt2-medium --batch 8 --precision bf16 --capacity "$@" | tail -1; }
+fits() { plan "$@" | grep -q "fits" && ! plan "$@" | grep -q "DOES NOT FIT"; }
+read -r r n nb <<<"$(best 9GiB --norm-backward input)"
+read -r rk k kb <<<"$(best 9GiB)"
+[ "$r $nb $rk $kb" = "act input act output" ] && [ "$n" -gt 0 ] && [ "$k" -gt 0 ] && [ "$k" -lt "$n" ] ||
+  { echo "fit at 9 GiB: $r:$n ($nb) pinned, $rk:$k ($kb) unpinned"; exit 1; }
+for nl in "$n input" "$k output"; do
+  set -- $nl
+  fits 9GiB --recompute act --recompute-layers "$1" --norm-backward "$2" || { echo "act:$1 ($2) does not fit"; exit 1; }
+  [ "$1" -eq 1 ] || ! fits 9GiB --recompute act --recompute-layers $(($1 - 1)) --norm-backward "$2" ||
+    { echo "act:$(($1 - 1)) ($2) fits too"; exit 1; }
+done
+"$vram" fit --preset gpt2-medium --capacity 9GiB --global-batch 8 --precision bf16 --optim-state fp32 --master split \
+  --offload none | grep -q "^best .*act in the first $k blocks.*norm backward from the output (--norm-backward output)" ||
+  { echo "fit's best line should name --norm-backward output"; exit 1; }
+[ "$(best 10GiB)" = "none 0 output" ] && [ "$(best 10GiB --norm-backward input | cut -d' ' -f1,3)" = "act input" ] &&
+  fits 10GiB --norm-backward output && ! fits 10GiB || { echo "fit at 10 GiB: the norms' backward from the output instead of recompute"; exit 1; }
 "$vram" fit --model mlp --preset mnist --optim sgd --capacity 64MiB --json | python3 -c 'import json,sys; json.load(sys.stdin)'
 "$vram" fit --preset tiny --capacity 128MiB --device cuda --context 32MiB --tflops bf16=300,fp32=100 --json |
   python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["device"]["step_capacity"] == 96 << 20 and d["cost_model"]["tflops"]["bf16"] == 300'
