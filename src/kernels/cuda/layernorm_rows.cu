@@ -165,27 +165,26 @@ __global__ void __launch_bounds__(VR_LN_TILE * 32) k_ln_tile_bwd(T *dinp, float 
                     }
                 }
             }
-            if (OUT && !RMS && bias) { /* u = y - b, once the row's loads are all on their way */
+            /* u = y - b, once the row's loads are all on their way; the row's x (u) and dout left for the column pass */
+            constexpr bool U = OUT && !RMS;
+            if ((U && bias) || part) {
 #pragma unroll
                 for (int k = 0; k < K; k++) {
                     int i = lane + 32 * k;
                     if (i < nv) {
-                        vr_vec<T> bv = vr_ld16_nc(bias + i * V);
+                        if (U && bias) {
+                            vr_vec<T> bv = vr_ld16_nc(bias + i * V);
 #pragma unroll
-                        for (int j = 0; j < V; j++) xv[k].v[j] = vr_fromf<T>(vr_tof(xv[k].v[j]) - vr_tof(bv.v[j]));
+                            for (int j = 0; j < V; j++)
+                                xv[k].v[j] = vr_fromf<T>(vr_tof(xv[k].v[j]) - vr_tof(bv.v[j]));
+                        }
+                        if (part) {
+                            vr_st16(sx + (size_t)warp * C + i * V, xv[k]);
+                            vr_st16(sg + (size_t)warp * C + i * V, gv[k]);
+                        }
                     }
                 }
-            }
-            if (part) {
-#pragma unroll
-                for (int k = 0; k < K; k++) {
-                    int i = lane + 32 * k;
-                    if (i < nv) {
-                        vr_st16(sx + (size_t)warp * C + i * V, xv[k]);
-                        vr_st16(sg + (size_t)warp * C + i * V, gv[k]);
-                    }
-                }
-                if (lane == 0) st[2 * warp] = m, st[2 * warp + 1] = rs;
+                if (part && lane == 0) st[2 * warp] = m, st[2 * warp + 1] = rs;
             }
             if (dinp) {
                 float sgs = 0.0f, sgx = 0.0f;
