@@ -36,7 +36,8 @@
 # Environment: STEPS (20), CONFIGS, SKIP_EAGER=1, OUT (./out/speed: logs NAME.SYSTEM.{out,err,smi,meta}, env.txt,
 # table.md), BUDGET (seconds for the whole command, default 560 to fit a 10-minute call: a process gets at most
 # what is left and is skipped, with a line saying so, when less than 40 s is left; BUDGET=0: no limit),
-# VRAM_EXTRA (more vram train flags, e.g. "--recompute selective"), VRAM_CUBLAS=torch (vram's cuBLASLt from
+# VRAM_EXTRA (more vram train flags, e.g. "--recompute selective"), VRAM_CUDNN=torch|system (the cuDNN vram's
+# attention loads: PyTorch's wheel copy, the one torch.compile runs, by default; system: the loader's), VRAM_CUBLAS=torch (vram's cuBLASLt from
 # PyTorch's nvidia packages instead of the loader's; env.txt names the one vram loads), PEAK_TFLOPS, DRY=1 (print the commands, run
 # nothing), TABLE_ONLY=1 (only rebuild the table from the logs in $OUT). The table covers every configuration
 # whose logs are in $OUT, so two calls with the same OUT on a warm machine (CONFIGS split) make one table; the
@@ -87,20 +88,33 @@ else
     echo "== vram built into build-gpu ($(( $(date +%s) - t )) s)"
   fi
   VRAM=$BIN/vram
-  # cuDNN for vram's default --attention auto (as attn_cudnn.sh): the loader's, else PyTorch's wheel copy
+  # cuDNN for vram's default --attention auto: VRAM_CUDNN=torch (default) PyTorch's wheel copy where there is one,
+  # the library torch.compile's attention runs on, so both systems run one cuDNN (on the H200 the toolkit's 9.14
+  # ran medium's step ~0.4 ms slower than PyTorch's 9.19); VRAM_CUDNN=system the loader's (else PyTorch's copy)
   have_cudnn() {
     ldconfig -p 2>/dev/null | grep "libcudnn.so.9 " > /dev/null && return 0
     local IFS=: d
     for d in ${LD_LIBRARY_PATH:-}; do [ -e "$d/libcudnn.so.9" ] && return 0; done
     return 1
   }
-  cudnn="loader's path"
-  if ! have_cudnn; then
-    d=$(ls -d /usr/local/lib/python3*/dist-packages/nvidia/cudnn/lib /usr/local/lib/python3*/site-packages/nvidia/cudnn/lib \
+  torch_cudnn() {
+    ls -d "$(python3 -c 'import nvidia.cudnn, os; print(list(nvidia.cudnn.__path__)[0])' 2>/dev/null)/lib" \
+          /usr/local/lib/python3*/dist-packages/nvidia/cudnn/lib /usr/local/lib/python3*/site-packages/nvidia/cudnn/lib \
           /usr/lib/python3*/dist-packages/nvidia/cudnn/lib /opt/conda/lib/python3*/site-packages/nvidia/cudnn/lib \
           ${VIRTUAL_ENV:-/nonexistent}/lib/python3*/site-packages/nvidia/cudnn/lib \
           "$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)/nvidia/cudnn/lib" \
-          /usr/local/cuda*/lib64 2>/dev/null | while read -r x; do [ -e "$x/libcudnn.so.9" ] && echo "$x"; done | head -1)
+          2>/dev/null | while read -r x; do [ -e "$x/libcudnn.so.9" ] && echo "$x"; done | head -1
+  }
+  VRAM_CUDNN=${VRAM_CUDNN:-torch}
+  [ "$VRAM_CUDNN" = torch ] || [ "$VRAM_CUDNN" = system ] || { echo "!! VRAM_CUDNN=$VRAM_CUDNN: torch or system"; exit 2; }
+  cudnn="loader's path"
+  d=
+  [ "$VRAM_CUDNN" = torch ] && d=$(torch_cudnn)
+  if [ -n "$d" ]; then
+    export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}; cudnn="$d (PyTorch's)"
+  elif ! have_cudnn; then
+    d=$(torch_cudnn)
+    [ -z "$d" ] && d=$(ls -d /usr/local/cuda*/lib64 2>/dev/null | while read -r x; do [ -e "$x/libcudnn.so.9" ] && echo "$x"; done | head -1)
     if [ -z "$d" ] && [ -f build-carry/cudnn.tar.zst ]; then
       d=/tmp/vram-cudnn; mkdir -p $d && tar -I zstd -xf build-carry/cudnn.tar.zst -C $d
     fi
@@ -125,6 +139,7 @@ else
     timeout 90 python3 -c "
 import torch
 print('torch=' + torch.__version__); print('torch_cuda=' + str(torch.version.cuda))
+print('torch_cudnn=' + str(torch.backends.cudnn.version()))
 try:
   import transformers; print('transformers=' + transformers.__version__)
 except Exception as e: print('transformers=not importable (%s)' % type(e).__name__)" 2>/dev/null || echo "torch=not importable"
@@ -307,7 +322,7 @@ def result(cfg, sysname):
 env = kv(f"{out}/env.txt")
 print(f"# vram vs PyTorch: training speed and memory ({env.get('date', '?')})\n")
 print(f"- device: {env.get('device', '?')}, {env.get('memory', '?')}, driver {env.get('driver', '?')}")
-print(f"- torch {env.get('torch', '?')} (CUDA {env.get('torch_cuda', '?')}), transformers {env.get('transformers', '?')}")
+print(f"- torch {env.get('torch', '?')} (CUDA {env.get('torch_cuda', '?')}, cuDNN {env.get('torch_cudnn', '?')}), transformers {env.get('transformers', '?')}")
 print(f"- git commit {env.get('commit', '?')}; vram {env.get('vram', '?')}; cuDNN for vram: {env.get('cudnn', '?')}")
 print(f"- bf16, AdamW lr 6e-4 constant, clip 1.0; vram's fp32 master: {env.get('master', 'fp32')}; ms/step = median of the steps after the first {SKIP} "
       f"({env.get('steps', '?')} steps); peak = nvidia-smi memory.used above idle, 50 ms samples, every system alike")

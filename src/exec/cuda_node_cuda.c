@@ -816,10 +816,13 @@ static vr_status attention_choose(vr_exec *e, cuda_state *s)
         s->cudnn[i] = 1;
         n_dnn++;
     }
+    int v = vr_cuda_cudnn_version(); /* e.g. 91900: the library loaded, which can differ from the headers' */
+    char dnn[32];
+    snprintf(dnn, sizeof dnn, "cudnn %d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
     if (n_dnn && n_ours)
-        snprintf(e->attention, sizeof e->attention, "cudnn and vram (cuDNN not used for some nodes: %s)", why);
+        snprintf(e->attention, sizeof e->attention, "%s and vram (cuDNN not used for some nodes: %s)", dnn, why);
     else if (n_dnn)
-        snprintf(e->attention, sizeof e->attention, "cudnn");
+        snprintf(e->attention, sizeof e->attention, "%s", dnn);
     else if (n_ours && why[0])
         snprintf(e->attention, sizeof e->attention, "vram (cuDNN not used: %s)", why);
     else if (n_ours)
