@@ -32,7 +32,7 @@ static const vr_model_defaults fit_defaults = {
 
 typedef struct opts {
     vr_model_flags m;
-    const char *device, *tflops;
+    const char *device, *tflops, *kernels;
     uint64_t capacity, context;
     bool has_capacity, has_context, json;
     uint64_t host_capacity;   /* --host-capacity; 0: what the host has available */
@@ -51,6 +51,10 @@ static void fit_flags(vr_flagset *fs, void *p)
          .help = "device memory to fit in (e.g. 16GiB); cuda: the GPU's total"},
         {"--device", VR_FLAG_STRING, &o->device, "SPEC",
          .help = "meta, cpu, cuda, cuda:N (meta: H100 figures, no context)"},
+        {"--kernels", VR_FLAG_CHOICE, &o->kernels, NULL, .choices = "cpu|cuda",
+         .help = "whose kernels' scratch to count (cuda on --device cuda, else cpu):\n"
+                 "cuda adds the 32 MiB cuBLAS workspace and the CUDA kernels' scratch,\n"
+                 "so --device meta --kernels cuda fits a GPU run on any machine"},
         {"--context", VR_FLAG_SIZE, &o->context, "SIZE", .given = &o->has_context,
          .help = "CUDA context set aside (cuda: measured, else " VR_XSTR(VR_CUDA_CONTEXT_ESTIMATE_MIB) "MiB)"},
         {"--global-batch", VR_FLAG_INT, &o->global_batch, "N", .lo = 1, .hi = 1 << 30,
@@ -199,7 +203,8 @@ static void measure_offload(const char *spec, vr_fit_cost_model *cm)
 /* Device, capacity, context; the step's workspace on cuda; the cost model. */
 typedef struct target {
     char spec[64];
-    bool cuda;
+    bool cuda;          /* a GPU measured (--device cuda) */
+    bool cuda_kernels;  /* the CUDA kernels' scratch and workspace planned (--kernels) */
     uint64_t capacity, context;
     const char *context_how, *cost_how;
 } target;
@@ -219,8 +224,6 @@ static int resolve_device(const opts *o, target *t, vr_step_config *s, vr_fit_co
         if (t->spec[4] && vr_parse_int(t->spec + 5, "--device", 0, 1024, &idx) != VR_OK)
             return vr_cli_fail("fit", 2, "%s", vr_last_error());
         t->cuda = true;
-        s->workspace_bytes = VR_CUDA_WORKSPACE_BYTES;
-        s->kernels = VR_KERNELS_CUDA;
         uint64_t cost = 0;
         if (o->has_context)
             t->context = o->context, t->context_how = "as given";
@@ -234,6 +237,14 @@ static int resolve_device(const opts *o, target *t, vr_step_config *s, vr_fit_co
             t->capacity = info.total;
     } else if (strcmp(t->spec, "meta")) {
         return vr_cli_fail("fit", 2, "--device: '%s' is not one of meta, cpu, cuda, cuda:N", t->spec);
+    }
+    t->cuda_kernels = o->kernels ? !strcmp(o->kernels, "cuda") : t->cuda;
+    if (t->cuda && !t->cuda_kernels)
+        return vr_cli_fail("fit", 2, "--kernels cpu: a CUDA device runs the CUDA kernels (leave it out, or "
+                           "--device meta)");
+    if (t->cuda_kernels) {
+        s->workspace_bytes = VR_CUDA_WORKSPACE_BYTES;
+        s->kernels = VR_KERNELS_CUDA;
     }
     if (o->has_capacity)
         t->capacity = o->capacity;
@@ -325,6 +336,7 @@ static int report(const opts *o, const target *t, uint64_t step_cap, const vr_st
         cJSON_AddNumberToObject(dev, "capacity", (double)t->capacity);
         cJSON_AddNumberToObject(dev, "context", (double)t->context);
         cJSON_AddNumberToObject(dev, "step_capacity", (double)step_cap);
+        cJSON_AddStringToObject(dev, "kernels", t->cuda_kernels ? "cuda" : "cpu");
         cJSON_AddNumberToObject(mb, "T", r->model.T);
         cJSON_AddStringToObject(mb, "precision", vr_precision_name(s->precision));
         cJSON_AddStringToObject(mb, "recompute", vr_recompute_name(s->recompute));
@@ -338,7 +350,8 @@ static int report(const opts *o, const target *t, uint64_t step_cap, const vr_st
     } else {
         printf("device    %s, capacity %s; CUDA context %s (%s); %s for the step%s\n", t->spec,
                vr_format_size(t->capacity, a, sizeof a), vr_format_size(t->context, c, sizeof c), t->context_how,
-               vr_format_size(step_cap, d, sizeof d), t->cuda ? " (cuBLAS workspace 32 MiB counted as temp)" : "");
+               vr_format_size(step_cap, d, sizeof d),
+               t->cuda_kernels ? "; CUDA kernels (cuBLAS workspace 32 MiB counted as temp)" : "; CPU kernels");
         if (r->model.kind == VR_MODEL_GPT)
             printf("sequence  T=%d (a token is one position); cost model: %s\n", r->model.T, t->cost_how);
         else
@@ -355,7 +368,7 @@ static int report(const opts *o, const target *t, uint64_t step_cap, const vr_st
                 snprintf(rl, sizeof rl, " in the first %d block%s (--recompute-layers %d)", best->recompute_layers,
                          best->recompute_layers == 1 ? "" : "s", best->recompute_layers);
             char cr[48] = "";
-            if (s->classifier_rows > 0 && t->cuda)
+            if (s->classifier_rows > 0 && t->cuda_kernels)
                 snprintf(cr, sizeof cr, ", classifier chunks of %d rows", s->classifier_rows);
             printf("\nbest      %s, recompute %s%s, %s optimizer state%s%s%s%s%s, micro-batch %d x accum %d: need %s, "
                    "est. %.2f ms/step, %.0f tokens/s\n", vr_precision_name(best->precision),

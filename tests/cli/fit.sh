@@ -72,6 +72,18 @@ done
   { echo "fit's best line should name --norm-backward output"; exit 1; }
 [ "$(best 10GiB)" = "none 0 output" ] && [ "$(best 10GiB --norm-backward input | cut -d' ' -f1,3)" = "act input" ] &&
   fits 10GiB --norm-backward output && ! fits 10GiB || { echo "fit at 10 GiB: the norms' backward from the output instead of recompute"; exit 1; }
+# --kernels cuda on meta counts what a GPU run adds (the classifier's logits chunk, the cuBLAS workspace), as vram
+# plan --kernels cuda does: 0.75 x torch.compile's 13.31 GiB for medium B=8 (context 286 MiB, vram's on an H100/H200)
+# takes GELU recomputed in 2 blocks with the CUDA kernels where the CPU kernels' plan needs none
+kbest() { best 9.98GiB --context 286MiB "$@"; }
+[ "$(kbest --kernels cuda)" = "act 2 output" ] && [ "$(kbest)" = "none 0 output" ] ||
+  { echo "fit --kernels cuda at 9.98 GiB: $(kbest --kernels cuda) (cpu kernels: $(kbest))"; exit 1; }
+kfits() { "$vram" plan --preset gpt2-medium --batch 8 --precision bf16 --kernels cuda --norm-backward output \
+  --context 286MiB --capacity 9.98GiB "$@" | tail -1 | grep -q ": fits"; }
+kfits --recompute act --recompute-layers 2 && ! kfits --recompute act --recompute-layers 1 ||
+  { echo "vram plan --kernels cuda disagrees with fit's act:2"; exit 1; }
+kout=$("$vram" fit --preset gpt2-medium --capacity 9.98GiB --context 286MiB --global-batch 8 --kernels cuda)
+grep -q "^device .*; CUDA kernels" <<<"$kout" || { echo "fit's device line should say CUDA kernels"; exit 1; }
 "$vram" fit --model mlp --preset mnist --optim sgd --capacity 64MiB --json | python3 -c 'import json,sys; json.load(sys.stdin)'
 "$vram" fit --preset tiny --capacity 128MiB --device cuda --context 32MiB --tflops bf16=300,fp32=100 --json |
   python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["device"]["step_capacity"] == 96 << 20 and d["cost_model"]["tflops"]["bf16"] == 300'
