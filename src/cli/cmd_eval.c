@@ -1,7 +1,7 @@
 /* vram eval: the mean loss of a checkpoint on a data file, with the no-grad graph.
  *
  *   vram eval --init CKPT [--data FILE] [--batch N] [--seq N] [--batches N] [--device cpu]
- *             [--memory planned|dynamic] [--inplace] [--split val|all] [--json]
+ *             [--memory planned|dynamic] [--inplace] [--split val|all] [--classifier-rows N] [--json]
  *
  * The model's shape comes from the checkpoint (an llm.c file, or a Hugging Face directory's config.json).
  * The loss is averaged over
@@ -22,7 +22,7 @@
 
 typedef struct eopts {
     const char *init, *data, *split, *device, *memory, *precision;
-    long long batch, seq, batches;
+    long long batch, seq, batches, classifier_rows;
     bool json, inplace;
 } eopts;
 
@@ -46,6 +46,9 @@ static void eval_flags(vr_flagset *fs, void *p)
         {"--precision", VR_FLAG_CHOICE, &o->precision, NULL, .choices = "fp32|bf16|fp16",
          .help = "weights and activations of the evaluation (fp32)"},
         {"--memory", VR_FLAG_CHOICE, &o->memory, NULL, .choices = "planned|dynamic", .help = "(planned)"},
+        {"--classifier-rows", VR_FLAG_INT, &o->classifier_rows, "N", .lo = 1, .hi = 1 << 30,
+         .help = "cuda: rows of logits in each chunk of the fused classifier (4096): fewer\n"
+                 "make the no-grad step's peak smaller where the classifier sets it"},
         {"--inplace", VR_FLAG_SWITCH, &o->inplace, NULL,
          .help = "gelu and the residual adds write over their dying input"},
         {"--json", VR_FLAG_SWITCH, &o->json, NULL, .help = "one JSON object"},
@@ -109,7 +112,7 @@ static vr_status run(const eopts *o, eval_run *r, double *loss, int64_t *nb)
     m.T = o->seq ? (int)o->seq : maxT < 64 ? maxT : 64;
     if (m.T > maxT)
         return vr_error(VR_ERR_INVALID, "--seq: %d is longer than the checkpoint's %d positions", m.T, maxT);
-    vr_step_config s = {0};
+    vr_step_config s = {.classifier_rows = (int)o->classifier_rows};
     if (o->precision && (st = vr_precision_parse(o->precision, "--precision", &s.precision)))
         return st;
     vr_memory_mode mode = o->memory && !strcmp(o->memory, "dynamic") ? VR_MEMORY_DYNAMIC : VR_MEMORY_PLANNED;

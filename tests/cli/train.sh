@@ -101,6 +101,8 @@ expect 1 nothing.txt train --data "$tmp/nothing.txt" --steps 1
 printf 'garbage' >"$tmp/garbage.bin"
 expect 1 garbage.bin train --init "$tmp/garbage.bin" --steps 1
 expect 1 garbage.bin eval --init "$tmp/garbage.bin"
+expect 2 --classifier-rows eval --init "$tmp/ck.bin" --classifier-rows 2
+expect 2 --classifier-rows eval --init "$tmp/ck.bin" --classifier-rows 0
 expect 1 channels train --init "$tmp/ck.bin" --channels 128 --steps 1
 python3 - "$tmp/st.bin" "$tmp/bad.bin" <<'PY'
 import sys
@@ -131,6 +133,10 @@ else
   python3 -c "import sys; c, g = float('$lc'), float('$lg'); sys.exit(0 if abs(c - g) <= 1e-4 * abs(c) else 1)" ||
     fail "eval on cuda: loss $lg, cpu $lc"
   "$vram" eval --init "$tmp/ev.bin" --batches 4 --device cuda --precision bf16 >/dev/null || fail "eval bf16 on cuda"
+  # --classifier-rows: the same loss in smaller chunks (fp32), a smaller planned peak that the run matches
+  read -r l1 p1 q1 <<<"$("$vram" eval --init "$tmp/ev.bin" --batches 4 --device cuda --classifier-rows 1 --json |
+    python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["loss"], d["plan_peak"], d["run_peak"])')"
+  python3 -c "import sys; sys.exit(abs($l1 - $lg) > 1e-5 or $p1 != $q1)" || fail "eval --classifier-rows 1: loss $l1 (default $lg), peak $p1 planned, $q1 run"
   # compact optimizer state on the GPU: plan == run, the loss falls; fp32 + 8-bit state close to the CPU's
   for f in "--optim-state 8bit" "--optim-state bf16" "--optim-state 8bit --master none" "--master none" \
            "--optim momentum --optim-state 8bit" "--master fp32" "--master fp32 --optim-state 8bit"; do
