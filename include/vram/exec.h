@@ -221,8 +221,14 @@ void *vr_exec_tensor_ptr(const vr_exec *e, int t);
  * memory (vr_exec_config.memory)"); "" when on or not asked. Valid while the executor lives. */
 bool vr_exec_cuda_graph_state(const vr_exec *e, bool *on, const char **reason);
 
+/* The cuDNN the CUDA attention loads at run time (the first libcudnn.so.9 the loader finds): its version
+ * (91900 = 9.19.0), or 0 with *why (may be NULL) saying why none loads (not found, below 9.0, a CUDA-less
+ * build). Loads it on first use. */
+int vr_exec_cudnn_version(const char **why);
+
 /* CUDA: whose attention kernels the step's attention nodes run (vr_step_config.attention), decided when the
- * executor was made (cuDNN's plans are built then): "cudnn", "vram", or "vram (cuDNN not used: <why>)" under
+ * executor was made (cuDNN's plans are built then): "cudnn 9.19.0" (the version loaded), "vram", or
+ * "vram (cuDNN not used: <why>)" under
  * auto when cuDNN could not run them; "" without attention nodes or on the CPU. Valid while the executor
  * lives. */
 const char *vr_exec_attention_kernels(const vr_exec *e);

@@ -13,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "vram/dist.h"
+#include "vram/exec.h"
 #include "vram/device.h"
 #include "vram/util.h"
 
@@ -185,6 +186,11 @@ static int run(int argc, char **argv)
         cJSON_AddStringToObject(root, "vram_version", "0.1.0");
         cJSON *cu = cJSON_AddObjectToObject(root, "cuda");
         cJSON_AddNumberToObject(cu, "runtime_version", vr_cuda_runtime_version());
+        const char *why = "";
+        int dv = vr_exec_cudnn_version(&why);
+        cJSON_AddNumberToObject(cu, "cudnn_version", dv);
+        if (!dv)
+            cJSON_AddStringToObject(cu, "cudnn_why", why);
         cJSON_AddNumberToObject(cu, "device_count", ncuda);
         if (cuda_error[0])
             cJSON_AddStringToObject(cu, "error", cuda_error);
@@ -235,6 +241,13 @@ static int run(int argc, char **argv)
                    vr_format_size(mem[1].total, a, sizeof a));
         else
             printf("meta     %s\n", host_err[1]);
+        const char *why = "";
+        int dv = vr_exec_cudnn_version(&why);
+        if (dv)
+            printf("cudnn    %d.%d.%d (CUDA attention: cuDNN's fused flash attention)\n", dv / 10000,
+                   dv % 10000 / 100, dv % 100);
+        else
+            printf("cudnn    not loaded: %s (CUDA attention: vram's kernels)\n", why);
         int nv = 0;
         bool nccl = vr_comm_nccl_available(&nv);
         printf("dist     mpi: %s; nccl: %s", vr_comm_mpi_built() ? "yes" : "no (built without MPI)",

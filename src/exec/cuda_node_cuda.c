@@ -830,6 +830,14 @@ static vr_status attention_choose(vr_exec *e, cuda_state *s)
     return VR_OK;
 }
 
+int vr_exec_cudnn_version(const char **why)
+{
+    int v = vr_cuda_cudnn_version();
+    if (why)
+        *why = v ? "" : vr_cuda_cudnn_why();
+    return v;
+}
+
 static void io_free(io_stage *io)
 {
     if (io->buf)

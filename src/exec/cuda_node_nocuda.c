@@ -3,3 +3,10 @@
 #include "exec/exec_internal.h"
 
 const vr_exec_backend *vr__exec_backend_cuda(void) { return NULL; }
+
+int vr_exec_cudnn_version(const char **why)
+{
+    if (why)
+        *why = "vram was built without CUDA";
+    return 0;
+}
