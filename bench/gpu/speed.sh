@@ -108,12 +108,10 @@ else
   VRAM_CUDNN=${VRAM_CUDNN:-torch}
   [ "$VRAM_CUDNN" = torch ] || [ "$VRAM_CUDNN" = system ] || { echo "!! VRAM_CUDNN=$VRAM_CUDNN: torch or system"; exit 2; }
   cudnn="loader's path"
-  d=
-  [ "$VRAM_CUDNN" = torch ] && d=$(torch_cudnn)
-  if [ -n "$d" ]; then
+  d=$(torch_cudnn)
+  if [ "$VRAM_CUDNN" = torch ] && [ -n "$d" ]; then
     export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}; cudnn="$d (PyTorch's)"
   elif ! have_cudnn; then
-    d=$(torch_cudnn)
     [ -z "$d" ] && d=$(ls -d /usr/local/cuda*/lib64 2>/dev/null | while read -r x; do [ -e "$x/libcudnn.so.9" ] && echo "$x"; done | head -1)
     if [ -z "$d" ] && [ -f build-carry/cudnn.tar.zst ]; then
       d=/tmp/vram-cudnn; mkdir -p $d && tar -I zstd -xf build-carry/cudnn.tar.zst -C $d
