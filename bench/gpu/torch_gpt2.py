@@ -218,6 +218,8 @@ def main():
                     help="bf16 autocast (default), or fp32 throughout with TF32 off (as vram --precision fp32)")
     ap.add_argument("--profile", type=int, default=0, help="after the timed steps, N more under torch.profiler: "
                     "GPU time per kernel to stderr")
+    ap.add_argument("--profile-shapes", action="store_true", help="with --profile: also the matrix products' GPU time "
+                    "per step by operator and input shapes")
     ap.add_argument("--find-max-batch", action="store_true")
     ap.add_argument("--capacity-gib", type=float, default=16.0)
     ap.add_argument("--probe-steps", type=int, default=2)
@@ -285,7 +287,8 @@ def profile(a, step_model, model, opt, dev, g):
     """a.profile more steps under torch.profiler; the kernels' GPU time per step, largest first (stderr)."""
     from torch.profiler import ProfilerActivity, profile as tprof
     B, T = a.batch, a.seq
-    with tprof(activities=[ProfilerActivity.CUDA]) as prof:
+    acts = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if a.profile_shapes else [])
+    with tprof(activities=acts, record_shapes=a.profile_shapes) as prof:
         for _ in range(a.profile):
             xy = torch.randint(0, V, (B, T + 1), generator=g)
             x, y = xy[:, :T].to(dev), xy[:, 1:].to(dev)
@@ -304,6 +307,18 @@ def profile(a, step_model, model, opt, dev, g):
           file=sys.stderr)
     for ms, n, key in rows[:60]:
         print(f"  {ms:8.3f} ms {100 * ms / total:5.1f}% x{n:<4d} {key[:140]}", file=sys.stderr)
+    if a.profile_shapes:
+        mm = []
+        for ev in prof.key_averages(group_by_input_shape=True):
+            if ev.key in ("aten::mm", "aten::addmm", "aten::bmm", "aten::_addmm_activation"):
+                t = getattr(ev, "device_time_total", None)
+                if t is None:
+                    t = getattr(ev, "cuda_time_total", 0)
+                mm.append((t / a.profile / 1000.0, ev.count // a.profile, ev.key, str(ev.input_shapes)))
+        mm.sort(reverse=True)
+        print(f"torch profile ({a.mode}): matrix products by shape, {sum(r[0] for r in mm):.3f} ms/step", file=sys.stderr)
+        for ms, n, key, shp in mm:
+            print(f"  {ms:8.3f} ms x{n:<4d} {key} {shp[:150]}", file=sys.stderr)
 
 
 if __name__ == "__main__":
