@@ -33,7 +33,9 @@
 # Below the table, per config: vram's "plan == allocated" line (arena planned vs allocated, peak live, every role)
 # and the attention kernels it ran. Header: device, memory, driver, torch / transformers / CUDA versions, git commit.
 #
-# Environment: STEPS (20), CONFIGS, SKIP_EAGER=1, OUT (./out/speed: logs NAME.SYSTEM.{out,err,smi,meta}, env.txt,
+# Environment: STEPS (20), CONFIGS, SKIP_EAGER=1, ROUNDS (1: vram and torch.compile of every configuration again, in
+# turn, N times; the table gives the median of the rounds' ms/step and the largest peak, a note each round's figures
+# and ratio), OUT (./out/speed: logs NAME.SYSTEM.{out,err,smi,meta}, env.txt,
 # table.md), BUDGET (seconds for the whole command, default 560 to fit a 10-minute call: a process gets at most
 # what is left and is skipped, with a line saying so, when less than 40 s is left; BUDGET=0: no limit),
 # VRAM_EXTRA (more vram train flags, e.g. "--recompute selective"), VRAM_CUDNN=torch|system (the cuDNN vram's
@@ -49,7 +51,8 @@ cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-$PWD/out/speed}; mkdir -p "$OUT"
 STEPS=${STEPS:-20}
 CONFIGS=${CONFIGS:-gpt2-b16 gpt2-b32 gpt2m-b8 llama1b-b8}
-SKIP_EAGER=${SKIP_EAGER:-0}; DRY=${DRY:-0}; TABLE_ONLY=${TABLE_ONLY:-0}
+SKIP_EAGER=${SKIP_EAGER:-0}; DRY=${DRY:-0}; TABLE_ONLY=${TABLE_ONLY:-0}; ROUNDS=${ROUNDS:-1}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS=$ROUNDS: a positive integer"; exit 2; }
 BUDGET=${BUDGET:-560}; PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}; VRAM_EXTRA=${VRAM_EXTRA:-}; VRAM_MASTER=${VRAM_MASTER:-split}
 LR=6e-4
 T0=$(date +%s)
@@ -205,16 +208,20 @@ setup() {
 }
 if [ "$TABLE_ONLY" != 1 ]; then
   # vram and torch.compile of every configuration first, then the eager runs (the first to go when time is short)
-  for c in $CONFIGS; do
-    setup "$c"
-    if [ "$DRY" != 1 ]; then
-      rm -f "$OUT/$c".*
-      printf 'kind=%s\npreset=%s\nB=%s\nT=%s\nL=%s\nC=%s\nNH=%s\nsteps=%s\n' $KIND $PRESET $B $T $L $C $NH $STEPS > "$OUT/$c.config"
-    fi
-    # shellcheck disable=SC2086
-    sysrun "$c" vram $vto $VRAM train "${VFLAGS[@]}" --batch "$B" --seq "$T" --precision bf16 --clip 1.0 --lr $LR \
-      --warmup 0 --lr-schedule constant --steps "$STEPS" --device cuda --eval-every -1 --json --master "$VRAM_MASTER" $VRAM_EXTRA
-    sysrun "$c" compile $cto "${TORCH[@]}" --mode compile
+  # ROUNDS > 1: the pairs again, in turn (round r's logs CONFIG.vram-r / CONFIG.compile-r); the table takes medians
+  for r in $(seq 1 "$ROUNDS"); do
+    sfx=$([ "$r" = 1 ] || echo "-$r")
+    for c in $CONFIGS; do
+      setup "$c"
+      if [ "$DRY" != 1 ] && [ "$r" = 1 ]; then
+        rm -f "$OUT/$c".*
+        printf 'kind=%s\npreset=%s\nB=%s\nT=%s\nL=%s\nC=%s\nNH=%s\nsteps=%s\n' $KIND $PRESET $B $T $L $C $NH $STEPS > "$OUT/$c.config"
+      fi
+      # shellcheck disable=SC2086
+      sysrun "$c" vram$sfx $vto $VRAM train "${VFLAGS[@]}" --batch "$B" --seq "$T" --precision bf16 --clip 1.0 --lr $LR \
+        --warmup 0 --lr-schedule constant --steps "$STEPS" --device cuda --eval-every -1 --json --master "$VRAM_MASTER" $VRAM_EXTRA
+      sysrun "$c" compile$sfx $cto "${TORCH[@]}" --mode compile
+    done
   done
   if [ "$SKIP_EAGER" != 1 ]; then
     for c in $CONFIGS; do
@@ -290,7 +297,7 @@ def result(cfg, sysname):
     except (KeyError, ValueError):
         pass
     recs = jsonl(f"{out}/{cfg}.{sysname}.out")
-    if sysname == "vram":
+    if sysname.split("-")[0] == "vram":
         steps = [x for x in recs if x.get("event") == "step"]
         r["ms"] = median_ms([x["ms"] for x in steps if "ms" in x])
         r["nsteps"] = len(steps)
@@ -314,6 +321,27 @@ def result(cfg, sysname):
         r["ms"] = None
     elif r["ms"] is None:
         r["note"] = "FAILED: no step times in the output"
+    return r
+
+
+def rounds(cfg, sysname):
+    """result() of every round (ROUNDS: logs SYSTEM, SYSTEM-2, ...): ms the median of the rounds' medians, peak the
+    largest of the rounds that ran; r["per_round"] each round's ms (None: it failed or was skipped)."""
+    rs = [result(cfg, sysname)]
+    k = 2
+    while os.path.exists(f"{out}/{cfg}.{sysname}-{k}.meta"):
+        rs.append(result(cfg, f"{sysname}-{k}"))
+        k += 1
+    if rs[0] is None or len(rs) == 1:
+        return rs[0]
+    ok = [x for x in rs if x and x["ms"]]
+    r = dict(rs[0])
+    r["per_round"] = [x["ms"] if x else None for x in rs]
+    r["ms"] = statistics.median(x["ms"] for x in ok) if ok else None
+    peaks = [x["peak"] for x in ok if x["peak"] is not None]
+    r["peak"] = max(peaks) if peaks else None
+    if r["ms"] is not None:
+        r["note"] = ""
     return r
 
 
@@ -343,7 +371,7 @@ for cfg in cfgs:
         continue
     fpt = 6 * N + 6 * L * C * T
     label = f"{cfg} ({c['preset']}, B={B}, T={T})"
-    res = {s: result(cfg, s) for s, _ in SYS}
+    res = {s: rounds(cfg, s) for s, _ in SYS}
     v = res["vram"]
     v_tps = B * T / v["ms"] * 1000 if v and v["ms"] else None
     for s, name in SYS:
@@ -367,6 +395,14 @@ for cfg in cfgs:
         if x.get("params") and x["params"] != N:
             notes.append(f"{cfg} {name}: the model has {x['params']:,} parameters, the FLOP count uses {N:,}")
     notes.append(f"{cfg}: N = {N:,} parameters, {fpt / 1e9:.3f} GFLOP/token")
+    if v and v.get("per_round"):
+        fmt = lambda xs: " / ".join(f"{x:.1f}" if x else "n/a" for x in xs)
+        line = f"{cfg}: {len(v['per_round'])} rounds in turn, ms/step (the table: their median): vram {fmt(v['per_round'])}"
+        c = res.get("compile")
+        if c and c.get("per_round"):
+            line += f"; torch.compile {fmt(c['per_round'])}; vram x tokens/s by round " + " / ".join(
+                f"{b / a:.2f}x" if a and b else "-" for a, b in zip(v["per_round"], c["per_round"]))
+        notes.append(line)
     if v and v["extra"].get("memory"):
         m = v["extra"]["memory"]
         roles = m.get("roles", {})
