@@ -335,7 +335,7 @@ def rounds(cfg, sysname):
     if rs[0] is None or len(rs) == 1:
         return rs[0]
     ok = [x for x in rs if x and x["ms"]]
-    r = dict(rs[0])
+    r = dict(ok[0] if ok else rs[0])  # the first round that ran gives the notes (plan == allocated, losses)
     r["per_round"] = [x["ms"] if x else None for x in rs]
     r["ms"] = statistics.median(x["ms"] for x in ok) if ok else None
     peaks = [x["peak"] for x in ok if x["peak"] is not None]

@@ -283,6 +283,12 @@ def main():
     }))
 
 
+def device_us(ev, kind):
+    """A profiler event's GPU time, us: kind "self_" (its own kernels) or "" (with its children's); older torch: cuda."""
+    t = getattr(ev, f"{kind}device_time_total", None)
+    return t if t is not None else getattr(ev, f"{kind}cuda_time_total", 0)
+
+
 def profile(a, step_model, model, opt, dev, g):
     """a.profile more steps under torch.profiler; the kernels' GPU time per step, largest first (stderr)."""
     from torch.profiler import ProfilerActivity, profile as tprof
@@ -296,9 +302,7 @@ def profile(a, step_model, model, opt, dev, g):
         torch.cuda.synchronize()
     rows = []
     for ev in prof.key_averages():
-        t = getattr(ev, "self_device_time_total", None)
-        if t is None:
-            t = getattr(ev, "self_cuda_time_total", 0)
+        t = device_us(ev, "self_")
         if t > 0:
             rows.append((t / a.profile / 1000.0, ev.count // a.profile, ev.key))
     rows.sort(reverse=True)
@@ -311,10 +315,7 @@ def profile(a, step_model, model, opt, dev, g):
         mm = []
         for ev in prof.key_averages(group_by_input_shape=True):
             if ev.key in ("aten::mm", "aten::addmm", "aten::bmm", "aten::_addmm_activation"):
-                t = getattr(ev, "device_time_total", None)
-                if t is None:
-                    t = getattr(ev, "cuda_time_total", 0)
-                mm.append((t / a.profile / 1000.0, ev.count // a.profile, ev.key, str(ev.input_shapes)))
+                mm.append((device_us(ev, "") / a.profile / 1000.0, ev.count // a.profile, ev.key, str(ev.input_shapes)))
         mm.sort(reverse=True)
         print(f"torch profile ({a.mode}): matrix products by shape, {sum(r[0] for r in mm):.3f} ms/step", file=sys.stderr)
         for ms, n, key, shp in mm:
