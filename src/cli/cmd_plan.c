@@ -281,6 +281,11 @@ static int run(int argc, char **argv)
         if (s.kernels == VR_KERNELS_CUDA)
             printf("          CUDA kernels; library workspace %s (cuBLAS; cuDNN's attention plans) counted as temp; "
                    "attention %s\n", vr_format_size(VR_CUDA_WORKSPACE_BYTES, a, sizeof a), vr_attention_name(s.attention));
+        else
+            printf("          CPU kernels' scratch%s\n",
+                   strncmp(t.spec, "meta", 4) ? ""
+                                              : " (--kernels cuda: a GPU run's, with the cuBLAS workspace and the "
+                                                "CUDA kernels' scratch)");
         printf("need      %s = %s %s + context %s\n", vr_format_size(need, a, sizeof a),
                p->has_dynamic ? "peak reserved" : "arena", vr_format_size(need - t.context, b, sizeof b),
                vr_format_size(t.context, c, sizeof c));

@@ -13,6 +13,10 @@ for role in params master grads optim inputs acts temp peak arena; do
   grep -q "^$role " "$tmp/out" || { echo "no '$role' line"; exit 1; }
 done
 grep -q "CUDA context none" "$tmp/out" || { echo "meta should say no CUDA context"; exit 1; }
+# whose kernels' scratch the plan counts: on meta the CPU kernels' unless --kernels cuda, and it says how to plan a GPU run
+grep -q "^          CPU kernels' scratch (--kernels cuda: a GPU run's" "$tmp/out" || { echo "meta: the CPU kernels line"; exit 1; }
+cpu=$("$vram" plan --preset tiny --batch 4 --device cpu)
+echo "$cpu" | grep -q "^          CPU kernels' scratch$" || { echo "cpu: the CPU kernels line, no hint"; echo "$cpu"; exit 1; }
 
 # GPT-2 124M: the parameter count and a fit against a capacity
 "$vram" plan --preset gpt2 --batch 2 --seq 256 --capacity 1GiB >"$tmp/gpt2" || { echo "gpt2 plan failed"; exit 1; }
