@@ -300,8 +300,11 @@ def profile(a, step_model, model, opt, dev, g):
             x, y = xy[:, :T].to(dev), xy[:, 1:].to(dev)
             train_step(a, step_model, model, opt, x, y)
         torch.cuda.synchronize()
+    from torch.autograd import DeviceType
     rows = []
     for ev in prof.key_averages():
+        if getattr(ev, "device_type", DeviceType.CUDA) != DeviceType.CUDA or getattr(ev, "is_user_annotation", False):
+            continue  # with --profile-shapes the host's operators and annotations too, whose GPU time is their kernels'
         t = device_us(ev, "self_")
         if t > 0:
             rows.append((t / a.profile / 1000.0, ev.count // a.profile, ev.key))
