@@ -27,6 +27,10 @@ vr_status vr_parse_size(const char *text, const char *what, uint64_t *out);
 /* Formats bytes for people: "512 B", "1.50 KiB", "22.50 GiB". Returns buf. */
 char *vr_format_size(uint64_t bytes, char *buf, size_t cap);
 
+/* Formats a version in cuDNN's and NCCL's scheme, major * 10000 + minor * 100 + patch: 91900 -> "9.19.0".
+ * Returns buf. */
+char *vr_format_version3(int v, char *buf, size_t cap);
+
 /* Parses a non-negative integer flag value, naming `what` in the error. */
 vr_status vr_parse_int(const char *text, const char *what, long long lo, long long hi, long long *out);
 

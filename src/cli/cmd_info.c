@@ -34,12 +34,6 @@ static void version_text(int v, char *buf, size_t cap)
         snprintf(buf, cap, "unknown");
 }
 
-/* cuDNN's and NCCL's scheme: 91900 = 9.19.0, 22809 = 2.28.9. */
-static void version3_text(int v, char *buf, size_t cap)
-{
-    snprintf(buf, cap, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
-}
-
 /* Queries device i: context cost first (it must see the device before our
  * context exists), then the figures, which then include that context. */
 static void query_cuda(int i, cuda_entry *e)
@@ -250,18 +244,17 @@ static int run(int argc, char **argv)
         const char *why = "";
         int dv = vr_exec_cudnn_version(&why);
         char v3[32];
-        version3_text(dv, v3, sizeof v3);
         if (dv)
-            printf("cudnn    %s (CUDA attention: cuDNN's fused flash attention)\n", v3);
+            printf("cudnn    %s (CUDA attention: cuDNN's fused flash attention)\n",
+                   vr_format_version3(dv, v3, sizeof v3));
         else
             printf("cudnn    not loaded: %s (CUDA attention: vram's kernels)\n", why);
         int nv = 0;
         bool nccl = vr_comm_nccl_available(&nv);
         printf("dist     mpi: %s; nccl: %s", vr_comm_mpi_built() ? "yes" : "no (built without MPI)",
                nccl ? "yes" : "no (libnccl.so.2 not found)");
-        version3_text(nv, v3, sizeof v3);
         if (nccl)
-            printf(" %s", v3);
+            printf(" %s", vr_format_version3(nv, v3, sizeof v3));
         printf("\n");
     }
     free(cuda);

@@ -69,7 +69,7 @@ static int bad(const char *msg) { return vr_cli_fail("plan", 2, "%s", msg); }
 /* Device, capacity and context. */
 typedef struct target {
     char spec[64];
-    bool cuda;
+    bool cuda, meta;
     uint64_t capacity; /* 0: none given */
     uint64_t context;
     const char *context_how;
@@ -84,7 +84,8 @@ static int resolve_device(const opts *o, target *t)
     if ((kind == 4 && !strncmp(t->spec, "meta", 4)) || (kind == 3 && !strncmp(t->spec, "cpu", 3))) {
         if (colon && vr_parse_size(colon + 1, "--device", &t->capacity) != VR_OK)
             return bad(vr_last_error());
-        t->context_how = kind == 4 ? "none (meta device: address space only)" : "none (host memory)";
+        t->meta = kind == 4;
+        t->context_how = t->meta ? "none (meta device: address space only)" : "none (host memory)";
     } else if (kind == 4 && !strncmp(t->spec, "cuda", 4)) {
         long long idx = 0;
         if (colon && vr_parse_int(colon + 1, "--device", 0, 1024, &idx) != VR_OK)
@@ -283,9 +284,8 @@ static int run(int argc, char **argv)
                    "attention %s\n", vr_format_size(VR_CUDA_WORKSPACE_BYTES, a, sizeof a), vr_attention_name(s.attention));
         else
             printf("          CPU kernels' scratch%s\n",
-                   strncmp(t.spec, "meta", 4) ? ""
-                                              : " (--kernels cuda: a GPU run's, with the cuBLAS workspace and the "
-                                                "CUDA kernels' scratch)");
+                   t.meta ? " (--kernels cuda: a GPU run's, with the cuBLAS workspace and the CUDA kernels' scratch)"
+                          : "");
         printf("need      %s = %s %s + context %s\n", vr_format_size(need, a, sizeof a),
                p->has_dynamic ? "peak reserved" : "arena", vr_format_size(need - t.context, b, sizeof b),
                vr_format_size(t.context, c, sizeof c));

@@ -67,6 +67,7 @@
 #include "exec/cuda_times.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/scratch.h"
+#include "vram/util.h"
 
 #define VR_CLIP_BYTES 256 /* tail of the workspace: clip factor, norm (fp32) */
 
@@ -817,8 +818,8 @@ static vr_status attention_choose(vr_exec *e, cuda_state *s)
         n_dnn++;
     }
     int v = vr_cuda_cudnn_version(); /* e.g. 91900: the library loaded, which can differ from the headers' */
-    char dnn[32];
-    snprintf(dnn, sizeof dnn, "cudnn %d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
+    char dnn[32], v3[24];
+    snprintf(dnn, sizeof dnn, "cudnn %s", vr_format_version3(v, v3, sizeof v3));
     if (n_dnn && n_ours)
         snprintf(e->attention, sizeof e->attention, "%s and vram (cuDNN not used for some nodes: %s)", dnn, why);
     else if (n_dnn)
